@@ -1,0 +1,1 @@
+"""Typed, strict, immutable configs (see :mod:`roll.core.config.base`)."""

@@ -1,0 +1,66 @@
+"""Config sections every pipeline shares: the run, Ray, roles, tracking, checkpoints and batch sizes.
+
+A pipeline's config model extends :class:`RunConfig` with its own sections. Nothing here imports torch or Ray.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from roll.core.config.base import RollModel
+
+
+class RayConfig(RollModel):
+    """How to reach Ray. ``address=None`` uses ``RAY_ADDRESS`` when set, else starts a local Ray."""
+
+    address: str | None = None
+    num_cpus: float | None = Field(None, gt=0, description="CPUs of a local Ray started on demand")
+    num_gpus: int | None = Field(None, ge=0, description="GPUs of a local Ray started on demand")
+    namespace: str = "roll"
+    init_timeout_s: float = Field(60.0, gt=0)
+    call_timeout_s: float = Field(600.0, gt=0, description="default timeout of every remote call")
+
+
+class RoleConfig(RollModel):
+    """Where a role's workers run. Roles that name the same ``device_group`` share devices (colocated)."""
+
+    num_workers: int = Field(1, ge=1)
+    cpus_per_worker: float = Field(1.0, gt=0)
+    gpus_per_worker: float = Field(0.0, ge=0)
+    device_group: str | None = None
+    call_timeout_s: float | None = Field(None, gt=0, description="overrides ray.call_timeout_s for this role")
+
+
+class TrackingConfig(RollModel):
+    """Where metrics go. Names are entry points of the ``roll.tracker`` group."""
+
+    backends: list[str] = Field(default_factory=lambda: ["stdout", "jsonl", "tensorboard"])
+    log_every: int = Field(1, ge=1)
+    project: str = "roll"
+    progress: bool = True
+
+
+class CheckpointConfig(RollModel):
+    """Checkpoint cadence. ``every_n_steps=0`` saves only at the end of the run."""
+
+    every_n_steps: int = Field(0, ge=0)
+    keep_last: int = Field(3, ge=1)
+    dir: Path | None = Field(None, description="default: <output_dir>/checkpoints")
+    export_hf: bool = False
+
+
+class RunConfig(RollModel):
+    """The keys every run has. ``pipeline`` names an entry point of the ``roll.pipeline`` group."""
+
+    pipeline: str
+    seed: int = 42
+    output_dir: Path = Path("outputs/run")
+    max_steps: int = Field(1, ge=1)
+    eval_every: int = Field(0, ge=0, description="0 disables evaluation")
+    resume: Literal["auto", "never"] | Path = "never"
+    ray: RayConfig = Field(default_factory=RayConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)

@@ -1,0 +1,103 @@
+"""The extension points of roll and the objects their entry points name.
+
+Map of the abstractions:
+
+- ``roll.pipeline`` -> :class:`PipelineSpec`: a name, a config model (a :class:`RunConfig` subclass) and
+  ``build(config) -> Pipeline``. The ``pipeline:`` key of a YAML file picks one.
+- ``roll.strategy`` -> :class:`StrategySpec`: a train or infer backend (hf, fsdp2, vllm, megatron).
+- ``roll.reward`` -> :class:`RewardSpec`: a reward-worker factory (math, code_sandbox, llm_judge, ...).
+- ``roll.env`` -> :class:`EnvSpec`: an environment factory.
+- ``roll.tool`` -> :class:`ToolSpec`: a tool factory.
+- ``roll.tracker`` -> :class:`TrackerSpec`: a metrics sink (stdout, jsonl, tensorboard, wandb).
+
+Specs are light: their modules import no torch, vLLM or Megatron; only ``build`` does. :mod:`roll.core.plugins`
+checks each loaded object against the spec type of its group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from roll.core.config.sections import RunConfig
+
+
+@runtime_checkable
+class Pipeline(Protocol):
+    """A built pipeline: ``run`` trains until done and returns a summary; ``shutdown`` frees its actors."""
+
+    def run(self) -> Mapping[str, Any]: ...
+
+    def shutdown(self) -> None: ...
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """A metrics sink. ``log`` receives flat ``{"group/name": float}`` dicts."""
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    name: str
+    config_model: type[RunConfig]
+    build: Callable[[Any], Pipeline]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    name: str
+    kind: Literal["train", "infer"]
+    config_model: type[Any]
+    build: Callable[..., Any]
+    description: str = ""
+    extra: str | None = None  # the pip extra that provides its backend, e.g. "vllm"
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    name: str
+    build: Callable[..., Any]
+    config_model: type[Any] | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    name: str
+    build: Callable[..., Any]
+    config_model: type[Any] | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    build: Callable[..., Any]
+    config_model: type[Any] | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TrackerSpec:
+    name: str
+    build: Callable[..., Tracker]
+    description: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+GROUPS: dict[str, type[Any]] = {
+    "roll.pipeline": PipelineSpec,
+    "roll.strategy": StrategySpec,
+    "roll.reward": RewardSpec,
+    "roll.env": EnvSpec,
+    "roll.tool": ToolSpec,
+    "roll.tracker": TrackerSpec,
+}
+"""Every entry-point group and the spec type its objects must be."""
