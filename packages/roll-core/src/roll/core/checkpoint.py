@@ -1,0 +1,474 @@
+"""Atomic, resumable checkpoints and the pipeline state that goes into them.
+
+Layout under the checkpoint root::
+
+    step_000012/                   a complete checkpoint (has the manifest)
+        roll_checkpoint.json       manifest, written last: step, time, pipeline, roll version, files and sizes
+        pipeline_state.json        step, data position, scheduler state, RNG (JSON part)
+        pipeline_state.pt          the tensors of the state (torch RNG states), when there are any
+        ...                        whatever ``write_fn`` wrote (model, optimizer, ...)
+    .tmp-step_000013-1a2b3c4d/     a save in progress, or left by a crashed one
+
+Why it is crash-safe: a save writes everything into a temp dir, fsyncs the files, writes the manifest last,
+fsyncs the dir, then renames it to ``step_NNNNNN`` (a rename within one filesystem is atomic) and fsyncs the root.
+A directory is a checkpoint only if it is named ``step_NNNNNN`` and holds a readable manifest, so a process killed
+at any point leaves either the previous checkpoints or the new one, never a half-written one that looks whole.
+Stale temp dirs are removed, with a warning, the next time :meth:`CheckpointManager.latest` runs. One process
+writes a root at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from roll.core.errors import CheckpointError
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "roll_checkpoint.json"
+STATE_JSON = "pipeline_state.json"
+STATE_TENSORS = "pipeline_state.pt"
+FORMAT_VERSION = 1
+
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+_TEMP_PREFIX = ".tmp-"
+_ASIDE_PREFIX = ".old-"
+_TENSOR_REF = "__tensor__"
+
+
+def step_dir_name(step: int) -> str:
+    """``step_000012``: zero-padded so that names sort like steps."""
+    return f"step_{step:06d}"
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a checkpoint's manifest says about it."""
+
+    path: Path
+    step: int
+    pipeline: str
+    time: float
+    roll_version: str
+    files: dict[str, int] = field(default_factory=dict)  # relative path -> size in bytes
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    """What a pipeline needs, besides model and optimizer files, to continue exactly where it stopped.
+
+    ``data`` (position in the data stream) and ``scheduler`` (rollout scheduler state) are opaque JSON-able
+    dicts owned by their components; ``rng`` comes from :func:`capture_rng_state`.
+    """
+
+    step: int
+    data: Mapping[str, Any] = field(default_factory=dict)
+    scheduler: Mapping[str, Any] = field(default_factory=dict)
+    rng: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def capture(
+        cls, step: int, data: Mapping[str, Any] | None = None, scheduler: Mapping[str, Any] | None = None
+    ) -> PipelineState:
+        """The state now, with this process's RNG states."""
+        return cls(step, dict(data or {}), dict(scheduler or {}), capture_rng_state())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "data": self.data, "scheduler": self.scheduler, "rng": self.rng}
+
+    @classmethod
+    def from_dict(cls, state: Mapping[str, Any]) -> PipelineState:
+        return cls(
+            int(state["step"]), state.get("data", {}), state.get("scheduler", {}), state.get("rng", {})
+        )
+
+
+class CheckpointManager:
+    """Saves checkpoints under ``root`` atomically, keeps the newest ``keep_last``, and finds one to resume.
+
+    The root is created and probed for writability at construction, so a bad output dir fails before training
+    starts rather than at the first save. ``pipeline_name`` goes into every manifest, so that resuming from
+    another pipeline's checkpoint is caught.
+    """
+
+    def __init__(self, root: Path, keep_last: int, *, pipeline_name: str = "") -> None:
+        if keep_last < 1:
+            raise CheckpointError(f"keep_last must be >= 1, got {keep_last}", keep_last=keep_last)
+        self.root = Path(root)
+        self.keep_last = keep_last
+        self.pipeline_name = pipeline_name
+        _check_writable(self.root)
+
+    # ------------------------------------------------------------------------------------------------ save
+
+    def save(
+        self, step: int, write_fn: Callable[[Path], None], state: Mapping[str, Any] | PipelineState
+    ) -> Path:
+        """Write checkpoint ``step``: ``write_fn(dir)`` writes model files into ``dir``, then ``state`` is saved.
+
+        Returns the final path. If anything fails (``write_fn`` included) the temp dir is removed, earlier
+        checkpoints are untouched, and a :class:`CheckpointError` naming the step is raised from the cause.
+        Saving a step that already exists replaces it. Afterwards older checkpoints beyond ``keep_last`` are
+        deleted; the one just written never is.
+        """
+        if step < 0:
+            raise CheckpointError(f"checkpoint step must be >= 0, got {step}", step=step)
+        state_dict = state.as_dict() if isinstance(state, PipelineState) else state
+        encoded, tensors = _encode_state(state_dict)  # before any IO: bad state fails fast
+        temp = self._make_temp_dir(step)
+        try:
+            write_fn(temp)
+            _write_state(temp, encoded, tensors)
+            _fsync_tree(temp)
+            self._write_manifest(temp, step)
+            final = self._publish(temp, self.root / step_dir_name(step))
+        except BaseException as err:
+            shutil.rmtree(temp, ignore_errors=True)
+            if not isinstance(err, Exception):
+                raise  # KeyboardInterrupt, SystemExit: not ours to wrap
+            raise CheckpointError(
+                f"saving checkpoint step {step} failed ({type(err).__name__}: {err}); "
+                f"the previous checkpoints under {self.root} are intact",
+                step=step,
+            ) from err
+        self._prune(keep=final)
+        logger.info("saved checkpoint %s", final)
+        return final
+
+    def _make_temp_dir(self, step: int) -> Path:
+        temp = self.root / f"{_TEMP_PREFIX}{step_dir_name(step)}-{secrets.token_hex(4)}"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            temp.mkdir()
+        except OSError as err:
+            raise CheckpointError(
+                f"output dir {self.root} is not writable: {err}", path=str(self.root)
+            ) from err
+        return temp
+
+    def _write_manifest(self, temp: Path, step: int) -> None:
+        files = {
+            p.relative_to(temp).as_posix(): p.stat().st_size for p in sorted(temp.rglob("*")) if p.is_file()
+        }
+        manifest = {
+            "format": FORMAT_VERSION,
+            "step": step,
+            "time": time.time(),
+            "pipeline": self.pipeline_name,
+            "roll_version": _roll_version(),
+            "files": files,
+        }
+        _write_file_synced(temp / MANIFEST, json.dumps(manifest, indent=2))
+        _fsync_dir(temp)
+
+    def _publish(self, temp: Path, final: Path) -> Path:
+        """Rename ``temp`` to ``final``. An existing ``final`` is first moved aside (a rename cannot replace a
+        non-empty dir); a crash in between loses only that step, which latest() then skips."""
+        aside = None
+        if final.exists():
+            aside = self.root / f"{_ASIDE_PREFIX}{final.name}-{secrets.token_hex(4)}"
+            os.rename(final, aside)
+        os.rename(temp, final)
+        _fsync_dir(self.root)
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+        return final
+
+    def _prune(self, keep: Path) -> None:
+        """Delete complete checkpoints beyond the newest ``keep_last`` (by step), never ``keep``. Each is renamed
+        out of the ``step_`` namespace first, so a crash mid-delete cannot leave a partial one that looks whole."""
+        complete = self.checkpoints()
+        newest = {info.path for info in complete[-self.keep_last :]}
+        for info in complete:
+            if info.path in newest or info.path == keep:
+                continue
+            doomed = self.root / f"{_ASIDE_PREFIX}{info.path.name}-{secrets.token_hex(4)}"
+            os.rename(info.path, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+            logger.info("pruned checkpoint %s (keep_last=%d)", info.path, self.keep_last)
+
+    # ------------------------------------------------------------------------------------------------ find
+
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """Complete checkpoints under the root, oldest step first. Dirs without a readable manifest are skipped."""
+        if not self.root.is_dir():
+            return []
+        found: list[CheckpointInfo] = []
+        for path in self.root.iterdir():
+            if not (_STEP_DIR.match(path.name) and path.is_dir()):
+                continue
+            try:
+                found.append(read_manifest(path))
+            except CheckpointError as err:
+                logger.warning("ignoring incomplete checkpoint dir %s: %s", path, err)
+        return sorted(found, key=lambda info: info.step)
+
+    def latest(self) -> Path | None:
+        """The complete checkpoint with the highest step, or None. Removes stale temp dirs of crashed saves."""
+        self._remove_stale_temp_dirs()
+        complete = self.checkpoints()
+        return complete[-1].path if complete else None
+
+    def _remove_stale_temp_dirs(self) -> None:
+        if not self.root.is_dir():
+            return
+        for path in self.root.iterdir():
+            if path.name.startswith((_TEMP_PREFIX, _ASIDE_PREFIX)) and path.is_dir():
+                logger.warning("removing %s, left by a checkpoint save that did not finish", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def load_state(self, path: Path) -> dict[str, Any]:
+        """The ``state`` saved with checkpoint ``path``, tensors restored (tuples come back as lists).
+
+        Checks first that every file the manifest lists is present with its recorded size.
+        """
+        info = read_manifest(path)
+        _verify_files(info)
+        encoded = json.loads((path / STATE_JSON).read_text(encoding="utf-8"))
+        tensors: dict[str, torch.Tensor] = {}
+        if (path / STATE_TENSORS).exists():
+            tensors = torch.load(path / STATE_TENSORS, map_location="cpu", weights_only=True)
+        decoded = _decode_state(encoded, tensors)
+        if not isinstance(decoded, dict):
+            raise CheckpointError(f"{path / STATE_JSON} does not hold a JSON object", path=str(path))
+        return decoded
+
+    def resolve_resume(
+        self, resume: Literal["auto", "never"] | Path | str, pipeline_name: str
+    ) -> Path | None:
+        """The checkpoint to resume from, or None to start fresh.
+
+        ``"never"``: None. ``"auto"``: :meth:`latest` (None when there is none). A path: that checkpoint, which
+        must exist and be complete (a relative path is also looked up under the root). Either way a checkpoint
+        written by a different pipeline is refused, naming both.
+        """
+        if resume == "never":
+            return None
+        path = self.latest() if resume == "auto" else self._explicit_resume_path(Path(resume))
+        if path is None:
+            return None
+        info = read_manifest(path)
+        if info.pipeline and info.pipeline != pipeline_name:
+            raise CheckpointError(
+                f"checkpoint {path} was written by pipeline {info.pipeline!r}, but this run is pipeline "
+                f"{pipeline_name!r}; resume from a {pipeline_name!r} checkpoint or set resume: never",
+                path=str(path),
+            )
+        logger.info("resuming from %s (step %d)", path, info.step)
+        return path
+
+    def _explicit_resume_path(self, path: Path) -> Path:
+        if not path.exists() and not path.is_absolute() and (self.root / path).exists():
+            path = self.root / path
+        if not path.exists():
+            raise CheckpointError(f"resume path {path} does not exist; {self._describe()}", path=str(path))
+        if not (path / MANIFEST).is_file():
+            raise CheckpointError(
+                f"resume path {path} is not a complete checkpoint (it has no {MANIFEST}: a save that did not "
+                f"finish, or not a roll checkpoint); {self._describe()}",
+                path=str(path),
+            )
+        return path
+
+    def _describe(self) -> str:
+        names = [info.path.name for info in self.checkpoints()]
+        if not names:
+            return f"there are no complete checkpoints under {self.root}"
+        return f"complete checkpoints under {self.root}: {', '.join(names)}"
+
+
+# ----------------------------------------------------------------------------------------------- manifest
+
+
+def read_manifest(path: Path) -> CheckpointInfo:
+    """The manifest of checkpoint ``path``; a :class:`CheckpointError` when it is missing or malformed."""
+    try:
+        raw = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        return CheckpointInfo(
+            path=path,
+            step=int(raw["step"]),
+            pipeline=str(raw["pipeline"]),
+            time=float(raw["time"]),
+            roll_version=str(raw["roll_version"]),
+            files={str(k): int(v) for k, v in raw["files"].items()},
+        )
+    except FileNotFoundError as err:
+        raise CheckpointError(f"{path} is not a complete checkpoint: no {MANIFEST}", path=str(path)) from err
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"{path / MANIFEST} is unreadable: {err!r}", path=str(path)) from err
+
+
+def _verify_files(info: CheckpointInfo) -> None:
+    problems = []
+    for name, size in info.files.items():
+        file = info.path / name
+        if not file.is_file():
+            problems.append(f"{name} is missing")
+        elif file.stat().st_size != size:
+            problems.append(f"{name} has {file.stat().st_size} bytes, the manifest says {size}")
+    if problems:
+        raise CheckpointError(
+            f"checkpoint {info.path} is damaged: {'; '.join(problems)}", path=str(info.path)
+        )
+
+
+def _roll_version() -> str:
+    try:
+        return metadata.version("roll-core")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+# --------------------------------------------------------------------------------------------- state codec
+
+
+def _encode_state(state: Any, where: str = "state") -> tuple[Any, dict[str, torch.Tensor]]:
+    """JSON-able data with each tensor replaced by ``{"__tensor__": key}``, and the tensors by key.
+
+    Allowed: dicts with str keys, lists, tuples (saved as lists), str, int, float, bool, None, torch tensors.
+    Anything else raises a CheckpointError naming where in the state it is.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+
+    def walk(value: Any, at: str) -> Any:
+        if isinstance(value, torch.Tensor):
+            tensors[at] = value.detach().cpu()
+            return {_TENSOR_REF: at}
+        if value is None or isinstance(value, str | int | float | bool):
+            return value
+        if isinstance(value, Mapping):
+            bad = [k for k in value if not isinstance(k, str)]
+            if bad:
+                raise CheckpointError(
+                    f"{at} has non-string key {bad[0]!r}; checkpoint state keys must be str"
+                )
+            return {k: walk(v, f"{at}[{k!r}]") for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [walk(v, f"{at}[{i}]") for i, v in enumerate(value)]
+        raise CheckpointError(
+            f"{at} is a {type(value).__name__}, which a checkpoint cannot hold; "
+            "use JSON types (dict, list, str, int, float, bool, None) or torch tensors"
+        )
+
+    return walk(state, where), tensors
+
+
+def _decode_state(value: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {_TENSOR_REF}:
+            return tensors[value[_TENSOR_REF]]
+        return {k: _decode_state(v, tensors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode_state(v, tensors) for v in value]
+    return value
+
+
+def _write_state(directory: Path, encoded: Any, tensors: dict[str, torch.Tensor]) -> None:
+    (directory / STATE_JSON).write_text(json.dumps(encoded), encoding="utf-8")
+    if tensors:
+        torch.save(tensors, directory / STATE_TENSORS)
+
+
+# ------------------------------------------------------------------------------------------------------ RNG
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """The states of Python's ``random``, numpy's global RNG, torch's CPU RNG and, when this process has
+    initialized CUDA, every CUDA device's RNG. (Not initialized means CUDA was not used, and reading the state
+    would create a CUDA context just for that.)"""
+    version, internal, gauss = random.getstate()
+    np_state: dict[str, Any] = np.random.get_state(legacy=False)
+    state: dict[str, Any] = {
+        "python": [version, list(internal), gauss],
+        "numpy": {**np_state, "state": {**np_state["state"], "key": np_state["state"]["key"].tolist()}},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        state["torch_cuda"] = list(torch.cuda.get_rng_state_all())
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Put back what :func:`capture_rng_state` returned (also after a JSON/torch round trip)."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_state = dict(state["numpy"])
+    np_state["state"] = {**np_state["state"], "key": np.asarray(np_state["state"]["key"], dtype=np.uint32)}
+    np.random.set_state(np_state)
+    torch.set_rng_state(state["torch"])
+    cuda_states = state.get("torch_cuda")
+    if cuda_states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda_states)
+    elif cuda_states:
+        logger.warning("checkpoint has CUDA RNG states but CUDA is not available here; they are not restored")
+
+
+# ------------------------------------------------------------------------------------------------ file IO
+
+
+def _check_writable(root: Path) -> None:
+    """Create ``root`` and write a probe file in it, raising CheckpointError('... is not writable') if either
+    fails (``os.access`` would lie to root users and on some network filesystems)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".probe-{secrets.token_hex(4)}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise CheckpointError(f"output dir {root} is not writable: {err}", path=str(root)) from err
+
+
+def _write_file_synced(path: Path, text: str) -> None:
+    with path.open("w", encoding="utf-8") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file and directory under ``root``, so the rename publishes data that is on disk."""
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+__all__ = [
+    "MANIFEST",
+    "STATE_JSON",
+    "STATE_TENSORS",
+    "CheckpointInfo",
+    "CheckpointManager",
+    "PipelineState",
+    "capture_rng_state",
+    "read_manifest",
+    "restore_rng_state",
+    "step_dir_name",
+]

@@ -1,0 +1,135 @@
+"""The ``roll`` command: ``train``, ``validate`` and ``list``.
+
+Entry points are short: parse, build, run, clean up. Every error roll raises on purpose (a :class:`RollError`)
+is printed as its message, without a traceback, and the exit status says what kind it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from roll.core import plugins
+from roll.core.config.loader import ConfigTree, load_tree, validate
+from roll.core.config.sections import RunConfig
+from roll.core.errors import ConfigError, ConfigIssue, RollError
+from roll.core.types import GROUPS, PipelineSpec
+
+EXIT_CONFIG = 2
+EXIT_RUNTIME = 1
+EXIT_INTERRUPTED = 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"roll: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except RollError as exc:
+        print(f"roll: error: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="roll", description="Post-training for LLMs on Ray.")
+    parser.add_argument("--version", action="version", version=f"roll-core {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="run the pipeline a config names")
+    train.add_argument("config", type=Path)
+    train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5")
+    train.set_defaults(func=_cmd_train)
+    check = sub.add_parser("validate", help="check a config and report every problem at once")
+    check.add_argument("config", type=Path)
+    check.add_argument("overrides", nargs="*")
+    check.set_defaults(func=_cmd_validate)
+    listing = sub.add_parser("list", help="list installed plugins of every group")
+    listing.set_defaults(func=_cmd_list)
+    return parser
+
+
+def _version() -> str:
+    try:
+        return version("roll-core")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def load_run_config(path: Path, overrides: Sequence[str]) -> tuple[PipelineSpec, RunConfig]:
+    """Compose the YAML, pick the pipeline plugin its ``pipeline:`` key names, and validate against its model."""
+    tree = load_tree(path, overrides)
+    spec = _pipeline_spec(tree)
+    return spec, validate(tree, spec.config_model)
+
+
+def _pipeline_spec(tree: ConfigTree) -> PipelineSpec:
+    installed = sorted(plugins.available("roll.pipeline"))
+    name = tree.data.get("pipeline")
+    if not isinstance(name, str) or not name:
+        hint = f"add `pipeline: <name>` with one of: {', '.join(installed) or '(none installed)'}"
+        raise ConfigError(issues=[ConfigIssue("pipeline", "missing: the config must name a pipeline", hint)])
+    if name not in installed:
+        import difflib
+
+        close = difflib.get_close_matches(name, installed, n=1)
+        hint = (f"did you mean {close[0]!r}? " if close else "") + f"installed: {', '.join(installed)}"
+        source = tree.sources.get("pipeline")
+        raise ConfigError(issues=[ConfigIssue("pipeline", f"no pipeline plugin named {name!r}", hint, source)])
+    spec: PipelineSpec = plugins.load("roll.pipeline", name)
+    return spec
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    spec, cfg = load_run_config(args.config, args.overrides)
+    print(f"{args.config}: ok (pipeline {spec.name!r}, {type(cfg).__name__})")
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    spec, cfg = load_run_config(args.config, args.overrides)
+    pipeline = spec.build(cfg)
+    try:
+        summary = pipeline.run()
+    except KeyboardInterrupt:
+        print("roll: interrupted; actors shut down, last checkpoint kept", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        pipeline.shutdown()
+    _print_summary(summary)
+    return 0
+
+
+def _print_summary(summary: Any) -> None:
+    if summary:
+        items = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items())
+        print(f"roll: done: {items}")
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    for group in GROUPS:
+        print(f"{group}:")
+        infos = plugins.available(group)
+        if not infos:
+            print("  (none)")
+        for name, info in sorted(infos.items()):
+            status = _load_status(group, name)
+            print(f"  {name:<18} {info.dist:<18} {info.version:<10} {status}")
+    return 0
+
+
+def _load_status(group: str, name: str) -> str:
+    try:
+        plugins.load(group, name)
+    except RollError as exc:
+        return f"unavailable: {exc}"
+    return "ok"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,241 @@
+"""A Cluster: N Ray actors of one role, whose registered methods are called like plain methods.
+
+::
+
+    class Actor(Worker):
+        @register(Dispatch.DP_SPLIT)
+        def compute_logp(self, batch: Batch) -> Batch: ...
+
+    with Cluster("actor_train", Actor, role_cfg, resources=rm, call_timeout_s=cfg.ray.call_timeout_s) as actors:
+        logp = actors.compute_logp(batch)              # blocks; DP-split over ranks, concatenated back
+        pending = actors.compute_logp.submit(batch)     # returns a PendingCall at once
+        logp = pending.result()                         # ... or `await pending` inside asyncio
+
+Every method of the worker class marked with :func:`~roll.core.cluster.dispatch.register` is found when the
+Cluster is built (by inspecting the class, no names to bind) and is reachable as ``cluster.<name>``, a
+:class:`ClusterMethod`; ``cluster.method(Actor.compute_logp)`` gives the same object from a function reference.
+A name that is not registered raises ``AttributeError`` listing the ones that are.
+
+Timeouts: a call's timeout is the method's own (``@register(timeout_s=...)``), else the role's
+``RoleConfig.call_timeout_s``, else the Cluster's ``call_timeout_s`` (pass ``RayConfig.call_timeout_s``);
+``cluster.m.with_timeout(s)`` overrides it for one call site. Building the Cluster waits for every actor's
+``__init__`` at most ``start_timeout_s`` (default: the role's call timeout).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ray
+
+from roll.core.cluster.calls import CallTarget, PendingCall
+from roll.core.cluster.dispatch import RULES, CallPlan, Dispatch, MethodSpec, get_spec
+from roll.core.cluster.resources import ResourceManager, RolePlacement
+from roll.core.cluster.worker import Worker, WorkerContext, WorkerInfo
+from roll.core.config.sections import RoleConfig
+
+__all__ = ["Cluster", "ClusterMethod"]
+
+
+class ClusterMethod:
+    """One registered worker method, bound to a Cluster. Calling it blocks; :meth:`submit` does not."""
+
+    def __init__(self, cluster: Cluster, name: str, spec: MethodSpec, timeout_s: float) -> None:
+        self._cluster = cluster
+        self.name = name
+        self.spec = spec
+        self.timeout_s = timeout_s
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on the ranks the dispatch mode picks and return the collected result."""
+        return self.submit(*args, **kwargs).result()
+
+    def submit(self, *args: Any, **kwargs: Any) -> PendingCall:
+        """Start the call and return at once; the deadline starts now."""
+        return self._cluster._submit(self, args, kwargs)
+
+    def with_timeout(self, timeout_s: float) -> ClusterMethod:
+        """The same method with another timeout, e.g. ``cluster.generate.with_timeout(3600)(batch)``."""
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        return ClusterMethod(self._cluster, self.name, self.spec, timeout_s)
+
+    def __repr__(self) -> str:
+        return f"<ClusterMethod {self._cluster.role}.{self.name} {self.spec.mode.name} timeout={self.timeout_s:g}s>"
+
+
+class Cluster:
+    """N Ray actors of ``worker_cls`` for ``role``, placed on the role's bundles. See the module docstring.
+
+    ``resources`` is a :class:`ResourceManager` managing this role, a :class:`RolePlacement`, or None (the Cluster
+    then reserves bundles for this role alone and frees them in :meth:`shutdown`). Each actor is built as
+    ``worker_cls(WorkerContext(role, rank, num_workers), *init_args, **init_kwargs)``.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        worker_cls: type[Worker],
+        role_cfg: RoleConfig,
+        resources: ResourceManager | RolePlacement | None = None,
+        *,
+        init_args: tuple[Any, ...] = (),
+        init_kwargs: Mapping[str, Any] | None = None,
+        call_timeout_s: float = 600.0,
+        start_timeout_s: float | None = None,
+        runtime_env: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not (isinstance(worker_cls, type) and issubclass(worker_cls, Worker)):
+            raise TypeError(f"Cluster({role!r}, ...) needs a Worker subclass, got {worker_cls!r}")
+        self.role = role
+        self.role_cfg = role_cfg
+        self.world_size = role_cfg.num_workers
+        self._default_timeout = role_cfg.call_timeout_s or call_timeout_s
+        self._methods = {
+            name: self._bind(name, spec) for name, spec in registered_methods(worker_cls).items()
+        }
+        self._owned_rm: ResourceManager | None = None
+        self._placement = self._resolve_placement(resources)
+        self.actors: list[Any] = []
+        try:
+            self._start(worker_cls, init_args, dict(init_kwargs or {}), runtime_env)
+            self.infos: list[WorkerInfo] = self._rendezvous(start_timeout_s or self._default_timeout)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    @property
+    def methods(self) -> Mapping[str, ClusterMethod]:
+        """Every registered method of the worker class, by name."""
+        return dict(self._methods)
+
+    def method(self, fn: Callable[..., Any]) -> ClusterMethod:
+        """The cluster method for a function reference: ``cluster.method(MyWorker.train_step)``."""
+        name = getattr(fn, "__name__", "")
+        if get_spec(fn) is None or name not in self._methods:
+            raise AttributeError(f"{fn!r} is not a registered method of {self.role}'s worker class")
+        return self._methods[name]
+
+    def __getattr__(self, name: str) -> ClusterMethod:
+        methods: dict[str, ClusterMethod] | None = self.__dict__.get("_methods")
+        if methods is not None and name in methods:
+            return methods[name]
+        known = ", ".join(sorted(methods or {}))
+        raise AttributeError(
+            f"cluster {self.__dict__.get('role', '?')!r} has no registered method {name!r}; registered: {known}. "
+            "Mark worker methods with @register(Dispatch...) to call them on the cluster"
+        )
+
+    def shutdown(self) -> None:
+        """Kill every actor and free bundles this Cluster reserved itself. Safe to call twice."""
+        for actor in self.actors:
+            with contextlib.suppress(Exception):  # already dead, or Ray is gone: nothing left to kill
+                ray.kill(actor, no_restart=True)
+        self.actors = []
+        if self._owned_rm is not None:
+            self._owned_rm.release()
+            self._owned_rm = None
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"<Cluster {self.role} x{self.world_size} methods={sorted(self._methods)}>"
+
+    def _bind(self, name: str, spec: MethodSpec) -> ClusterMethod:
+        return ClusterMethod(self, name, spec, spec.timeout_s or self._default_timeout)
+
+    def _resolve_placement(self, resources: ResourceManager | RolePlacement | None) -> RolePlacement:
+        if isinstance(resources, RolePlacement):
+            return resources
+        if resources is None:
+            self._owned_rm = resources = ResourceManager({self.role: self.role_cfg})
+        return resources.placement(self.role)
+
+    def _start(
+        self,
+        worker_cls: type[Worker],
+        init_args: tuple[Any, ...],
+        init_kwargs: dict[str, Any],
+        runtime_env: Mapping[str, Any] | None,
+    ) -> None:
+        remote_cls = ray.remote(worker_cls)
+        extra = {"runtime_env": dict(runtime_env)} if runtime_env else {}
+        for rank in range(self.world_size):
+            options = {**self._placement.actor_options(rank), **extra}
+            ctx = WorkerContext(self.role, rank, self.world_size)
+            self.actors.append(remote_cls.options(**options).remote(ctx, *init_args, **init_kwargs))
+
+    def _rendezvous(self, timeout_s: float) -> list[WorkerInfo]:
+        """Wait for every actor, then give all ranks rank 0's address and their local rank on their node."""
+        infos: list[WorkerInfo] = self.get_info.with_timeout(timeout_s)()
+        addr, port = self._call_one(0, "roll_master_endpoint", (), timeout_s)
+        by_node: dict[str, list[int]] = {}
+        for info in infos:
+            by_node.setdefault(info.node_id, []).append(info.rank)
+        refs = []
+        for info in infos:
+            peers = by_node[info.node_id]
+            args = (addr, port, peers.index(info.rank), len(peers))
+            refs.append(self.actors[info.rank].roll_set_rendezvous.remote(*args))
+        self._wait(refs, "roll_set_rendezvous", timeout_s)
+        result: list[WorkerInfo] = self.get_info.with_timeout(timeout_s)()
+        return result
+
+    def _call_one(self, rank: int, name: str, args: tuple[Any, ...], timeout_s: float) -> Any:
+        ref = getattr(self.actors[rank], name).remote(*args)
+        return self._wait([ref], name, timeout_s, ranks=(rank,))[0]
+
+    def _wait(
+        self,
+        refs: list[ray.ObjectRef[Any]],
+        name: str,
+        timeout_s: float,
+        ranks: tuple[int, ...] | None = None,
+    ) -> list[Any]:
+        """Block on internal calls with the same timeout and error translation as user calls."""
+        plan_ranks = ranks if ranks is not None else tuple(range(len(refs)))
+        plan = CallPlan(plan_ranks, tuple(((), {}) for _ in refs))
+        pending = PendingCall(CallTarget(self.role, name, timeout_s), plan, RULES[Dispatch.ONE_TO_ALL], refs)
+        result: list[Any] = pending.result()
+        return result
+
+    def _submit(self, method: ClusterMethod, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PendingCall:
+        if not self.actors:
+            raise RuntimeError(f"cluster {self.role!r} is shut down; cannot call {method.name}")
+        rule = RULES[method.spec.mode]
+        plan = rule.split(args, kwargs, self.world_size)
+        if method.spec.mode is Dispatch.ONE_TO_ALL and len(plan.ranks) > 1:
+            plan = _share_arguments(plan)
+        refs = [
+            getattr(self.actors[rank], method.name).remote(*a, **kw)
+            for rank, (a, kw) in zip(plan.ranks, plan.args)
+        ]
+        return PendingCall(CallTarget(self.role, method.name, method.timeout_s), plan, rule, refs)
+
+
+def registered_methods(worker_cls: type[Worker]) -> dict[str, MethodSpec]:
+    """Every method of ``worker_cls`` (inherited ones included) that carries a :func:`register` marker."""
+    found: dict[str, MethodSpec] = {}
+    for name in dir(worker_cls):
+        spec = get_spec(getattr(worker_cls, name, None))
+        if spec is not None:
+            found[name] = spec
+    return found
+
+
+def _share_arguments(plan: CallPlan) -> CallPlan:
+    """Put each argument into the object store once; Ray resolves top-level refs, so ranks share one copy."""
+    args, kwargs = plan.args[0]
+    shared = (tuple(_put(a) for a in args), {k: _put(v) for k, v in kwargs.items()})
+    return CallPlan(plan.ranks, tuple(shared for _ in plan.ranks), plan.pad, plan.padded_len)
+
+
+def _put(value: Any) -> Any:
+    # A ref the caller passed stays as it is: wrapping it would hand the worker a ref instead of the value.
+    return value if isinstance(value, ray.ObjectRef) else ray.put(value)

@@ -1,0 +1,199 @@
+"""How a call on a Cluster becomes calls on its ranks, and how their answers become one result.
+
+A Worker method is marked with :func:`register`, which stores a :class:`MethodSpec` on the function object (the
+attribute :data:`SPEC_ATTR`). :class:`~roll.core.cluster.cluster.Cluster` finds these markers by inspecting the
+worker class, so nobody binds methods by name. Each :class:`Dispatch` mode maps, in :data:`RULES`, to two plain
+functions: ``split`` (the cluster call's arguments -> a :class:`CallPlan` with per-rank arguments) and ``collect``
+(per-rank results -> one value).
+
+- ``ONE_TO_ALL``: every rank gets the same arguments; the result is the list of per-rank results, by rank.
+- ``DP_SPLIT``: the first positional argument is split across ranks (other arguments go to every rank). It must be
+  a :class:`Shardable` (``roll.core.batch.Batch`` is one) or a list. It is first padded to a multiple of the world
+  size, so every rank gets the same number of rows (collectives inside the method need equal shapes), and the
+  padding is removed again from the gathered result. Results that are Shardables are joined with ``concat``,
+  lists by list concatenation, anything else comes back as the per-rank list (padding cannot be removed from
+  those; a method that returns per-rank metrics should expect the padded rows to have been seen).
+- ``RANK_ZERO``: only rank 0 is called; the result is its result.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
+
+from roll.core.errors import WorkerError
+
+__all__ = [
+    "RULES",
+    "SPEC_ATTR",
+    "CallPlan",
+    "Dispatch",
+    "DispatchRule",
+    "MethodSpec",
+    "Shardable",
+    "get_spec",
+    "register",
+]
+
+SPEC_ATTR = "__roll_dispatch__"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Args = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+class Dispatch(enum.Enum):
+    """How a registered method is spread over a Cluster's ranks. See the module docstring."""
+
+    ONE_TO_ALL = "one_to_all"
+    DP_SPLIT = "dp_split"
+    RANK_ZERO = "rank_zero"
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """What :func:`register` records: the dispatch mode and the method's own timeout (None: the role's)."""
+
+    mode: Dispatch
+    timeout_s: float | None = None
+
+
+def register(
+    mode: Dispatch = Dispatch.ONE_TO_ALL, *, timeout_s: float | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Mark a Worker method as callable on the whole Cluster with dispatch ``mode``.
+
+    The function is returned unchanged (it still runs as a plain method inside the actor); only a
+    :class:`MethodSpec` is attached. ``timeout_s`` overrides the role's call timeout for this method.
+    """
+    if not isinstance(mode, Dispatch):
+        raise TypeError(f"register(mode=...) takes a Dispatch member, got {mode!r}")
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"register(timeout_s=...) must be > 0 seconds, got {timeout_s!r}")
+    spec = MethodSpec(mode, timeout_s)
+
+    def mark(fn: Callable[P, R]) -> Callable[P, R]:
+        setattr(fn, SPEC_ATTR, spec)
+        return fn
+
+    return mark
+
+
+def get_spec(fn: object) -> MethodSpec | None:
+    """The :class:`MethodSpec` of a registered function, None for any other object."""
+    spec = getattr(fn, SPEC_ATTR, None)
+    return spec if isinstance(spec, MethodSpec) else None
+
+
+@runtime_checkable
+class Shardable(Protocol):
+    """What DP_SPLIT needs from a batch-like container (``roll.core.batch.Batch`` satisfies it).
+
+    ``pad_to_multiple(k)`` returns ``(padded, pad_count)``; ``chunk(n)`` gives ``n`` equal parts in order;
+    ``unpad(n)`` drops the last ``n`` rows; ``type(x).concat(parts)`` joins parts in order.
+    """
+
+    def __len__(self) -> int: ...
+
+    def chunk(self, n: int) -> Sequence[Any]: ...
+
+    def pad_to_multiple(self, k: int) -> tuple[Any, int]: ...
+
+    def unpad(self, n: int) -> Any: ...
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """Which ranks to call with which arguments, and what ``collect`` needs to undo (``pad`` rows added)."""
+
+    ranks: tuple[int, ...]
+    args: tuple[Args, ...]
+    pad: int = 0
+    padded_len: int = 0
+
+
+@dataclass(frozen=True)
+class DispatchRule:
+    """The pair of plain functions behind one :class:`Dispatch` mode."""
+
+    split: Callable[[tuple[Any, ...], dict[str, Any], int], CallPlan]
+    collect: Callable[[list[Any], CallPlan], Any]
+
+
+def _split_all(args: tuple[Any, ...], kwargs: dict[str, Any], world_size: int) -> CallPlan:
+    return CallPlan(tuple(range(world_size)), tuple((args, kwargs) for _ in range(world_size)))
+
+
+def _collect_list(results: list[Any], plan: CallPlan) -> list[Any]:
+    return results
+
+
+def _split_rank_zero(args: tuple[Any, ...], kwargs: dict[str, Any], world_size: int) -> CallPlan:
+    return CallPlan((0,), ((args, kwargs),))
+
+
+def _collect_first(results: list[Any], plan: CallPlan) -> Any:
+    return results[0]
+
+
+def _split_dp(args: tuple[Any, ...], kwargs: dict[str, Any], world_size: int) -> CallPlan:
+    if not args:
+        raise TypeError("a DP_SPLIT method takes the data to split as its first positional argument")
+    data, rest = args[0], args[1:]
+    if isinstance(data, Shardable):
+        padded, pad = data.pad_to_multiple(world_size)
+        shards: Sequence[Any] = padded.chunk(world_size)
+        padded_len = len(padded)
+    elif isinstance(data, list):
+        shards, pad = _chunk_list(data, world_size)
+        padded_len = len(data) + pad
+    else:
+        raise TypeError(
+            f"a DP_SPLIT method needs a Batch (or another Shardable) or a list as its first argument, "
+            f"got {type(data).__name__}"
+        )
+    if len(shards) != world_size:
+        raise TypeError(f"{type(data).__name__}.chunk({world_size}) returned {len(shards)} parts")
+    per_rank = tuple(((shard, *rest), kwargs) for shard in shards)
+    return CallPlan(tuple(range(world_size)), per_rank, pad, padded_len)
+
+
+def _chunk_list(data: list[Any], world_size: int) -> tuple[list[list[Any]], int]:
+    """Equal chunks of ``data``, padded by repeating its last item (a valid row, unlike None)."""
+    pad = -len(data) % world_size
+    if pad and not data:
+        pad = 0
+    padded = data + [data[-1]] * pad if pad else data
+    size = len(padded) // world_size
+    return [padded[i * size : (i + 1) * size] for i in range(world_size)], pad
+
+
+def _collect_dp(results: list[Any], plan: CallPlan) -> Any:
+    if results and all(isinstance(r, Shardable) for r in results):
+        joined: Any = type(results[0]).concat(results)
+        return _unpad(joined, plan, lambda n: joined.unpad(n))
+    if results and all(isinstance(r, list) for r in results):
+        flat = [item for r in results for item in r]
+        return _unpad(flat, plan, lambda n: flat[: len(flat) - n])
+    return results
+
+
+def _unpad(joined: Any, plan: CallPlan, drop_last: Callable[[int], Any]) -> Any:
+    if plan.pad == 0:
+        return joined
+    if len(joined) != plan.padded_len:
+        raise WorkerError(
+            f"DP_SPLIT could not remove {plan.pad} padding rows: the ranks returned {len(joined)} rows in total "
+            f"for {plan.padded_len} rows in; return one row per input row, or return something that is not a "
+            "Batch or list to get the per-rank results"
+        )
+    return drop_last(plan.pad)
+
+
+RULES: dict[Dispatch, DispatchRule] = {
+    Dispatch.ONE_TO_ALL: DispatchRule(_split_all, _collect_list),
+    Dispatch.DP_SPLIT: DispatchRule(_split_dp, _collect_dp),
+    Dispatch.RANK_ZERO: DispatchRule(_split_rank_zero, _collect_first),
+}

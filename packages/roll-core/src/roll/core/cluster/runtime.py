@@ -1,0 +1,181 @@
+"""Starting or attaching to Ray, once per process.
+
+:func:`init_ray` decides where Ray lives, in this order: ``RayConfig.address`` (``"local"`` forces a fresh local
+instance), the ``RAY_ADDRESS`` environment variable, else a new local Ray sized by ``RayConfig.num_cpus`` (default:
+``os.cpu_count()``). We pass ``address="local"`` for the last case on purpose: Ray's own ``address=None`` silently
+attaches to whatever ``ray start`` cluster this machine ran last, which on a shared box is someone else's.
+
+Token auth: Ray 2.60's ``ray.init()`` turns token authentication on for every new local cluster when
+``RAY_AUTH_MODE`` is unset, writing a token to ``~/.ray/auth_token``. Once that file exists, every later process that
+attaches to a local cluster with the variable unset also switches to token mode, and then fails against clusters
+that were started without one (``ray.cluster_utils.Cluster``, a plain ``ray start``). A Ray that roll starts for
+itself is private to this run, so when the user has not chosen a mode we set ``RAY_AUTH_MODE=disabled`` before the
+start; child processes (raylet, GCS, workers) inherit it. A mode the user set is always respected.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+import ray
+
+from roll.core.config.sections import RayConfig
+from roll.core.errors import ResourceError
+
+__all__ = ["RayHandle", "init_ray", "shutdown_ray"]
+
+_AUTH_ENV = "RAY_AUTH_MODE"
+_ADDRESS_ENV = "RAY_ADDRESS"
+_UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
+_log = logging.getLogger(__name__)
+
+# True while a Ray that this process started is running; shutdown_ray leaves attached clusters alone.
+_started_here = False
+
+
+@dataclass(frozen=True)
+class RayHandle:
+    """The Ray this process uses.
+
+    ``address`` is the GCS address (``host:port``); ``started_here`` says whether :func:`shutdown_ray` would stop
+    it; ``call_timeout_s`` is the default timeout of remote calls from the config that made it.
+    """
+
+    address: str
+    started_here: bool
+    namespace: str
+    call_timeout_s: float
+
+    def shutdown(self) -> None:
+        """Same as :func:`shutdown_ray`."""
+        shutdown_ray()
+
+
+def init_ray(cfg: RayConfig) -> RayHandle:
+    """Attach to or start Ray as ``cfg`` says; a no-op returning the current handle if Ray is already up.
+
+    Raises :class:`ResourceError` when the address cannot be reached within ``cfg.init_timeout_s`` or Ray fails
+    to start, naming the address tried and how to fix it.
+    """
+    global _started_here
+    if ray.is_initialized():
+        return _handle(cfg, started_here=_started_here)
+    address = _resolve_address(cfg)
+    start = time.monotonic()
+    if address is None:
+        _start_local(cfg)
+        _started_here = True
+    else:
+        _attach(cfg, address)
+        _started_here = False
+    _log.debug("ray ready in %.1fs (address=%s)", time.monotonic() - start, address or "local")
+    return _handle(cfg, started_here=_started_here)
+
+
+def shutdown_ray() -> None:
+    """Stop Ray if this process started it; only disconnect when we merely attached to an existing cluster."""
+    global _started_here
+    if ray.is_initialized():
+        ray.shutdown()
+    _started_here = False
+
+
+def _handle(cfg: RayConfig, *, started_here: bool) -> RayHandle:
+    address = str(ray.get_runtime_context().gcs_address)
+    return RayHandle(address, started_here, cfg.namespace, cfg.call_timeout_s)
+
+
+def _resolve_address(cfg: RayConfig) -> str | None:
+    """The address to attach to, or None to start a local Ray."""
+    address = cfg.address or os.environ.get(_ADDRESS_ENV) or None
+    if address == "local":
+        return None
+    return address
+
+
+def _start_local(cfg: RayConfig) -> None:
+    if _AUTH_ENV not in os.environ:
+        os.environ[_AUTH_ENV] = "disabled"
+    _disable_uv_run_hook()
+    num_cpus = cfg.num_cpus if cfg.num_cpus is not None else float(os.cpu_count() or 1)
+    try:
+        # ray.init wants whole CPUs; a fractional config rounds up so roles sized to it still fit.
+        ray.init(
+            address="local",
+            num_cpus=max(1, int(-(-num_cpus // 1))),
+            num_gpus=cfg.num_gpus,
+            namespace=cfg.namespace,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=True,
+        )
+    except Exception as exc:
+        raise ResourceError(
+            f"could not start a local Ray: {type(exc).__name__}: {exc}\n"
+            "hint: check free disk space under /tmp/ray and that no stale raylet holds the ports; "
+            "or start Ray yourself (`ray start --head`) and set RAY_ADDRESS / ray.address to it",
+            address="local",
+        ) from exc
+
+
+def _disable_uv_run_hook() -> None:
+    """Run workers with this interpreter instead of Ray's ``uv run`` replay, unless the user chose otherwise.
+
+    When the driver runs under ``uv run``, Ray (``RAY_ENABLE_UV_RUN_RUNTIME_ENV``, on by default) uploads the
+    current directory as every job's ``working_dir`` and starts each worker with ``uv run``, which builds a
+    second environment from the uploaded copy: measured here, ~20 s more per cluster start, and workers that run
+    a snapshot rather than the installed packages. roll's packages are installed in the driver's environment
+    (the same path on every node of a cluster), so workers use that. Ray reads the flag from its constants module
+    when ``ray.init`` runs, so setting the environment variable after ``import ray`` is not enough.
+    """
+    if _UV_HOOK_ENV in os.environ:
+        return
+    os.environ[_UV_HOOK_ENV] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
+
+
+def _attach(cfg: RayConfig, address: str) -> None:
+    """Connect to an existing cluster, probing the GCS port first so a dead address fails fast, not by hanging."""
+    source = "ray.address" if cfg.address else "RAY_ADDRESS"
+    if address != "auto" and "://" not in address:
+        _probe(address, cfg.init_timeout_s, source)
+    _disable_uv_run_hook()
+    try:
+        ray.init(address=address, namespace=cfg.namespace, logging_level=logging.WARNING)
+    except Exception as exc:
+        raise ResourceError(
+            _attach_message(address, source, f"{type(exc).__name__}: {exc}"), address=address
+        ) from exc
+
+
+def _probe(address: str, timeout_s: float, source: str) -> None:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ResourceError(
+            _attach_message(address, source, "it is not of the form host:port"), address=address
+        )
+    deadline = time.monotonic() + timeout_s
+    last_error = "no attempt made"
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, int(port)), timeout=min(2.0, timeout_s)):
+                return
+        except OSError as exc:
+            last_error = f"{type(exc).__name__}: {exc}"
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    reason = f"nothing answered within {timeout_s:g}s ({last_error})"
+    raise ResourceError(_attach_message(address, source, reason), address=address)
+
+
+def _attach_message(address: str, source: str, reason: str) -> str:
+    return (
+        f"could not attach to Ray at {address!r} (from {source}): {reason}\n"
+        "hint: start a cluster there (`ray start --head --port=6379`), fix the address, "
+        f"or unset {source} (RAY_ADDRESS / ray.address) so roll starts a local Ray"
+    )

@@ -1,0 +1,196 @@
+"""The base class of every role's Ray actor.
+
+A role subclasses :class:`Worker`, takes a :class:`WorkerContext` as the first argument of ``__init__`` (and passes
+it to ``super().__init__``), and marks the methods the driver may call with
+:func:`~roll.core.cluster.dispatch.register`. The :class:`~roll.core.cluster.cluster.Cluster` builds the actors,
+hands each its context, and then fills in the ``torch.distributed`` rendezvous: rank 0 picks its own IP and a free
+port, and every rank gets ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and
+``LOCAL_WORLD_SIZE`` in its environment. That happens after ``__init__`` returns (all actors start in parallel, and
+rank 0's address is only known once it runs), so call :meth:`Worker.init_process_group` from a registered method,
+typically the cluster-wide ``cluster.init_process_group()``, not from ``__init__``.
+
+This module imports no torch; :meth:`Worker.init_process_group` imports it when called.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import ray
+
+from roll.core.cluster.dispatch import Dispatch, register
+
+__all__ = ["Worker", "WorkerContext", "WorkerInfo"]
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """Who an actor is within its role. Built by the Cluster; a Worker never invents it."""
+
+    role: str
+    rank: int
+    world_size: int
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What :meth:`Worker.get_info` reports: identity, placement and the torch.distributed rendezvous."""
+
+    role: str
+    rank: int
+    world_size: int
+    local_rank: int
+    node_id: str
+    node_ip: str
+    pid: int
+    master_addr: str | None
+    master_port: int | None
+    gpu_ids: tuple[str, ...]
+
+
+class Worker:
+    """Base class for the actors of one role. See the module docstring for the life cycle."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self._ctx = ctx
+        self._node_id = _node_id()
+        self._node_ip = _node_ip()
+        self._local_rank = 0
+        self._master: tuple[str, int] | None = None
+        os.environ["RANK"] = str(ctx.rank)
+        os.environ["WORLD_SIZE"] = str(ctx.world_size)
+
+    @property
+    def role(self) -> str:
+        return self._ctx.role
+
+    @property
+    def rank(self) -> int:
+        return self._ctx.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._ctx.world_size
+
+    @property
+    def node_id(self) -> str:
+        return self._node_id
+
+    @property
+    def node_ip(self) -> str:
+        return self._node_ip
+
+    @property
+    def local_rank(self) -> int:
+        return self._local_rank
+
+    @register(Dispatch.ONE_TO_ALL)
+    def ping(self) -> int:
+        """Answer with this worker's rank; the cheapest proof that the actor is alive and not busy."""
+        return self.rank
+
+    @register(Dispatch.ONE_TO_ALL)
+    def get_info(self) -> WorkerInfo:
+        """Identity, node and rendezvous of this worker."""
+        master_addr, master_port = self._master if self._master else (None, None)
+        return WorkerInfo(
+            role=self.role,
+            rank=self.rank,
+            world_size=self.world_size,
+            local_rank=self._local_rank,
+            node_id=self._node_id,
+            node_ip=self._node_ip,
+            pid=os.getpid(),
+            master_addr=master_addr,
+            master_port=master_port,
+            gpu_ids=_gpu_ids(),
+        )
+
+    @register(Dispatch.ONE_TO_ALL)
+    def init_process_group(self, backend: str | None = None, timeout_s: float = 300.0) -> str:
+        """Join this role's ``torch.distributed`` default group; returns the backend used.
+
+        ``backend=None`` picks ``nccl`` when CUDA is available and ``gloo`` otherwise. Every rank must call it at
+        the same time (the cluster-wide ONE_TO_ALL call does), and it needs the rendezvous the Cluster set up.
+        """
+        import torch.distributed as dist
+
+        if self._master is None:
+            raise RuntimeError(
+                f"{self.role} rank {self.rank}: no torch.distributed rendezvous yet; create workers through "
+                "a Cluster and call init_process_group after it is built, not from __init__"
+            )
+        if dist.is_initialized():
+            return str(dist.get_backend())
+        backend = backend or _default_backend()
+        addr, port = self._master
+        dist.init_process_group(
+            backend=backend,
+            init_method=f"tcp://{_host_for_url(addr)}:{port}",
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        return backend
+
+    @register(Dispatch.ONE_TO_ALL)
+    def destroy_process_group(self) -> None:
+        """Leave the default process group if this worker joined one."""
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # The two methods below are the Cluster's side channel for the rendezvous; they are not registered, so they
+    # are not exposed as cluster methods.
+
+    def roll_master_endpoint(self) -> tuple[str, int]:
+        """Rank 0 only: this node's IP and a port that was free a moment ago, for MASTER_ADDR/MASTER_PORT."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("", 0))
+            port = int(sock.getsockname()[1])
+        return self._node_ip, port
+
+    def roll_set_rendezvous(
+        self, master_addr: str, master_port: int, local_rank: int, local_world_size: int
+    ) -> None:
+        """Record the rendezvous and export it in the environment variables torch.distributed reads."""
+        self._master = (master_addr, master_port)
+        self._local_rank = local_rank
+        os.environ.update(
+            MASTER_ADDR=master_addr,
+            MASTER_PORT=str(master_port),
+            LOCAL_RANK=str(local_rank),
+            LOCAL_WORLD_SIZE=str(local_world_size),
+        )
+
+
+def _node_id() -> str:
+    return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
+
+
+def _node_ip() -> str:
+    if not ray.is_initialized():
+        return "127.0.0.1"
+    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+
+
+def _gpu_ids() -> tuple[str, ...]:
+    if not ray.is_initialized():
+        return ()
+    ids: dict[str, Any] = ray.get_runtime_context().get_accelerator_ids()
+    return tuple(str(i) for i in ids.get("GPU", []))
+
+
+def _default_backend() -> str:
+    import torch
+
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def _host_for_url(addr: str) -> str:
+    return f"[{addr}]" if ":" in addr else addr

@@ -1,0 +1,342 @@
+"""Metrics sinks (trackers), their entry-point specs, and reduction of metrics across workers.
+
+Each tracker implements :class:`roll.core.types.Tracker` and is exposed as a :class:`~roll.core.types.TrackerSpec`
+constant (:data:`STDOUT`, :data:`JSONL`, :data:`TENSORBOARD`, :data:`WANDB`) that entry points of the
+``roll.tracker`` group name. A spec's ``build(output_dir, config, run_config)`` makes the tracker; this module
+imports neither torch nor wandb at import time, so listing plugins stays fast: TensorBoard and wandb load in
+``build``.
+
+:func:`reduce_metrics` turns per-worker metric dicts into one dict (see its docstring for the rule), and
+:class:`Progress` draws a progress bar over the training loop when a person is watching.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+from roll.core.config.sections import TrackingConfig
+from roll.core.errors import DataError, PluginError
+from roll.core.types import Tracker, TrackerSpec
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+ReduceMode = Literal["mean", "sum", "max", "min"]
+
+SUFFIX_MODES: tuple[tuple[str, ReduceMode], ...] = (
+    ("/max", "max"),
+    ("_max", "max"),
+    ("/min", "min"),
+    ("_min", "min"),
+    ("/sum", "sum"),
+    ("_sum", "sum"),
+    ("/count", "sum"),
+    ("_count", "sum"),
+)
+"""Name suffixes that pick a reduction; any other name is averaged."""
+
+_REDUCERS: dict[str, Callable[[list[float]], float]] = {
+    "mean": lambda values: math.fsum(values) / len(values),
+    "sum": math.fsum,
+    "max": max,
+    "min": min,
+}
+
+JSONL_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+
+
+# ------------------------------------------------------------------------------------------- reduction
+
+
+def reduction_for(name: str, how: Mapping[str, str] | None = None) -> str:
+    """The reduction of metric ``name``: ``how[name]`` when given, else by suffix (:data:`SUFFIX_MODES`), else
+    ``"mean"``."""
+    if how and name in how:
+        return how[name]
+    for suffix, mode in SUFFIX_MODES:
+        if name.endswith(suffix):
+            return mode
+    return "mean"
+
+
+def reduce_metrics(
+    per_worker: Sequence[Mapping[str, float | Sequence[float]]], how: Mapping[str, str] | None = None
+) -> dict[str, float]:
+    """Reduce metrics reported by several workers into one value per name.
+
+    Rule: every value of a name is pooled across workers, a list counting as its separate values (so a worker
+    that reports per-micro-batch losses weighs by its number of micro-batches), then reduced with
+    :func:`reduction_for`: an explicit ``how[name]`` in ``{"mean", "sum", "max", "min"}``, else the suffix
+    (``/max`` ``_max`` -> max; ``/min`` ``_min`` -> min; ``/sum`` ``_sum`` ``/count`` ``_count`` -> sum), else
+    mean. A name missing from some workers is reduced over the workers that have it; a name with no values at
+    all (only empty lists) is left out. Output keys are sorted.
+    """
+    unknown = sorted({mode for mode in (how or {}).values() if mode not in _REDUCERS})
+    if unknown:
+        raise DataError(f"unknown metric reduction {unknown}; known: {sorted(_REDUCERS)}")
+    pooled: dict[str, list[float]] = {}
+    for metrics in per_worker:
+        for name, value in metrics.items():
+            values = value if isinstance(value, Sequence) else [value]
+            pooled.setdefault(name, []).extend(float(v) for v in values)
+    return {
+        name: _REDUCERS[reduction_for(name, how)](values) for name, values in sorted(pooled.items()) if values
+    }
+
+
+# ---------------------------------------------------------------------------------------------- trackers
+
+
+def format_metrics_line(metrics: Mapping[str, float], step: int, max_steps: int | None = None) -> str:
+    """``step 3/10 | loss 0.1235 | reward/mean 0.5``: names sorted, values with 4 significant digits."""
+    head = f"step {step}/{max_steps}" if max_steps else f"step {step}"
+    parts = [f"{name} {float(value):.4g}" for name, value in sorted(metrics.items())]
+    return " | ".join([head, *parts])
+
+
+class StdoutTracker:
+    """One compact line per logged step on stdout (see :func:`format_metrics_line`).
+
+    Lines go through ``tqdm.write`` so that an active :class:`Progress` bar is redrawn below them instead of
+    being torn.
+    """
+
+    def __init__(self, max_steps: int | None = None) -> None:
+        self.max_steps = max_steps
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        _write_line(format_metrics_line(metrics, step, self.max_steps))
+
+    def close(self) -> None:
+        pass
+
+
+class JsonlTracker:
+    """Appends ``{"step": int, "time": unix seconds, "metrics": {...}}`` per call to ``<output_dir>/metrics.jsonl``.
+
+    Each line is flushed when written, so a crashed run keeps every step it logged. The file is opened for
+    appending: a resumed run continues the same file, and steps logged after the last checkpoint of the crashed
+    run appear twice (readers should keep the last line of a step). Non-finite values are written as ``NaN`` /
+    ``Infinity``, which Python's json and pandas read.
+    """
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._clock = clock
+        self._file: TextIO | None = path.open("a", encoding="utf-8")
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        if self._file is None:
+            raise DataError(f"jsonl tracker for {self.path} is closed")
+        record = {"step": step, "time": self._clock(), "metrics": {k: float(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class TensorboardTracker:
+    """Scalars in TensorBoard event files under ``log_dir``, flushed after every step.
+
+    ``torch.utils.tensorboard`` is imported here, not at module import, because it pulls in torch.
+    """
+
+    def __init__(self, log_dir: Path, run_config: Mapping[str, Any] | None = None) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.log_dir = log_dir
+        self._writer = SummaryWriter(log_dir=str(log_dir))
+        if run_config is not None:
+            text = json.dumps(run_config, indent=2, sort_keys=True, default=str)
+            self._writer.add_text("config", f"```\n{text}\n```", global_step=0)
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        for name, value in metrics.items():
+            self._writer.add_scalar(name, float(value), global_step=step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class WandbTracker:
+    """Logs to Weights & Biases. Needs the ``wandb`` package, which roll does not depend on."""
+
+    def __init__(self, output_dir: Path, project: str, run_config: Mapping[str, Any] | None = None) -> None:
+        wandb = _import_wandb()
+        output_dir.mkdir(parents=True, exist_ok=True)
+        self._run = wandb.init(
+            project=project, dir=str(output_dir), name=output_dir.name, config=dict(run_config or {})
+        )
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        self._run.log({k: float(v) for k, v in metrics.items()}, step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+class MultiTracker:
+    """Fans every call out to several trackers.
+
+    ``close`` closes all of them even when one fails, then raises the first failure, so no event file or
+    wandb run is left open because of another backend.
+    """
+
+    def __init__(self, trackers: Iterable[Tracker]) -> None:
+        self.trackers: list[Tracker] = list(trackers)
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        for tracker in self.trackers:
+            tracker.log(metrics, step)
+
+    def close(self) -> None:
+        errors: list[BaseException] = []
+        for tracker in self.trackers:
+            try:
+                tracker.close()
+            except Exception as err:
+                errors.append(err)
+        if errors:
+            raise errors[0]
+
+
+# ---------------------------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """A tqdm bar over the training loop showing ``step/max_steps``, rate and ETA.
+
+    It draws only when ``enabled`` and either stderr is a terminal or ``force`` is set: in a log file a bar is
+    noise, and the stdout tracker already prints one line per step. When not drawing every method is a no-op,
+    so loops call it unconditionally. ``initial`` is the step a resumed run starts from; the ETA then counts
+    only the remaining steps.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        *,
+        initial: int = 0,
+        desc: str = "train",
+        enabled: bool = True,
+        force: bool = False,
+        file: TextIO | None = None,
+    ) -> None:
+        stream = file if file is not None else sys.stderr
+        self._bar: tqdm[Any] | None = None
+        if enabled and (force or stream.isatty()):
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=total, initial=initial, desc=desc, unit="step", file=stream, dynamic_ncols=True
+            )
+
+    @property
+    def active(self) -> bool:
+        return self._bar is not None
+
+    def update(self, step: int, metrics: Mapping[str, float] | None = None) -> None:
+        """Move the bar to ``step`` (absolute) and show a few ``metrics`` after it."""
+        if self._bar is None:
+            return
+        self._bar.update(step - self._bar.n)
+        if metrics:
+            self._bar.set_postfix({k: f"{float(v):.4g}" for k, v in list(metrics.items())[:4]}, refresh=False)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+# -------------------------------------------------------------------------------------------------- specs
+
+
+def _build_stdout(output_dir: Path, config: TrackingConfig, run_config: Mapping[str, Any] | None) -> Tracker:
+    max_steps = (run_config or {}).get("max_steps")
+    return StdoutTracker(max_steps=int(max_steps) if max_steps else None)
+
+
+def _build_jsonl(output_dir: Path, config: TrackingConfig, run_config: Mapping[str, Any] | None) -> Tracker:
+    return JsonlTracker(output_dir / JSONL_FILE)
+
+
+def _build_tensorboard(
+    output_dir: Path, config: TrackingConfig, run_config: Mapping[str, Any] | None
+) -> Tracker:
+    return TensorboardTracker(output_dir / TENSORBOARD_DIR, run_config)
+
+
+def _build_wandb(output_dir: Path, config: TrackingConfig, run_config: Mapping[str, Any] | None) -> Tracker:
+    return WandbTracker(output_dir, config.project, run_config)
+
+
+STDOUT = TrackerSpec(name="stdout", build=_build_stdout, description="one line of metrics per step on stdout")
+JSONL = TrackerSpec(name="jsonl", build=_build_jsonl, description=f"one JSON object per step in {JSONL_FILE}")
+TENSORBOARD = TrackerSpec(
+    name="tensorboard", build=_build_tensorboard, description=f"TensorBoard event files in {TENSORBOARD_DIR}/"
+)
+WANDB = TrackerSpec(
+    name="wandb", build=_build_wandb, description="Weights & Biases (needs: pip install wandb)"
+)
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def _write_line(line: str) -> None:
+    from tqdm import tqdm
+
+    # Looked up at call time so that redirected or captured stdout receives the line.
+    tqdm.write(line, file=sys.stdout)
+
+
+def _import_wandb() -> Any:
+    try:
+        import wandb
+    except ImportError as err:
+        raise PluginError(
+            "tracker 'wandb' needs the wandb package, which is not installed: run `pip install wandb`, "
+            "or remove 'wandb' from tracking.backends",
+            tracker="wandb",
+        ) from err
+    return wandb
+
+
+__all__ = [
+    "JSONL",
+    "STDOUT",
+    "SUFFIX_MODES",
+    "TENSORBOARD",
+    "WANDB",
+    "JsonlTracker",
+    "MultiTracker",
+    "Progress",
+    "StdoutTracker",
+    "TensorboardTracker",
+    "WandbTracker",
+    "format_metrics_line",
+    "reduce_metrics",
+    "reduction_for",
+]
