@@ -63,8 +63,11 @@ def _version() -> str:
 
 def load_run_config(path: Path, overrides: Sequence[str]) -> tuple[PipelineSpec, RunConfig]:
     """Compose the YAML, pick the pipeline plugin its ``pipeline:`` key names, and validate against its model."""
-    tree = load_tree(path, overrides)
-    spec = _pipeline_spec(tree)
+    # Two passes: the first only reads which pipeline (and so which model) applies; the second lets overrides
+    # set any key that model declares, even keys the YAML leaves to their defaults.
+    picked = load_tree(path, [o for o in overrides if o.lstrip("+").startswith("pipeline=")])
+    spec = _pipeline_spec(picked)
+    tree = load_tree(path, overrides, model=spec.config_model)
     return spec, validate(tree, spec.config_model)
 
 

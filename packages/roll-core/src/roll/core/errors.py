@@ -49,8 +49,8 @@ class ConfigIssue:
     source: str | None = None
 
     def render(self) -> str:
-        where = self.path or "<root>"
-        if self.source:
+        where = self.path or self.source or "<root>"
+        if self.source and self.path:
             where = f"{where} ({self.source})"
         text = f"{where}: {self.message}"
         if self.hint:
