@@ -1,0 +1,322 @@
+"""Tests for roll.core.checkpoint: round trip, pruning, crashes (simulated and a real SIGKILL), RNG, resume."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from roll.core.checkpoint import (
+    MANIFEST,
+    CheckpointManager,
+    PipelineState,
+    capture_rng_state,
+    read_manifest,
+    restore_rng_state,
+)
+from roll.core.errors import CheckpointError
+
+
+def write_model(value: int) -> object:
+    """A write_fn that writes model.bin (4 bytes of ``value``) and a nested optim/state.txt."""
+
+    def write(directory: Path) -> None:
+        (directory / "model.bin").write_bytes(bytes([value]) * 4)
+        (directory / "optim").mkdir()
+        (directory / "optim" / "state.txt").write_text(f"optimizer {value}")
+
+    return write
+
+
+def save(manager: CheckpointManager, step: int) -> Path:
+    return manager.save(step, write_model(step), {"step": step, "data": {"epoch": 0, "index": step * 8}})
+
+
+def names(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir())
+
+
+def test_save_load_round_trip(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path / "ckpt", keep_last=3, pipeline_name="rlvr")
+    rng_B = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    state = {
+        "step": 12,
+        "data": {"index": 96, "order": (3, 1, 2)},
+        "rng": {"t": rng_B},
+        "scheduler": {"k": None},
+    }
+    path = manager.save(12, write_model(7), state)
+    assert path == tmp_path / "ckpt" / "step_000012"
+    assert names(path) == ["model.bin", "optim", "pipeline_state.json", "pipeline_state.pt", MANIFEST]
+    assert (path / "model.bin").read_bytes() == b"\x07" * 4
+    loaded = manager.load_state(path)
+    assert loaded["data"] == {"index": 96, "order": [3, 1, 2]}  # tuples come back as lists
+    assert loaded["scheduler"] == {"k": None} and loaded["step"] == 12
+    torch.testing.assert_close(loaded["rng"]["t"], rng_B, rtol=0, atol=0)
+    info = read_manifest(path)
+    assert (info.step, info.pipeline) == (12, "rlvr")
+    assert info.files == {
+        "model.bin": 4,
+        "optim/state.txt": 11,
+        "pipeline_state.json": (path / "pipeline_state.json").stat().st_size,
+        "pipeline_state.pt": (path / "pipeline_state.pt").stat().st_size,
+    }
+    assert manager.latest() == path
+
+
+def test_pipeline_state_round_trip(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=1)
+    state = PipelineState.capture(5, data={"index": 40}, scheduler={"pending": [1, 2]})
+    path = manager.save(5, lambda d: None, state)
+    loaded = PipelineState.from_dict(manager.load_state(path))
+    assert (loaded.step, loaded.data, loaded.scheduler) == (5, {"index": 40}, {"pending": [1, 2]})
+    assert set(loaded.rng) >= {"python", "numpy", "torch"}
+
+
+def test_keep_last_prunes_oldest_but_never_the_new_one(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=2)
+    for step in (1, 2, 3, 4):
+        save(manager, step)
+    assert names(tmp_path) == ["step_000003", "step_000004"]
+    save(manager, 2)  # an older step (e.g. a run resumed from an explicit older checkpoint) is still kept
+    assert names(tmp_path) == ["step_000002", "step_000003", "step_000004"]
+    save(manager, 5)
+    assert names(tmp_path) == ["step_000004", "step_000005"]
+
+
+def test_saving_an_existing_step_replaces_it(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=2)
+    save(manager, 3)
+    manager.save(3, write_model(9), {"step": 3})
+    assert names(tmp_path) == ["step_000003"]
+    assert (tmp_path / "step_000003" / "model.bin").read_bytes() == b"\x09" * 4
+
+
+def test_write_fn_crash_keeps_previous_checkpoint(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=2)
+    previous = save(manager, 1)
+
+    def crash(directory: Path) -> None:
+        (directory / "model.bin").write_bytes(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(CheckpointError) as info:
+        manager.save(2, crash, {"step": 2})
+    assert str(info.value) == (
+        f"saving checkpoint step 2 failed (OSError: disk full); the previous checkpoints under {tmp_path} are intact"
+    )
+    assert info.value.step == 2  # type: ignore[attr-defined]
+    assert isinstance(info.value.__cause__, OSError)
+    assert names(tmp_path) == ["step_000001"]  # the temp dir is gone too
+    assert manager.latest() == previous
+    assert manager.load_state(previous)["data"] == {"epoch": 0, "index": 8}
+
+
+def test_leftovers_of_a_crash_are_ignored_and_cleaned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=3)
+    good = save(manager, 1)
+    stale = tmp_path / ".tmp-step_000002-deadbeef"
+    stale.mkdir()
+    (stale / "model.bin").write_bytes(b"partial")
+    no_manifest = tmp_path / "step_000003"
+    no_manifest.mkdir()
+    (no_manifest / "model.bin").write_bytes(b"copied by hand")
+    with caplog.at_level(logging.WARNING, logger="roll.core.checkpoint"):
+        assert manager.latest() == good
+    assert not stale.exists() and no_manifest.exists()
+    assert f"removing {stale}, left by a checkpoint save that did not finish" in caplog.text
+    assert f"ignoring incomplete checkpoint dir {no_manifest}" in caplog.text
+
+
+def test_damaged_checkpoint_is_reported(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=1)
+    path = save(manager, 1)
+    (path / "model.bin").write_bytes(b"x")
+    (path / "optim" / "state.txt").unlink()
+    with pytest.raises(CheckpointError) as info:
+        manager.load_state(path)
+    assert str(info.value) == (
+        f"checkpoint {path} is damaged: model.bin has 1 bytes, the manifest says 4; optim/state.txt is missing"
+    )
+
+
+def test_unwritable_root_fails_before_any_work(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    with pytest.raises(
+        CheckpointError, match=r"^output dir .*/file/ckpt is not writable: \[Errno 20\] Not a directory"
+    ):
+        CheckpointManager(blocker / "ckpt", keep_last=1)
+
+
+def test_state_that_cannot_be_saved_fails_before_write_fn(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=1)
+    called: list[Path] = []
+    with pytest.raises(CheckpointError) as info:
+        manager.save(1, called.append, {"data": {"ids": {1, 2}}})
+    assert str(info.value) == (
+        "state['data']['ids'] is a set, which a checkpoint cannot hold; "
+        "use JSON types (dict, list, str, int, float, bool, None) or torch tensors"
+    )
+    assert called == [] and names(tmp_path) == []
+    with pytest.raises(CheckpointError, match=r"^checkpoint step must be >= 0, got -1$"):
+        manager.save(-1, called.append, {})
+    with pytest.raises(CheckpointError, match=r"^keep_last must be >= 1, got 0$"):
+        CheckpointManager(tmp_path, keep_last=0)
+
+
+def test_rng_capture_restore_repeats_exactly(tmp_path: Path) -> None:
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    # Advance every stream, and leave numpy's cached gaussian set, so the state is not a fresh seed's.
+    random.random()
+    torch.randn(2)
+    np.random.randn()
+    state = capture_rng_state()
+    first = (random.random(), np.random.rand(3).tolist(), np.random.randn(), torch.rand(4).tolist())
+    manager = CheckpointManager(tmp_path, keep_last=1)
+    path = manager.save(1, lambda d: None, {"rng": state})  # through JSON + torch file, as on resume
+    random.seed(99)
+    np.random.seed(99)
+    torch.manual_seed(99)
+    restore_rng_state(manager.load_state(path)["rng"])
+    again = (random.random(), np.random.rand(3).tolist(), np.random.randn(), torch.rand(4).tolist())
+    assert again == first
+
+
+# ------------------------------------------------------------------------------------------------- resume
+
+
+def test_resolve_resume(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=3, pipeline_name="sft")
+    assert manager.resolve_resume("auto", "sft") is None
+    save(manager, 2)
+    last = save(manager, 4)
+    assert manager.resolve_resume("never", "sft") is None
+    assert manager.resolve_resume("auto", "sft") == last
+    assert manager.resolve_resume(tmp_path / "step_000002", "sft") == tmp_path / "step_000002"
+    assert manager.resolve_resume("step_000002", "sft") == tmp_path / "step_000002"
+
+
+def test_resolve_resume_errors(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path / "ckpt", keep_last=3, pipeline_name="sft")
+    missing = tmp_path / "nope"
+    with pytest.raises(CheckpointError) as info:
+        manager.resolve_resume(missing, "sft")
+    assert str(info.value) == (
+        f"resume path {missing} does not exist; there are no complete checkpoints under {tmp_path / 'ckpt'}"
+    )
+    save(manager, 2)
+    save(manager, 4)
+    with pytest.raises(CheckpointError) as info:
+        manager.resolve_resume(missing, "sft")
+    assert str(info.value) == (
+        f"resume path {missing} does not exist; complete checkpoints under {tmp_path / 'ckpt'}: "
+        "step_000002, step_000004"
+    )
+    with pytest.raises(CheckpointError) as info:
+        manager.resolve_resume(tmp_path, "sft")
+    assert str(info.value) == (
+        f"resume path {tmp_path} is not a complete checkpoint (it has no roll_checkpoint.json: a save that did "
+        f"not finish, or not a roll checkpoint); complete checkpoints under {tmp_path / 'ckpt'}: "
+        "step_000002, step_000004"
+    )
+    with pytest.raises(CheckpointError) as info:
+        manager.resolve_resume("auto", "rlvr")
+    assert str(info.value) == (
+        f"checkpoint {tmp_path / 'ckpt' / 'step_000004'} was written by pipeline 'sft', but this run is "
+        "pipeline 'rlvr'; resume from a 'rlvr' checkpoint or set resume: never"
+    )
+
+
+def test_manifest_errors(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=r"is not a complete checkpoint: no roll_checkpoint.json$"):
+        read_manifest(tmp_path)
+    (tmp_path / MANIFEST).write_text(json.dumps({"step": 1}))
+    with pytest.raises(CheckpointError, match=r"roll_checkpoint.json is unreadable: KeyError\('pipeline'\)$"):
+        read_manifest(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------- a real SIGKILL
+
+SAVER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from roll.core.checkpoint import CheckpointManager
+
+    manager = CheckpointManager(Path(sys.argv[1]), keep_last=2, pipeline_name="demo")
+
+    def writer(step):
+        def write(directory):
+            (directory / "model.bin").write_bytes(bytes([step]) * 100_000)
+            print(f"writing {step}", flush=True)
+            time.sleep(0.2 if step < 3 else 120)  # step 3 hangs mid-save until it is killed
+            (directory / "optimizer.bin").write_bytes(bytes([step]) * 1000)
+        return write
+
+    for step in range(1, 10):
+        manager.save(step, writer(step), {"step": step, "data": {"index": step * 8}})
+        print(f"saved {step}", flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sigkill_mid_save_leaves_a_loadable_checkpoint(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SAVER, str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    lines = []
+    try:
+        while (line := proc.stdout.readline()) and line != "writing 3\n":
+            lines.append(line)
+        assert line == "writing 3\n", (
+            f"saver exited early: {lines} {proc.stderr.read() if proc.stderr else ''}"
+        )
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert lines == ["writing 1\n", "saved 1\n", "writing 2\n", "saved 2\n"]
+    stale = [p.name for p in root.iterdir() if p.name.startswith(".tmp-step_000003-")]
+    assert len(stale) == 1
+
+    manager = CheckpointManager(root, keep_last=2, pipeline_name="demo")
+    latest = manager.latest()
+    assert latest == root / "step_000002"
+    assert names(root) == ["step_000001", "step_000002"]  # the killed save's temp dir is cleaned
+    assert manager.load_state(latest) == {"step": 2, "data": {"index": 16}}
+    assert (latest / "model.bin").read_bytes() == b"\x02" * 100_000
+    assert (latest / "optimizer.bin").read_bytes() == b"\x02" * 1000
+    assert manager.resolve_resume("auto", "demo") == latest
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_rng_capture_restore(tmp_path: Path) -> None:
+    torch.cuda.manual_seed_all(5)
+    torch.rand(1, device="cuda")  # initializes CUDA, so its RNG state is captured
+    state = capture_rng_state()
+    assert "torch_cuda" in state
+    first = torch.rand(4, device="cuda").tolist()
+    manager = CheckpointManager(tmp_path, keep_last=1)
+    path = manager.save(1, lambda d: None, {"rng": state})
+    torch.cuda.manual_seed_all(99)
+    restore_rng_state(manager.load_state(path)["rng"])
+    assert torch.rand(4, device="cuda").tolist() == first

@@ -1,0 +1,238 @@
+"""Tests for roll.core.tracking: exact jsonl and stdout output, TensorBoard files read back, reduction goldens."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roll.core.config.sections import TrackingConfig
+from roll.core.errors import DataError, PluginError
+from roll.core.tracking import (
+    JSONL,
+    STDOUT,
+    TENSORBOARD,
+    WANDB,
+    JsonlTracker,
+    MultiTracker,
+    Progress,
+    StdoutTracker,
+    format_metrics_line,
+    reduce_metrics,
+    reduction_for,
+)
+from roll.core.types import Tracker, TrackerSpec
+
+# ------------------------------------------------------------------------------------------------ reduction
+
+
+def test_reduce_metrics_golden_values() -> None:
+    """Two workers. loss pools [1, 2, 3] (worker 0 reports two micro-batches) -> mean 2.0;
+    len/max: max(5, 9) = 9; len/min: min(5, 2) = 2; tokens_count: 10 + 30 = 40; reward/sum: 1.5 + 2.5 = 4;
+    acc is only on worker 1 -> 0.75; empty is only an empty list -> left out."""
+    per_worker: list[dict[str, float | list[float]]] = [
+        {"loss": [1.0, 2.0], "len/max": 5, "len/min": 5, "tokens_count": 10, "reward/sum": 1.5, "empty": []},
+        {"loss": 3.0, "len/max": 9, "len/min": 2, "tokens_count": 30, "reward/sum": 2.5, "acc": 0.75},
+    ]
+    assert reduce_metrics(per_worker) == {
+        "acc": 0.75,
+        "len/max": 9.0,
+        "len/min": 2.0,
+        "loss": 2.0,
+        "reward/sum": 4.0,
+        "tokens_count": 40.0,
+    }
+
+
+def test_reduce_metrics_explicit_modes_override_suffix() -> None:
+    per_worker = [{"loss": 1.0, "len/max": 5.0}, {"loss": 3.0, "len/max": 9.0}]
+    assert reduce_metrics(per_worker, how={"loss": "sum", "len/max": "mean"}) == {"len/max": 7.0, "loss": 4.0}
+    assert reduce_metrics([]) == {}
+
+
+def test_reduction_rule_table() -> None:
+    expected = {
+        "a/max": "max",
+        "a_max": "max",
+        "a/min": "min",
+        "a_min": "min",
+        "a/sum": "sum",
+        "a_sum": "sum",
+        "a/count": "sum",
+        "a_count": "sum",
+        "a/mean": "mean",
+        "maximum": "mean",
+    }
+    assert {name: reduction_for(name) for name in expected} == expected
+
+
+def test_reduce_metrics_unknown_mode() -> None:
+    with pytest.raises(DataError) as info:
+        reduce_metrics([{"x": 1.0}], how={"x": "median"})
+    assert str(info.value) == "unknown metric reduction ['median']; known: ['max', 'mean', 'min', 'sum']"
+
+
+# -------------------------------------------------------------------------------------------------- stdout
+
+
+def test_stdout_line_format(capsys: pytest.CaptureFixture[str]) -> None:
+    tracker = STDOUT.build(Path("unused"), TrackingConfig(), {"max_steps": 10})
+    tracker.log({"reward/mean": 0.5, "loss": 0.123456, "lr": 1e-6, "tokens_count": 4096}, step=3)
+    tracker.close()
+    assert (
+        capsys.readouterr().out
+        == "step 3/10 | loss 0.1235 | lr 1e-06 | reward/mean 0.5 | tokens_count 4096\n"
+    )
+    StdoutTracker().log({}, step=7)
+    assert capsys.readouterr().out == "step 7\n"
+    assert format_metrics_line({"x": 2.0}, 1, None) == "step 1 | x 2"
+
+
+def test_progress_is_silent_without_a_terminal() -> None:
+    stream = io.StringIO()
+    with Progress(10, file=stream) as bar:
+        bar.update(3, {"loss": 1.0})
+        assert not bar.active
+    assert stream.getvalue() == ""
+    assert not Progress(10, enabled=False, force=True, file=stream).active
+
+
+def test_progress_forced_shows_step_of_max_steps() -> None:
+    stream = io.StringIO()
+    with Progress(10, initial=2, force=True, file=stream) as bar:
+        assert bar.active
+        bar.update(5, {"loss": 0.25})
+    text = stream.getvalue()
+    assert "5/10" in text and "loss=0.25" in text and "<" in text  # tqdm's elapsed<remaining (ETA)
+
+
+# --------------------------------------------------------------------------------------------------- jsonl
+
+
+def test_jsonl_contents_exact_and_appends_on_resume(tmp_path: Path) -> None:
+    times = iter([100.0, 101.5, 200.0])
+    tracker = JsonlTracker(tmp_path / "metrics.jsonl", clock=lambda: next(times))
+    tracker.log({"loss": 0.5, "n_count": 3}, step=1)
+    tracker.log({"loss": 0.25}, step=2)
+    # Flushed per write: readable before close.
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+    tracker.close()
+    resumed = JsonlTracker(tmp_path / "metrics.jsonl", clock=lambda: next(times))
+    resumed.log({"loss": float("nan")}, step=3)
+    resumed.close()
+    assert (tmp_path / "metrics.jsonl").read_text() == (
+        '{"step": 1, "time": 100.0, "metrics": {"loss": 0.5, "n_count": 3.0}}\n'
+        '{"step": 2, "time": 101.5, "metrics": {"loss": 0.25}}\n'
+        '{"step": 3, "time": 200.0, "metrics": {"loss": NaN}}\n'
+    )
+    with pytest.raises(DataError, match=r"is closed$"):
+        resumed.log({"loss": 1.0}, step=4)
+
+
+def test_jsonl_spec_writes_under_output_dir(tmp_path: Path) -> None:
+    tracker = JSONL.build(tmp_path / "run", TrackingConfig(), None)
+    tracker.log({"x": 1.0}, step=1)
+    tracker.close()
+    line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text())
+    assert (line["step"], line["metrics"]) == (1, {"x": 1.0})
+    assert isinstance(line["time"], float)
+
+
+# --------------------------------------------------------------------------------------------- tensorboard
+
+
+def test_tensorboard_event_file_reads_back(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tracker = TENSORBOARD.build(tmp_path, TrackingConfig(), {"pipeline": "sft", "seed": 1})
+    tracker.log({"loss": 0.5, "reward/mean": 1.25}, step=1)
+    tracker.log({"loss": 0.25, "reward/mean": 2.5}, step=2)
+    tracker.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert sorted(acc.Tags()["scalars"]) == ["loss", "reward/mean"]
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 0.5), (2, 0.25)]
+    assert [(e.step, e.value) for e in acc.Scalars("reward/mean")] == [(1, 1.25), (2, 2.5)]
+
+
+# --------------------------------------------------------------------------------------------------- wandb
+
+
+def test_wandb_missing_names_pip_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # makes `import wandb` raise ImportError
+    with pytest.raises(PluginError) as info:
+        WANDB.build(tmp_path, TrackingConfig(), None)
+    assert str(info.value) == (
+        "tracker 'wandb' needs the wandb package, which is not installed: run `pip install wandb`, "
+        "or remove 'wandb' from tracking.backends"
+    )
+
+
+def test_wandb_with_a_stand_in_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, Any]] = []
+
+    class FakeRun:
+        def log(self, metrics: dict[str, float], step: int) -> None:
+            calls.append(("log", (metrics, step)))
+
+        def finish(self) -> None:
+            calls.append(("finish", None))
+
+    def init(**kwargs: Any) -> FakeRun:
+        calls.append(("init", kwargs))
+        return FakeRun()
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
+    tracker = WANDB.build(tmp_path / "run7", TrackingConfig(project="demo"), {"seed": 1})
+    tracker.log({"loss": 1}, step=4)
+    tracker.close()
+    assert calls == [
+        ("init", {"project": "demo", "dir": str(tmp_path / "run7"), "name": "run7", "config": {"seed": 1}}),
+        ("log", ({"loss": 1.0}, 4)),
+        ("finish", None),
+    ]
+
+
+# ------------------------------------------------------------------------------------------- multi / specs
+
+
+class Recorder:
+    def __init__(self, fail_close: bool = False) -> None:
+        self.logged: list[tuple[dict[str, float], int]] = []
+        self.closed = False
+        self.fail_close = fail_close
+
+    def log(self, metrics: Any, step: int) -> None:
+        self.logged.append((dict(metrics), step))
+
+    def close(self) -> None:
+        self.closed = True
+        if self.fail_close:
+            raise OSError("disk full")
+
+
+def test_multi_tracker_fans_out_and_closes_all() -> None:
+    first, second = Recorder(fail_close=True), Recorder()
+    multi = MultiTracker([first, second])
+    multi.log({"a": 1.0}, step=2)
+    assert first.logged == second.logged == [({"a": 1.0}, 2)]
+    with pytest.raises(OSError, match="disk full"):
+        multi.close()
+    assert first.closed and second.closed
+
+
+def test_specs_are_tracker_specs() -> None:
+    assert [spec.name for spec in (STDOUT, JSONL, TENSORBOARD, WANDB)] == [
+        "stdout",
+        "jsonl",
+        "tensorboard",
+        "wandb",
+    ]
+    assert all(isinstance(spec, TrackerSpec) for spec in (STDOUT, JSONL, TENSORBOARD, WANDB))
+    assert isinstance(StdoutTracker(), Tracker)
+    assert isinstance(MultiTracker([]), Tracker)
