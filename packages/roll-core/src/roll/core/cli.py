@@ -83,7 +83,9 @@ def _pipeline_spec(tree: ConfigTree) -> PipelineSpec:
         close = difflib.get_close_matches(name, installed, n=1)
         hint = (f"did you mean {close[0]!r}? " if close else "") + f"installed: {', '.join(installed)}"
         source = tree.sources.get("pipeline")
-        raise ConfigError(issues=[ConfigIssue("pipeline", f"no pipeline plugin named {name!r}", hint, source)])
+        raise ConfigError(
+            issues=[ConfigIssue("pipeline", f"no pipeline plugin named {name!r}", hint, source)]
+        )
     spec: PipelineSpec = plugins.load("roll.pipeline", name)
     return spec
 

@@ -90,7 +90,9 @@ def _check_spec(info: PluginInfo, obj: Any) -> None:
         raise PluginError(f"{where} is a {type(obj).__name__}, not a {spec_type.__name__}")
     spec_name = getattr(obj, "name", None)
     if spec_name != info.name:
-        raise PluginError(f"{where} calls itself {spec_name!r}; the entry point name and spec name must agree")
+        raise PluginError(
+            f"{where} calls itself {spec_name!r}; the entry point name and spec name must agree"
+        )
     if not callable(getattr(obj, "build", None)):
         raise PluginError(f"{where} has no callable build")
 

@@ -191,7 +191,11 @@ def _death_summary(text: str) -> str:
     lines = _clean_lines(text)
     head = lines[:1]
     why = [ln.strip() for ln in lines[1:] if _DEATH_CAUSE.search(ln) and "actor_id" not in ln]
-    trace = _user_traceback("\n".join(lines[1:])) if any("Traceback" in ln or "File " in ln for ln in lines) else ""
+    trace = (
+        _user_traceback("\n".join(lines[1:]))
+        if any("Traceback" in ln or "File " in ln for ln in lines)
+        else ""
+    )
     return "\n".join([*head, *why[:3], *([trace] if trace else [])])
 
 

@@ -96,12 +96,17 @@ def problems(task: Task, n: int, *, seed: int = 0, split: Split = "train") -> li
         raise DataError(f"number of problems must be >= 0, got {n}")
     rng = random.Random(f"{task.name}:{split}:{seed}")
     found: dict[str, Problem] = {}
-    attempts, budget = 0, 200 * n + 2000
-    while len(found) < n and attempts < budget:
+    # Give up once many draws in a row find nothing new: the space is (nearly) exhausted. A fixed budget
+    # proportional to n made an impossible request of 100k problems spin for minutes before failing.
+    attempts, misses, patience = 0, 0, 20_000
+    while len(found) < n and misses < patience:
         attempts += 1
         problem = task.sample(rng)
         if problem.key not in found and split_of(problem.key) == split:
             found[problem.key] = problem
+            misses = 0
+        else:
+            misses += 1
     if len(found) < n:
         raise DataError(
             f"task {task.name!r} found only {len(found)} distinct {split} problems of the {n} asked for "

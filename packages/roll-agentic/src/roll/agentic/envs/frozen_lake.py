@@ -1,0 +1,182 @@
+"""FrozenLake as a text env, implemented here (no gymnasium): walk from the start to the goal without falling
+into a hole.
+
+Maps are ``size`` x ``size``, start top-left, goal bottom-right; each other cell is frozen with probability
+``frozen_prob`` and a hole otherwise, redrawn until a path from start to goal exists (breadth-first search, the
+same rule as gymnasium's ``generate_random_map``). The map and the slips are seeded, so an episode is a function
+of its seed and the actions.
+
+Dynamics: a move into the border leaves the player in place. With ``slippery`` the player moves in the
+intended direction with probability ``1 - slip_prob`` and otherwise to one of the two perpendicular directions
+(gymnasium's slippery lake is ``slip_prob = 2/3``).
+
+Rewards: 1 on reaching the goal, 0 otherwise; falling in a hole terminates the episode with 0; ``max_steps``
+truncates it.
+
+Text symbols: ``_`` frozen, ``O`` hole, ``G`` goal, ``P`` player, ``X`` player in a hole, ``√`` player on the
+goal.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Any, Literal
+
+from pydantic import Field
+
+from roll.agentic.types import EnvConfig, EnvError, Observation, RenderMode, StepResult
+
+__all__ = ["FrozenLakeConfig", "FrozenLakeEnv", "generate_map", "has_path"]
+
+Cell = tuple[int, int]
+
+DIRECTIONS: dict[str, Cell] = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
+_PERPENDICULAR: dict[str, tuple[str, str]] = {
+    "Left": ("Up", "Down"),
+    "Right": ("Up", "Down"),
+    "Up": ("Left", "Right"),
+    "Down": ("Left", "Right"),
+}
+FROZEN, HOLE, GOAL, START = "_", "O", "G", "S"
+
+
+class FrozenLakeConfig(EnvConfig):
+    type: Literal["frozen_lake"] = "frozen_lake"
+    size: int = Field(default=4, ge=2, le=32)
+    frozen_prob: float = Field(default=0.8, gt=0.0, le=1.0, description="chance a cell is frozen, not a hole")
+    slippery: bool = False
+    slip_prob: float = Field(default=2 / 3, ge=0.0, le=1.0, description="chance of a perpendicular move")
+    max_steps: int = Field(default=20, ge=1)
+    seed: int | None = Field(default=None, description="seeds the env's RNG for reset(seed=None)")
+
+
+def generate_map(size: int, frozen_prob: float, rng: random.Random, max_tries: int = 10_000) -> list[str]:
+    """Rows of ``S _ O G``; start top-left, goal bottom-right, and a path between them."""
+    for _ in range(max_tries):
+        grid = [[FROZEN if rng.random() < frozen_prob else HOLE for _ in range(size)] for _ in range(size)]
+        grid[0][0], grid[-1][-1] = START, GOAL
+        rows = ["".join(row) for row in grid]
+        if has_path(rows):
+            return rows
+    raise EnvError(
+        f"no {size}x{size} map with a path in {max_tries} tries; raise frozen_prob ({frozen_prob})"
+    )
+
+
+def has_path(rows: list[str]) -> bool:
+    """Whether the goal is reachable from the start through non-hole cells (4-connected BFS)."""
+    size = len(rows)
+    seen, queue = {(0, 0)}, deque([(0, 0)])
+    while queue:
+        r, c = queue.popleft()
+        if rows[r][c] == GOAL:
+            return True
+        for dr, dc in DIRECTIONS.values():
+            nr, nc = r + dr, c + dc
+            if 0 <= nr < size and 0 <= nc < len(rows[0]) and (nr, nc) not in seen and rows[nr][nc] != HOLE:
+                seen.add((nr, nc))
+                queue.append((nr, nc))
+    return False
+
+
+def _checked_rows(rows: list[str]) -> list[str]:
+    text = "".join(rows)
+    if not rows or len({len(row) for row in rows}) != 1 or set(text) - {FROZEN, HOLE, GOAL, START}:
+        raise EnvError(
+            f"a FrozenLake map is equal-length rows of {START} {FROZEN} {HOLE} {GOAL}; got {rows!r}"
+        )
+    if text.count(START) != 1 or GOAL not in text:
+        raise EnvError(f"a FrozenLake map needs exactly one {START} and at least one {GOAL}; got {rows!r}")
+    return list(rows)
+
+
+class FrozenLakeEnv:
+    """The FrozenLake :class:`~roll.agentic.types.Env`."""
+
+    def __init__(self, config: FrozenLakeConfig | None = None, rows: list[str] | None = None) -> None:
+        """``rows`` fixes the map (``S _ O G``); otherwise each reset generates one."""
+        self.config = config or FrozenLakeConfig()
+        self.max_steps = self.config.max_steps
+        self._rng = random.Random(self.config.seed)
+        self._fixed = _checked_rows(rows) if rows is not None else None
+        self.rows: list[str] = []
+        self.player: Cell = (0, 0)
+        self._slip_rng = random.Random(0)
+        self._steps = 0
+        self._done = True
+
+    @property
+    def system_prompt(self) -> str:
+        slip = (
+            " The ice is slippery: you may slide sideways instead of where you meant."
+            if self.config.slippery
+            else ""
+        )
+        return (
+            "You are walking on a frozen lake. Reach the goal G without falling into a hole O. Symbols: _ frozen, "
+            f"O hole, G goal, P you.{slip}\n{self.action_space_text}. Answer with one action, e.g. <answer>Down</answer>."
+        )
+
+    @property
+    def action_space_text(self) -> str:
+        return "Valid actions: " + ", ".join(DIRECTIONS)
+
+    def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
+        seed = self._rng.getrandbits(63) if seed is None else seed
+        rng = random.Random(seed)
+        self.rows = (
+            list(self._fixed) if self._fixed else generate_map(self.config.size, self.config.frozen_prob, rng)
+        )
+        self.player = next(
+            (r, c) for r, row in enumerate(self.rows) for c, ch in enumerate(row) if ch == START
+        )
+        self._slip_rng = rng
+        self._steps, self._done = 0, False
+        return self.render(), {"seed": seed}
+
+    def step(self, action: str) -> StepResult:
+        if self._done:
+            raise EnvError("step() called on a finished episode (or before reset()); call reset() first")
+        self._steps += 1
+        name = action.strip().capitalize()
+        valid = name in DIRECTIONS
+        if valid:
+            self.player = self._move(self.player, self._slip(name))
+        cell = self.rows[self.player[0]][self.player[1]]
+        won, fell = cell == GOAL, cell == HOLE
+        truncated = not (won or fell) and self._steps >= self.max_steps
+        self._done = won or fell or truncated
+        info = {"action_is_valid": valid, "success": won, "fell": fell}
+        return StepResult(self.render(), 1.0 if won else 0.0, won or fell, truncated, info)
+
+    def _slip(self, name: str) -> str:
+        if self.config.slippery and self._slip_rng.random() < self.config.slip_prob:
+            return self._slip_rng.choice(_PERPENDICULAR[name])
+        return name
+
+    def _move(self, cell: Cell, name: str) -> Cell:
+        dr, dc = DIRECTIONS[name]
+        r, c = cell[0] + dr, cell[1] + dc
+        if 0 <= r < len(self.rows) and 0 <= c < len(self.rows[0]):
+            return (r, c)
+        return cell
+
+    def render(self, mode: RenderMode = "text") -> str:
+        if mode != "text":
+            raise EnvError(f"FrozenLake renders only as 'text', not {mode!r}")
+        if not self.rows:
+            raise EnvError("render() called before reset()")
+        lines = []
+        for r, row in enumerate(self.rows):
+            cells = [self._symbol(ch, (r, c)) for c, ch in enumerate(row)]
+            lines.append("".join(cells))
+        return "\n".join(lines)
+
+    def _symbol(self, ch: str, cell: Cell) -> str:
+        if cell == self.player:
+            return {HOLE: "X", GOAL: "√"}.get(ch, "P")
+        return FROZEN if ch == START else ch
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,213 @@
+"""Sokoban as a text env: push every box onto a target.
+
+Rules: the player moves Up/Down/Left/Right into free floor; moving into a box pushes it one cell if the cell
+beyond is free (no wall, no other box: boxes never push boxes); a blocked move leaves the state unchanged but
+still costs a step. The episode terminates when every box is on a target and is truncated after ``max_steps``.
+
+Rewards (the gym-sokoban scheme, all configurable):
+
+- ``step_reward`` = -0.1 on every step, valid or not, so shorter solutions score higher;
+- ``box_on_reward`` = +1 when a push puts a box on a target, ``box_off_reward`` = -1 when one leaves it (pushing
+  from target to target nets 0, so the shaping cannot be farmed);
+- ``win_reward`` = +10 on the step that solves the level.
+
+A one-box level solved in n pushes-and-moves returns ``-0.1 n + 1 + 10``.
+
+Text symbols: ``#`` wall, ``_`` floor, ``O`` target, ``X`` box, ``√`` box on target, ``P`` player, ``S`` player on
+target. Levels come from :func:`~roll.agentic.envs.sokoban_gen.generate_level` (solvable by construction) or from
+``SokobanConfig.level`` (a fixed level in the text form).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, model_validator
+
+from roll.agentic.envs.sokoban_gen import DIRECTIONS, Cell, SokobanLevel, generate_level
+from roll.agentic.types import EnvConfig, EnvError, Frame, Observation, RenderMode, StepResult
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+__all__ = ["SokobanConfig", "SokobanEnv", "render_rgb", "save_png"]
+
+ACTIONS = tuple(DIRECTIONS)
+
+
+class SokobanConfig(EnvConfig):
+    type: Literal["sokoban"] = "sokoban"
+    width: int = Field(default=6, ge=4, le=30)
+    height: int = Field(default=6, ge=4, le=30)
+    num_boxes: int = Field(default=1, ge=1, le=8)
+    max_steps: int = Field(default=30, ge=1)
+    search_depth: int = Field(default=300, ge=1, description="reverse-play steps when generating a level")
+    seed: int | None = Field(default=None, description="seeds the env's RNG for reset(seed=None)")
+    level: str | None = Field(
+        default=None, description="a fixed level in the text form; overrides generation"
+    )
+    step_reward: float = -0.1
+    box_on_reward: float = 1.0
+    box_off_reward: float = -1.0
+    win_reward: float = 10.0
+    tile_size: int = Field(default=16, ge=2, le=64, description="pixels per cell of render('rgb_array')")
+
+    @model_validator(mode="after")
+    def _room_fits_boxes(self) -> SokobanConfig:
+        interior = (self.width - 2) * (self.height - 2)
+        if self.level is None and interior < 2 * self.num_boxes + 2:
+            raise ValueError(
+                f"a {self.height}x{self.width} room has {interior} interior cells, too few for "
+                f"{self.num_boxes} boxes (needs {2 * self.num_boxes + 2}); enlarge the room or use fewer boxes"
+            )
+        return self
+
+
+class SokobanEnv:
+    """The Sokoban :class:`~roll.agentic.types.Env`."""
+
+    def __init__(self, config: SokobanConfig | None = None) -> None:
+        self.config = config or SokobanConfig()
+        self.max_steps = self.config.max_steps
+        self._rng = random.Random(self.config.seed)
+        self._fixed = SokobanLevel.from_text(self.config.level) if self.config.level else None
+        self.level: SokobanLevel | None = None
+        self._steps = 0
+        self._done = False
+
+    @property
+    def system_prompt(self) -> str:
+        return (
+            "You are solving Sokoban. Push every box onto a target. Symbols: # wall, _ floor, O target, "
+            "X box, √ box on target, P you, S you on a target. You move one cell per turn; walking into a box "
+            "pushes it if the cell behind it is free. Boxes cannot be pulled and cannot push other boxes.\n"
+            f"{self.action_space_text}. Answer with one action, e.g. <answer>Left</answer>."
+        )
+
+    @property
+    def action_space_text(self) -> str:
+        return "Valid actions: " + ", ".join(ACTIONS)
+
+    def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
+        seed = self._rng.getrandbits(63) if seed is None else seed
+        if self._fixed is not None:
+            self.level = self._fixed
+        else:
+            cfg = self.config
+            rng = random.Random(seed)
+            self.level = generate_level(cfg.height, cfg.width, cfg.num_boxes, rng, depth=cfg.search_depth)
+        self._steps, self._done = 0, False
+        return self._text(), {"seed": seed, "boxes_on_target": self._on_target()}
+
+    def step(self, action: str) -> StepResult:
+        level = self._require_running()
+        self._steps += 1
+        move = DIRECTIONS.get(action.strip().capitalize())
+        after = self._apply(level, move) if move else level
+        self.level = after
+        delta = len(after.boxes & after.targets) - len(level.boxes & level.targets)
+        reward = self.config.step_reward + self._box_reward(delta)
+        won = after.solved
+        reward += self.config.win_reward if won else 0.0
+        truncated = not won and self._steps >= self.max_steps
+        self._done = won or truncated
+        info = {
+            "action_is_valid": move is not None,
+            "action_is_effective": after != level,
+            "success": won,
+            "boxes_on_target": self._on_target(),
+        }
+        return StepResult(self._text(), reward, won, truncated, info)
+
+    def _box_reward(self, delta: int) -> float:
+        if delta > 0:
+            return delta * self.config.box_on_reward
+        return -delta * self.config.box_off_reward
+
+    @staticmethod
+    def _apply(level: SokobanLevel, move: Cell) -> SokobanLevel:
+        """The level after the player tries ``move``; unchanged if blocked."""
+        nxt = (level.player[0] + move[0], level.player[1] + move[1])
+        if nxt in level.boxes:
+            beyond = (nxt[0] + move[0], nxt[1] + move[1])
+            if not level.is_free(beyond):
+                return level
+            boxes = (level.boxes - {nxt}) | {beyond}
+            return SokobanLevel(level.height, level.width, level.walls, level.targets, frozenset(boxes), nxt)
+        if not level.is_free(nxt):
+            return level
+        return SokobanLevel(level.height, level.width, level.walls, level.targets, level.boxes, nxt)
+
+    def _require_running(self) -> SokobanLevel:
+        if self.level is None:
+            raise EnvError("step() called before reset()")
+        if self._done:
+            raise EnvError("step() called on a finished episode; call reset() first")
+        return self.level
+
+    def _text(self) -> str:
+        return self._require_level().to_text()
+
+    def _require_level(self) -> SokobanLevel:
+        if self.level is None:
+            raise EnvError("call reset() first")
+        return self.level
+
+    def _on_target(self) -> int:
+        return len(self.level.boxes & self.level.targets) if self.level else 0
+
+    def render(self, mode: RenderMode = "text") -> Frame:
+        if self.level is None:
+            raise EnvError("render() called before reset()")
+        if mode == "text":
+            return self.level.to_text()
+        if mode == "rgb_array":
+            return render_rgb(self.level, self.config.tile_size)
+        raise EnvError(f"unknown render mode {mode!r}; use 'text' or 'rgb_array'")
+
+    def close(self) -> None:
+        return None
+
+
+# Colours of render_rgb, RGB.
+_COLORS: dict[str, tuple[int, int, int]] = {
+    "wall": (110, 70, 50),
+    "floor": (30, 30, 30),
+    "target": (200, 50, 50),
+    "box": (220, 180, 60),
+    "box_on_target": (60, 200, 80),
+    "player": (70, 130, 230),
+}
+
+
+def render_rgb(level: SokobanLevel, tile: int = 16) -> NDArray[np.uint8]:
+    """An ``[H*tile, W*tile, 3]`` uint8 picture: flat tiles, an inset square for boxes and the player."""
+    import numpy as np
+
+    frame = np.zeros((level.height * tile, level.width * tile, 3), dtype=np.uint8)
+    inset = max(1, tile // 5)
+    for r in range(level.height):
+        for c in range(level.width):
+            cell = (r, c)
+            ys, xs = slice(r * tile, (r + 1) * tile), slice(c * tile, (c + 1) * tile)
+            inner = (
+                slice(r * tile + inset, (r + 1) * tile - inset),
+                slice(c * tile + inset, (c + 1) * tile - inset),
+            )
+            frame[ys, xs] = _COLORS[
+                "wall" if cell in level.walls else "target" if cell in level.targets else "floor"
+            ]
+            if cell in level.boxes:
+                frame[inner] = _COLORS["box_on_target" if cell in level.targets else "box"]
+            elif cell == level.player:
+                frame[inner] = _COLORS["player"]
+    return frame
+
+
+def save_png(frame: NDArray[np.uint8], path: str) -> None:
+    """Write a frame as PNG (needs Pillow)."""
+    from PIL import Image
+
+    Image.fromarray(frame).save(path)

@@ -1,0 +1,220 @@
+"""The run-loop skeleton every training mode shares.
+
+A pipeline says *what* a step is; :class:`BasePipeline` owns *when*: Ray start, resource placement, resume, the
+step loop with evaluation and checkpoint cadence, tracking, and a clean shutdown of every actor on success, error,
+Ctrl-C or SIGTERM. Subclasses implement the abstract methods; the loop in :meth:`BasePipeline.run` reads top to
+bottom as named steps.
+
+Step numbering: ``self.step`` is the number of completed training steps. ``train_step(step)`` receives the index of
+the step it runs (0-based), so after it returns ``self.step == step + 1``; a checkpoint named ``step_000004`` holds
+the state after four completed steps, and a resumed run continues with ``train_step(4)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from roll.core import plugins
+from roll.core.checkpoint import CheckpointManager, PipelineState, restore_rng_state
+from roll.core.cluster import Cluster, RayHandle, ResourceManager, Worker, init_ray, shutdown_ray
+from roll.core.config.loader import dump_yaml
+from roll.core.config.sections import RoleConfig, RunConfig
+from roll.core.errors import ConfigError, ConfigIssue, PluginError
+from roll.core.tracking import MultiTracker, Progress
+from roll.core.types import Tracker
+
+logger = logging.getLogger(__name__)
+
+
+class BasePipeline(ABC):
+    """Skeleton of a training run. See the module docstring for the contract of each hook."""
+
+    def __init__(self, config: RunConfig, *, name: str) -> None:
+        self.config = config
+        self.name = name
+        self.output_dir = Path(config.output_dir)
+        self.step = 0
+        self.checkpoints = CheckpointManager(  # checks the output dir is writable, before any work
+            config.checkpoint.dir or self.output_dir / "checkpoints",
+            config.checkpoint.keep_last,
+            pipeline_name=name,
+        )
+        self.tracker: Tracker = build_trackers(config, self.output_dir)
+        self.ray: RayHandle | None = None
+        self.resources: ResourceManager | None = None
+        self.clusters: list[Cluster] = []
+        self.last_metrics: dict[str, float] = {}
+        self._closed = False
+
+    # ----------------------------------------------------------------------------------------- the hooks
+
+    @abstractmethod
+    def roles(self) -> Mapping[str, RoleConfig]:
+        """Every role this run places, by name (checked against the Ray cluster before any actor starts)."""
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Start the role clusters (with :meth:`make_cluster`) and load data. Runs once, before resume."""
+
+    @abstractmethod
+    def train_step(self, step: int) -> Mapping[str, float]:
+        """Run training step ``step`` (0-based) and return its metrics."""
+
+    def evaluate(self, step: int) -> Mapping[str, float]:
+        """Held-out metrics after ``step`` completed steps; logged under ``eval/``. Default: none."""
+        return {}
+
+    def save_files(self, directory: Path) -> None:
+        """Write model/optimizer files of a checkpoint into ``directory``. Default: nothing."""
+
+    def load_files(self, directory: Path) -> None:
+        """Restore what :meth:`save_files` wrote."""
+
+    def state(self) -> Mapping[str, Any]:
+        """JSON-able pipeline state besides models: data position, scheduler state. Default: empty."""
+        return {}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state` returned."""
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    def make_cluster(self, role: str, worker_cls: type[Worker], **kwargs: Any) -> Cluster:
+        """A :class:`Cluster` for ``role`` on the resources reserved for it; shut down with the pipeline."""
+        if self.resources is None:
+            raise RuntimeError("make_cluster is called from setup(), after Ray and resources are up")
+        role_cfg = self.roles()[role]
+        timeout = self.ray.call_timeout_s if self.ray else self.config.ray.call_timeout_s
+        cluster = Cluster(role, worker_cls, role_cfg, self.resources, call_timeout_s=timeout, **kwargs)
+        self.clusters.append(cluster)
+        return cluster
+
+    # ---------------------------------------------------------------------------------------------- run
+
+    def run(self) -> dict[str, float]:
+        """Train until ``max_steps``; returns the last step's metrics. Always call :meth:`shutdown` after."""
+        with _sigterm_as_interrupt():
+            self._start_runtime()
+            self.setup()
+            self._resume()
+            self._write_config()
+            with Progress(
+                self.config.max_steps,
+                initial=self.step,
+                desc=self.name,
+                enabled=self.config.tracking.progress,
+            ) as progress:
+                while self.step < self.config.max_steps:
+                    self._one_step(progress)
+            self._final_checkpoint()
+        return dict(self.last_metrics)
+
+    def _start_runtime(self) -> None:
+        self.ray = init_ray(self.config.ray)
+        self.resources = ResourceManager(self.roles(), timeout_s=self.config.ray.init_timeout_s)
+        self.resources.allocate()  # raises with the arithmetic when the roles don't fit
+
+    def _resume(self) -> None:
+        path = self.checkpoints.resolve_resume(self.config.resume, self.name)
+        if path is None:
+            return
+        self.load_files(path)
+        state = PipelineState.from_dict(self.checkpoints.load_state(path))
+        self.load_state(state.data)
+        restore_rng_state(state.rng)
+        self.step = state.step
+        logger.info("%s: resumed at step %d from %s", self.name, self.step, path)
+
+    def _one_step(self, progress: Progress) -> None:
+        start = time.perf_counter()
+        metrics = dict(self.train_step(self.step))
+        self.step += 1
+        metrics["time/step_s"] = time.perf_counter() - start
+        if self.config.eval_every and self.step % self.config.eval_every == 0:
+            metrics.update({f"eval/{k}": v for k, v in self.evaluate(self.step).items()})
+        if self.step % self.config.tracking.log_every == 0 or self.step == self.config.max_steps:
+            self.tracker.log(metrics, self.step)
+        self.last_metrics = metrics
+        progress.update(self.step, metrics)
+        every = self.config.checkpoint.every_n_steps
+        if every and self.step % every == 0:
+            self.save_checkpoint()
+
+    def _final_checkpoint(self) -> None:
+        latest = self.checkpoints.latest()
+        if latest is None or not latest.name.endswith(f"{self.step:06d}"):
+            self.save_checkpoint()
+
+    def save_checkpoint(self) -> Path:
+        """Save models, optimizer and pipeline state (step, data position, RNG) atomically."""
+        state = PipelineState.capture(self.step, data=self.state())
+        return self.checkpoints.save(self.step, self.save_files, state)
+
+    def _write_config(self) -> None:
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        (self.output_dir / "config.yaml").write_text(dump_yaml(self.config), encoding="utf-8")
+
+    # ----------------------------------------------------------------------------------------- shutdown
+
+    def shutdown(self) -> None:
+        """Stop every actor, free the placement groups, close trackers, stop Ray if we started it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for cluster in reversed(self.clusters):
+            _quietly(cluster.shutdown, f"shutting down {cluster.role}")
+        if self.resources is not None:
+            _quietly(self.resources.release, "releasing placement groups")
+        _quietly(self.tracker.close, "closing trackers")
+        if self.ray is not None and self.ray.started_here:
+            _quietly(shutdown_ray, "stopping Ray")
+
+
+def build_trackers(config: RunConfig, output_dir: Path) -> Tracker:
+    """The trackers ``tracking.backends`` names, found through the ``roll.tracker`` plugin group."""
+    trackers: list[Tracker] = []
+    issues: list[ConfigIssue] = []
+    run_config = config.model_dump(mode="json")
+    for i, name in enumerate(config.tracking.backends):
+        try:
+            spec = plugins.load("roll.tracker", name)
+        except PluginError as exc:
+            issues.append(ConfigIssue(f"tracking.backends.{i}", str(exc)))
+            continue
+        trackers.append(spec.build(output_dir, config.tracking, run_config))
+    if issues:
+        raise ConfigError(issues=issues)
+    return MultiTracker(trackers)
+
+
+def _quietly(fn: Any, what: str) -> None:
+    try:
+        fn()
+    except Exception:  # shutdown continues past one failure, so every other actor is still stopped
+        logger.warning("error while %s", what, exc_info=True)
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt so a killed job unwinds through shutdown like Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,354 @@
+"""Advantage estimators, reward normalization and clipping, as pure functions of tensors.
+
+Shapes: ``P`` prompts, ``G`` samples per prompt (the group), ``B = P * G`` sequences laid out prompt-major
+(sample ``g`` of prompt ``p`` is row ``p * G + g``), ``T`` tokens. ``mask_BT`` is 1 on the tokens being trained
+(the response); outcome-reward estimators return a per-sequence advantage that :func:`expand_to_tokens`
+broadcasts over the response.
+
+Standard deviations of groups are Bessel-corrected (divide by ``G - 1``) by default, as ``torch.std`` in
+DeepSeekMath-style GRPO implementations (TRL, verl) does; pass ``unbiased=False`` for the population std. A
+group of one has std 0 (not NaN).
+
+Estimators (outcome rewards ``r``):
+
+- GRPO (Shao et al. 2024, DeepSeekMath): ``A_i = (r_i - mean_G(r)) / (std_G(r) + eps)``.
+- Dr. GRPO (Liu et al. 2025): ``A_i = r_i - mean_G(r)``; its length fix is the loss aggregation
+  ``seq-mean-token-sum-norm`` (see :mod:`.aggregate`).
+- RLOO (Ahmadian et al. 2024, "Back to Basics"): ``A_i = r_i - (sum_G(r) - r_i) / (G - 1)``.
+- REINFORCE++ (Hu 2025): token rewards (the outcome reward on the last token plus a per-token KL penalty,
+  see :func:`roll.pipelines.algorithms.kl.add_kl_to_rewards`), discounted returns ``R_t = r_t + gamma R_{t+1}``,
+  whitened over every trained token of the global batch.
+- REINFORCE++-baseline: ``r_i - mean_G(r)``, broadcast to tokens, then whitened over the batch.
+- GAE (Schulman et al. 2016): ``delta_t = r_t + gamma V_{t+1} - V_t``, ``A_t = delta_t + gamma lambda A_{t+1}``.
+- GiGPO (Feng et al. 2025, "Group-in-Group Policy Optimization"): episode-level group advantage plus a
+  step-level one over *anchor-state* groups; :func:`group_normalize` takes arbitrary group ids for this.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from roll.core.errors import ConfigError
+from roll.pipelines.algorithms.aggregate import masked_mean, masked_var
+from roll.pipelines.algorithms.choices import RewardNorm
+
+# ----------------------------------------------------------------------------------------------------------
+# Masked whitening and shape helpers
+
+
+def masked_whiten(
+    x_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    *,
+    shift_mean: bool = True,
+    eps: float = 1e-8,
+    unbiased: bool = True,
+) -> torch.Tensor:
+    """``(x - mean) / sqrt(var + eps)`` with statistics over masked entries only; padding comes back as 0.
+
+    ``shift_mean=False`` rescales without centering (adds the mean back), as PPO implementations do for
+    returns-like quantities.
+    """
+    mean = masked_mean(x_BT, mask_BT)
+    var = masked_var(x_BT, mask_BT, unbiased=unbiased)
+    whitened = (x_BT - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened * mask_BT.to(x_BT.dtype)
+
+
+def expand_to_tokens(scores_B: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """Broadcast one value per sequence over its trained tokens: ``scores_B[:, None] * mask_BT``."""
+    return scores_B.reshape(-1, 1) * mask_BT.to(scores_B.dtype)
+
+
+def last_token_index(mask_BT: torch.Tensor) -> torch.Tensor:
+    """Index of each row's last trained token (0 for an empty row), shape ``[B]``."""
+    positions_T = torch.arange(mask_BT.shape[-1], device=mask_BT.device)
+    return (positions_T * mask_BT.long()).argmax(dim=-1)
+
+
+def outcome_to_token_rewards(scores_B: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """Token rewards with the outcome score on each sequence's last trained token and 0 elsewhere."""
+    rewards_BT = torch.zeros(mask_BT.shape, dtype=scores_B.dtype, device=scores_B.device)
+    nonempty_B = mask_BT.bool().any(dim=-1).to(scores_B.dtype)
+    rewards_BT.scatter_(1, last_token_index(mask_BT).unsqueeze(1), (scores_B * nonempty_B).unsqueeze(1))
+    return rewards_BT
+
+
+def _group_std(rewards_PG: torch.Tensor, *, unbiased: bool) -> torch.Tensor:
+    G = rewards_PG.shape[-1]
+    centered_PG = rewards_PG - rewards_PG.mean(dim=-1, keepdim=True)
+    denom = max(G - 1, 1) if unbiased else G
+    return (centered_PG.pow(2).sum(dim=-1, keepdim=True) / denom).sqrt()
+
+
+def _safe_denominator(std: torch.Tensor, eps: float) -> torch.Tensor:
+    # A zero std means every centered value is 0 too; the floor keeps eps=0 from producing 0/0 = NaN.
+    return (std + eps).clamp(min=torch.finfo(std.dtype).tiny)
+
+
+def _as_groups(rewards: torch.Tensor) -> torch.Tensor:
+    if rewards.dim() != 2:
+        raise ConfigError(
+            f"group estimators take rewards_PG of shape [prompts, group], got {tuple(rewards.shape)}"
+        )
+    return rewards
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Outcome-reward estimators (one value per sequence)
+
+
+def grpo_advantages(
+    rewards_PG: torch.Tensor, *, norm_by_std: bool = True, eps: float = 1e-6, unbiased: bool = True
+) -> torch.Tensor:
+    """GRPO outcome advantage ``(r - mean_G) / (std_G + eps)``; plain ``r - mean_G`` when not ``norm_by_std``.
+
+    Returns ``advantages_PG``. A group whose rewards are all equal gets advantage 0.
+    """
+    centered_PG = _as_groups(rewards_PG) - rewards_PG.mean(dim=-1, keepdim=True)
+    if not norm_by_std:
+        return centered_PG
+    return centered_PG / _safe_denominator(_group_std(rewards_PG, unbiased=unbiased), eps)
+
+
+def dr_grpo_advantages(rewards_PG: torch.Tensor) -> torch.Tensor:
+    """Dr. GRPO outcome advantage ``r - mean_G`` (no std division); pair with ``seq-mean-token-sum-norm``."""
+    return grpo_advantages(rewards_PG, norm_by_std=False)
+
+
+def rloo_advantages(rewards_PG: torch.Tensor) -> torch.Tensor:
+    """RLOO: ``r_i`` minus the mean of the other ``G - 1`` rewards of its group. Needs ``G >= 2``.
+
+    Equivalently ``G / (G - 1) * (r_i - mean_G)``.
+    """
+    G = _as_groups(rewards_PG).shape[-1]
+    if G < 2:
+        raise ConfigError(f"RLOO needs at least 2 samples per prompt for a leave-one-out baseline, got G={G}")
+    baseline_PG = (rewards_PG.sum(dim=-1, keepdim=True) - rewards_PG) / (G - 1)
+    return rewards_PG - baseline_PG
+
+
+def reinforce_pp_baseline_advantages(
+    rewards_PG: torch.Tensor, mask_BT: torch.Tensor, *, eps: float = 1e-8
+) -> torch.Tensor:
+    """REINFORCE++-baseline: subtract the group mean, broadcast to tokens, whiten over the batch's tokens.
+
+    ``mask_BT`` has ``B = P * G`` rows, prompt-major. Returns ``advantages_BT``.
+    """
+    centered_B = (_as_groups(rewards_PG) - rewards_PG.mean(dim=-1, keepdim=True)).reshape(-1)
+    return masked_whiten(expand_to_tokens(centered_B, mask_BT), mask_BT, eps=eps)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Token-level estimators
+
+
+def discounted_returns(rewards_BT: torch.Tensor, mask_BT: torch.Tensor, *, gamma: float) -> torch.Tensor:
+    """``R_t = r_t + gamma * R_{t+1}`` over trained tokens; masked positions are skipped (the return flows
+    through them unchanged, as across environment tokens in multi-turn rollouts) and come back as 0."""
+    mask = mask_BT.to(rewards_BT.dtype)
+    returns_BT = torch.zeros_like(rewards_BT)
+    running_B = rewards_BT.new_zeros(rewards_BT.shape[0])
+    for t in reversed(range(rewards_BT.shape[-1])):
+        updated_B = rewards_BT[:, t] + gamma * running_B
+        running_B = mask[:, t] * updated_B + (1 - mask[:, t]) * running_B
+        returns_BT[:, t] = running_B
+    return returns_BT * mask
+
+
+def reinforce_pp_advantages(
+    token_rewards_BT: torch.Tensor, mask_BT: torch.Tensor, *, gamma: float = 1.0, eps: float = 1e-8
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++: discounted token returns, whitened over all trained tokens of the batch.
+
+    ``token_rewards_BT`` already holds the KL penalty (KL in the reward) and the outcome reward on the last
+    token (:func:`outcome_to_token_rewards`). Returns ``(advantages_BT, returns_BT)``.
+    """
+    returns_BT = discounted_returns(token_rewards_BT, mask_BT, gamma=gamma)
+    return masked_whiten(returns_BT, mask_BT, eps=eps), returns_BT
+
+
+def gae_advantages(
+    rewards_BT: torch.Tensor,
+    values_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    *,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016) on masked token sequences.
+
+    ``delta_t = r_t + gamma * V_{t+1} - V_t`` and ``A_t = delta_t + gamma * lam * A_{t+1}``, where ``t + 1`` is
+    the next *trained* token: masked positions (padding, or environment tokens in multi-turn rollouts) are
+    skipped, carrying the next value and advantage through. After the last trained token ``V = 0``.
+    Returns ``(advantages_BT, returns_BT)`` with ``returns = advantages + values``, both 0 on masked positions.
+    Whitening is left to the caller (:func:`masked_whiten`).
+    """
+    mask = mask_BT.to(values_BT.dtype)
+    values = values_BT.detach()
+    advantages_BT = torch.zeros_like(values)
+    next_value_B = values.new_zeros(values.shape[0])
+    next_adv_B = values.new_zeros(values.shape[0])
+    for t in reversed(range(values.shape[-1])):
+        delta_B = rewards_BT[:, t] + gamma * next_value_B - values[:, t]
+        adv_B = delta_B + gamma * lam * next_adv_B
+        m_B = mask[:, t]
+        next_adv_B = m_B * adv_B + (1 - m_B) * next_adv_B
+        next_value_B = m_B * values[:, t] + (1 - m_B) * next_value_B
+        advantages_BT[:, t] = next_adv_B
+    advantages_BT = advantages_BT * mask
+    return advantages_BT, (advantages_BT + values) * mask
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Groups given by ids (variable-size groups; GiGPO's anchor-state groups)
+
+
+def group_index(group_ids_B: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Map arbitrary group ids (ints, e.g. hashes of anchor states) to ``0..n_groups-1``."""
+    unique, index_B = torch.unique(group_ids_B, return_inverse=True)
+    return index_B, int(unique.numel())
+
+
+def group_mean_std(
+    scores_B: torch.Tensor, group_ids_B: torch.Tensor, *, unbiased: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each element's group mean and group std, shape ``[B]`` each (a group of one has std 0)."""
+    index_B, n = group_index(group_ids_B)
+    count_N = torch.zeros(n, dtype=scores_B.dtype, device=scores_B.device).index_add_(
+        0, index_B, torch.ones_like(scores_B)
+    )
+    sum_N = torch.zeros_like(count_N).index_add_(0, index_B, scores_B)
+    mean_B = (sum_N / count_N)[index_B]
+    sq_N = torch.zeros_like(count_N).index_add_(0, index_B, (scores_B - mean_B) ** 2)
+    denom_N = (count_N - 1).clamp(min=1) if unbiased else count_N
+    return mean_B, (sq_N / denom_N).sqrt()[index_B]
+
+
+def group_normalize(
+    scores_B: torch.Tensor,
+    group_ids_B: torch.Tensor,
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    unbiased: bool = True,
+) -> torch.Tensor:
+    """GRPO's normalization over groups given by ids: ``(s - mean_g) / (std_g + eps)`` (or ``s - mean_g``)."""
+    mean_B, std_B = group_mean_std(scores_B, group_ids_B, unbiased=unbiased)
+    centered_B = scores_B - mean_B
+    return centered_B / _safe_denominator(std_B, eps) if norm_by_std else centered_B
+
+
+def gigpo_advantages(
+    episode_returns_B: torch.Tensor,
+    episode_group_B: torch.Tensor,
+    step_returns_B: torch.Tensor,
+    anchor_group_B: torch.Tensor,
+    *,
+    step_weight: float = 1.0,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """GiGPO per-step advantage ``A^E + omega * A^S`` (Feng et al. 2025).
+
+    ``A^E`` normalizes each step's episode return within its episode group (the rollouts of one task);
+    ``A^S`` normalizes each step's discounted return within its anchor-state group (steps, across those
+    rollouts, taken from the same environment state; the env manager hashes states into ``anchor_group_B``).
+    """
+    episode_B = group_normalize(episode_returns_B, episode_group_B, norm_by_std=norm_by_std, eps=eps)
+    step_B = group_normalize(step_returns_B, anchor_group_B, norm_by_std=norm_by_std, eps=eps)
+    return episode_B + step_weight * step_B
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reward normalization and clipping
+
+
+class RunningMeanStd:
+    """Running mean and variance of a scalar stream (Chan et al. parallel update), in float64 on the host.
+
+    ``update`` folds in a batch; ``normalize`` maps ``x`` to ``(x - mean) / sqrt(var + eps)``. The state is
+    three numbers, saved by ``state_dict`` and restored by ``load_state_dict`` for checkpoints.
+    """
+
+    def __init__(self, eps: float = 1e-8) -> None:
+        self.mean = 0.0
+        self.var = 1.0
+        self.count = 0.0
+        self.eps = eps
+
+    def update(self, x: torch.Tensor) -> None:
+        values = x.detach().double().flatten()
+        n = float(values.numel())
+        if n == 0:
+            return
+        batch_mean = float(values.mean())
+        batch_var = float(values.var(correction=0))
+        total = self.count + n
+        delta = batch_mean - self.mean
+        m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / total
+        self.mean += delta * n / total
+        self.var = m2 / total
+        self.count = total
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self.var + self.eps)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+    def state_dict(self) -> dict[str, float]:
+        return {"mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.mean, self.var, self.count = float(state["mean"]), float(state["var"]), float(state["count"])
+
+
+def normalize_rewards(
+    rewards_PG: torch.Tensor,
+    *,
+    mode: RewardNorm,
+    running: RunningMeanStd | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Normalize outcome rewards before the advantage estimator.
+
+    - ``none``: unchanged;
+    - ``batch``: ``(r - mean) / (std + eps)`` over the whole batch (population std);
+    - ``group``: the same within each group of ``G`` (population std);
+    - ``running``: update ``running`` with this batch, then ``(r - mean) / sqrt(var + eps)`` with its statistics.
+    """
+    if mode == "none":
+        return rewards_PG
+    if mode == "batch":
+        return (rewards_PG - rewards_PG.mean()) / (rewards_PG.std(correction=0) + eps)
+    if mode == "group":
+        centered_PG = _as_groups(rewards_PG) - rewards_PG.mean(dim=-1, keepdim=True)
+        return centered_PG / (_group_std(rewards_PG, unbiased=False) + eps)
+    if mode == "running":
+        if running is None:
+            raise ConfigError("reward normalization 'running' needs a RunningMeanStd passed as running=")
+        running.update(rewards_PG)
+        return running.normalize(rewards_PG)
+    raise ConfigError(f"unknown reward normalization {mode!r}; known: none, batch, group, running")
+
+
+def _clip_symmetric(x: torch.Tensor, max_abs: float, what: str) -> torch.Tensor:
+    if max_abs <= 0:
+        raise ConfigError(f"{what} clip must be positive, got {max_abs}")
+    return x.clamp(-max_abs, max_abs)
+
+
+def clip_rewards(rewards: torch.Tensor, *, max_abs: float) -> torch.Tensor:
+    """Clamp rewards into ``[-max_abs, max_abs]``."""
+    return _clip_symmetric(rewards, max_abs, "reward")
+
+
+def clip_advantages(advantages: torch.Tensor, *, max_abs: float) -> torch.Tensor:
+    """Clamp advantages into ``[-max_abs, max_abs]``."""
+    return _clip_symmetric(advantages, max_abs, "advantage")

@@ -1,0 +1,123 @@
+"""Masked reductions and the four loss-aggregation modes.
+
+A per-token loss ``loss_BT`` becomes a scalar in one of four ways (``mask_BT`` is 1 on trained tokens):
+
+- ``token-mean``: ``sum(loss * mask) / N_tokens``. Every token weighs the same, so long answers weigh more
+  (DAPO's token-level loss). With data-parallel micro-batches, pass ``num_global_tokens`` = the number of
+  trained tokens in the whole optimizer step; then the micro-batch losses *sum* to the exact global mean and
+  gradients only need to be summed (not averaged) across micro-batches and ranks.
+- ``seq-mean-token-sum``: ``mean_b sum_t(loss * mask)``: each sequence's summed loss, averaged over sequences.
+- ``seq-mean-token-mean``: ``mean_b [sum_t(loss * mask) / sum_t mask]``: the original GRPO objective
+  (Shao et al. 2024, eq. 3): each sequence weighs the same whatever its length.
+- ``seq-mean-token-sum-norm``: ``mean_b [sum_t(loss * mask) / L]`` with a constant ``L``: Dr. GRPO (Liu et al.
+  2025, "Understanding R1-Zero-Like Training") removes the length bias by dividing by a constant, the
+  generation budget, rather than by each response's own length. ``norm_len`` is required: the padded width of
+  a micro-batch changes under dynamic batching, so it is not a constant.
+
+The ``seq-mean-*`` modes take ``num_global_seqs`` for the same reason ``token-mean`` takes
+``num_global_tokens``: with it, micro-batch losses sum to the global mean over sequences. Sequences with no
+trained token still count as sequences (they contribute zero), as in verl and the GRPO formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from roll.core.errors import ConfigError
+from roll.pipelines.algorithms.choices import LOSS_AGG_MODES, LossAggMode
+
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """``sum(x * mask)`` over ``dim`` (all dims when None). ``mask`` is bool or 0/1 float, broadcastable."""
+    masked = x * mask.to(x.dtype)
+    return masked.sum() if dim is None else masked.sum(dim=dim)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` where ``mask`` is set; 0 (not NaN) when the mask is empty."""
+    count = masked_sum(torch.ones_like(x), mask, dim)
+    return masked_sum(x, mask, dim) / count.clamp(min=1)
+
+
+def masked_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Max of ``x`` where ``mask`` is set; 0 when the mask is empty."""
+    keep = mask.bool()
+    if not bool(keep.any()):
+        return x.new_zeros(())
+    return x[keep].max()
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, *, unbiased: bool = True) -> torch.Tensor:
+    """Variance of the masked entries of ``x`` (Bessel-corrected when ``unbiased``, as verl/TRL do)."""
+    mean = masked_mean(x, mask)
+    count = masked_sum(torch.ones_like(x), mask)
+    var = masked_sum((x - mean) ** 2, mask) / count.clamp(min=1)
+    if unbiased:
+        var = var * count / (count - 1).clamp(min=1)
+    return var
+
+
+def aggregate_loss(
+    loss_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    *,
+    mode: LossAggMode = "token-mean",
+    num_global_tokens: int | float | torch.Tensor | None = None,
+    num_global_seqs: int | float | torch.Tensor | None = None,
+    norm_len: int | None = None,
+) -> torch.Tensor:
+    """Reduce a per-token loss to a scalar by ``mode`` (see the module docstring for each formula).
+
+    ``num_global_tokens`` (token-mean) and ``num_global_seqs`` (seq-mean-*) replace the local counts in the
+    denominators, so that micro-batches of one optimizer step sum to the full-batch value. ``norm_len`` is the
+    constant length of ``seq-mean-token-sum-norm`` (Dr. GRPO).
+    """
+    mask = mask_BT.to(loss_BT.dtype)
+    if mode == "token-mean":
+        n_tokens = mask.sum() if num_global_tokens is None else num_global_tokens
+        return (loss_BT * mask).sum() / torch.as_tensor(n_tokens, dtype=loss_BT.dtype).clamp(min=1)
+    seq_sum_B = (loss_BT * mask).sum(dim=-1)
+    if mode == "seq-mean-token-sum":
+        per_seq_B = seq_sum_B
+    elif mode == "seq-mean-token-mean":
+        per_seq_B = seq_sum_B / mask.sum(dim=-1).clamp(min=1)
+    elif mode == "seq-mean-token-sum-norm":
+        if norm_len is None or norm_len <= 0:
+            raise ConfigError(
+                f"loss aggregation 'seq-mean-token-sum-norm' needs a positive constant norm_len, got {norm_len!r}; "
+                "pass the generation budget (max new tokens)"
+            )
+        per_seq_B = seq_sum_B / norm_len
+    else:
+        raise ConfigError(f"unknown loss aggregation mode {mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
+    n_seqs = per_seq_B.new_tensor(per_seq_B.shape[0]) if num_global_seqs is None else num_global_seqs
+    return per_seq_B.sum() / torch.as_tensor(n_seqs, dtype=loss_BT.dtype).clamp(min=1)
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """An aggregation mode bound to its global counts; losses take one as ``agg=`` and call it.
+
+    Build one per micro-batch: ``Aggregation("token-mean", num_global_tokens=n)``. The default instance is a
+    local token-mean.
+    """
+
+    mode: LossAggMode = "token-mean"
+    num_global_tokens: int | float | torch.Tensor | None = None
+    num_global_seqs: int | float | torch.Tensor | None = None
+    norm_len: int | None = None
+
+    def __call__(self, loss_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+        return aggregate_loss(
+            loss_BT,
+            mask_BT,
+            mode=self.mode,
+            num_global_tokens=self.num_global_tokens,
+            num_global_seqs=self.num_global_seqs,
+            norm_len=self.norm_len,
+        )
+
+
+TOKEN_MEAN = Aggregation()

@@ -1,0 +1,30 @@
+"""The names of every algorithmic choice, as ``Literal`` types shared by the config and the tensor functions.
+
+Torch-free, so :mod:`.presets` (a config module) can use them without importing torch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+AdvEstimator = Literal["gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"]
+PolicyLossType = Literal["ppo", "gspo", "cispo", "topr"]
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KLMode = Literal["none", "reward", "loss"]
+KLEstimator = Literal["k1", "k2", "k3", "low_var_kl", "k1+", "k3+"]
+RewardNorm = Literal["none", "batch", "group", "running"]
+RatioLevel = Literal["token", "sequence"]
+DivergenceName = Literal[
+    "forward_kl", "reverse_kl", "skew_forward_kl", "skew_reverse_kl", "js", "adaptive_kl"
+]
+PresetName = Literal[
+    "ppo", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gspo", "dapo", "topr", "cispo"
+]
+
+LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
+KL_ESTIMATORS: tuple[str, ...] = get_args(KLEstimator)
+DIVERGENCES: tuple[str, ...] = get_args(DivergenceName)
+PRESET_NAMES: tuple[str, ...] = get_args(PresetName)
+
+#: Estimators that work on one outcome reward per sequence, grouped by prompt (they need ``G >= 2``).
+GROUP_ESTIMATORS: frozenset[str] = frozenset({"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"})

@@ -1,0 +1,176 @@
+"""KL divergence to a reference policy: per-token estimators, where the penalty goes, and the coefficient.
+
+Estimators of ``KL(pi || pi_ref)`` from tokens sampled from ``pi`` (Schulman 2020, "Approximating KL
+Divergence"), with ``log_ratio = ref_logp - logp`` (``log r`` where ``r = pi_ref / pi``):
+
+- ``k1 = -log r``: unbiased, high variance, can be negative;
+- ``k2 = 0.5 (log r)^2``: biased, low variance, always >= 0. Its gradient ``(logp - ref_logp) grad logp`` is
+  the exact score-function gradient of the KL on-policy;
+- ``k3 = (r - 1) - log r``: unbiased, low variance, always >= 0;
+- ``low_var_kl``: ``k3`` with ``log r`` clamped to ``[-20, 20]`` and the result to ``[-10, 10]`` (verl's name),
+  safe against the exp overflow of far-off tokens;
+- ``k1+`` / ``k3+``: the *value* of k1 / k3 with the *gradient* of k2 (straight-through), so a KL loss reports
+  the usual estimate while its gradient is the correct one.
+
+Where it goes: in the reward (:func:`add_kl_to_rewards`: ``r_t - beta * kl_t``, detached; PPO, REINFORCE++)
+or in the loss (:func:`kl_loss`: ``+ beta * agg(kl)``; GRPO). ``beta`` comes from a controller: fixed, or the
+adaptive one of Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences").
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from roll.core.errors import ConfigError
+from roll.pipelines.algorithms.aggregate import TOKEN_MEAN, Aggregation, masked_mean
+from roll.pipelines.algorithms.choices import KL_ESTIMATORS, KLEstimator
+
+
+def _k1(log_ratio: torch.Tensor) -> torch.Tensor:
+    return -log_ratio
+
+
+def _k2(log_ratio: torch.Tensor) -> torch.Tensor:
+    return 0.5 * log_ratio.pow(2)
+
+
+def _k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    return torch.expm1(log_ratio) - log_ratio
+
+
+def _low_var(log_ratio: torch.Tensor) -> torch.Tensor:
+    return _k3(log_ratio.clamp(-20.0, 20.0)).clamp(-10.0, 10.0)
+
+
+def kl_estimate(
+    logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, *, estimator: KLEstimator = "low_var_kl"
+) -> torch.Tensor:
+    """Per-token estimate of ``KL(pi || pi_ref)`` by ``estimator`` (see the module docstring), shape ``[B, T]``."""
+    log_ratio = ref_logp_BT - logp_BT
+    if estimator == "k1":
+        return _k1(log_ratio)
+    if estimator == "k2":
+        return _k2(log_ratio)
+    if estimator == "k3":
+        return _k3(log_ratio)
+    if estimator == "low_var_kl":
+        return _low_var(log_ratio)
+    if estimator in ("k1+", "k3+"):
+        value = _k1(log_ratio) if estimator == "k1+" else _k3(log_ratio)
+        grad_path = _k2(log_ratio)
+        return grad_path + (value - grad_path).detach()
+    raise ConfigError(f"unknown KL estimator {estimator!r}; known: {', '.join(KL_ESTIMATORS)}")
+
+
+def add_kl_to_rewards(
+    token_rewards_BT: torch.Tensor,
+    logp_BT: torch.Tensor,
+    ref_logp_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    *,
+    coef: float,
+    estimator: KLEstimator = "k1",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """KL in the reward: ``r_t - coef * kl_t`` on trained tokens (no gradient flows through the penalty).
+
+    Returns ``(rewards_BT, kl_BT)``; ``kl_BT`` (masked, detached) feeds the adaptive controller's update.
+    """
+    kl_BT = kl_estimate(logp_BT.detach(), ref_logp_BT.detach(), estimator=estimator)
+    kl_BT = kl_BT * mask_BT.to(kl_BT.dtype)
+    return token_rewards_BT - coef * kl_BT, kl_BT
+
+
+def kl_loss(
+    logp_BT: torch.Tensor,
+    ref_logp_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    *,
+    coef: float,
+    estimator: KLEstimator = "low_var_kl",
+    agg: Aggregation = TOKEN_MEAN,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """KL in the loss: ``coef * agg(kl_BT)``. Returns the loss and ``{"kl": mean kl, "kl_coef": coef}``."""
+    kl_BT = kl_estimate(logp_BT, ref_logp_BT.detach(), estimator=estimator)
+    metrics = {
+        "kl": masked_mean(kl_BT.detach(), mask_BT),
+        "kl_coef": torch.tensor(float(coef)),
+    }
+    return coef * agg(kl_BT, mask_BT), metrics
+
+
+class KLController(Protocol):
+    """The KL coefficient source: ``value`` now, ``update`` after each step, checkpointable state."""
+
+    @property
+    def value(self) -> float: ...
+
+    def update(self, current_kl: float, n_steps: int) -> None: ...
+
+    def state_dict(self) -> dict[str, float]: ...
+
+    def load_state_dict(self, state: dict[str, float]) -> None: ...
+
+
+class FixedKLController:
+    """A constant coefficient."""
+
+    def __init__(self, coef: float) -> None:
+        if coef < 0:
+            raise ConfigError(f"kl_coef must be >= 0, got {coef}")
+        self._value = float(coef)
+
+    @property
+    def value(self) -> float:
+        return self._value
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """Nothing to adapt."""
+
+    def state_dict(self) -> dict[str, float]:
+        return {"value": self._value}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self._value = float(state["value"])
+
+
+class AdaptiveKLController:
+    """Ziegler et al. 2019: steer the measured KL toward ``target`` with a proportional controller.
+
+    ``e = clip(KL / target - 1, -0.2, 0.2)`` and ``beta <- beta * (1 + e * n_steps / horizon)``, where
+    ``n_steps`` is the number of samples (or steps) since the last update and ``horizon`` the time constant.
+    """
+
+    def __init__(self, init_coef: float, target: float, horizon: int) -> None:
+        if init_coef < 0 or target <= 0 or horizon <= 0:
+            raise ConfigError(
+                f"adaptive KL needs init_coef >= 0, target > 0 and horizon > 0; "
+                f"got init_coef={init_coef}, target={target}, horizon={horizon}"
+            )
+        self._value = float(init_coef)
+        self.target = float(target)
+        self.horizon = int(horizon)
+
+    @property
+    def value(self) -> float:
+        return self._value
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
+        self._value *= 1.0 + error * n_steps / self.horizon
+
+    def state_dict(self) -> dict[str, float]:
+        return {"value": self._value, "target": self.target, "horizon": float(self.horizon)}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self._value = float(state["value"])
+        self.target = float(state["target"])
+        self.horizon = int(state["horizon"])
+
+
+def build_kl_controller(coef: float, *, target: float | None = None, horizon: int = 10000) -> KLController:
+    """An :class:`AdaptiveKLController` when ``target`` is given, else a :class:`FixedKLController`."""
+    if target is None:
+        return FixedKLController(coef)
+    return AdaptiveKLController(coef, target, horizon)

@@ -1,0 +1,226 @@
+"""``AlgorithmConfig``: every algorithmic choice of an RL run, and named presets that fill them.
+
+A preset is a set of defaults, not a mode: ``{"preset": "dapo", "clip_high": 0.3}`` is DAPO with a wider upper
+clip. A ``model_validator(mode="before")`` merges the preset's values *under* the keys the user gave (explicit
+keys always win); keys neither gives take the field defaults. After the merge the config is validated as one
+unit, so impossible combinations are reported whether they came from the preset, the user, or both.
+
+Preset values follow the papers where they state them and are marked as starting points where they do not.
+Torch-free: ``roll validate`` loads this in milliseconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from pydantic import Field, model_validator
+
+from roll.core.config.base import RollModel
+from roll.core.config.validate import issues_error
+from roll.core.errors import ConfigIssue
+from roll.pipelines.algorithms.choices import (
+    GROUP_ESTIMATORS,
+    PRESET_NAMES,
+    AdvEstimator,
+    KLEstimator,
+    KLMode,
+    LossAggMode,
+    PolicyLossType,
+    PresetName,
+    RatioLevel,
+    RewardNorm,
+)
+
+#: Preset name -> the field values it sets. Everything not listed takes the field default.
+PRESETS: dict[str, dict[str, Any]] = {
+    # PPO with a critic and GAE (Ouyang et al. 2022 style: KL to the reference in the reward).
+    "ppo": {
+        "adv_estimator": "gae",
+        "use_critic": True,
+        "whiten_advantages": True,
+        "loss_type": "ppo",
+        "kl_mode": "reward",
+        "kl_estimator": "k1",
+        "kl_coef": 0.001,
+    },
+    # GRPO (Shao et al. 2024): group-normalized outcome advantage, k3 KL in the loss with beta = 0.04,
+    # per-sequence mean of per-token means.
+    "grpo": {
+        "adv_estimator": "grpo",
+        "kl_mode": "loss",
+        "kl_estimator": "low_var_kl",
+        "kl_coef": 0.04,
+        "loss_agg_mode": "seq-mean-token-mean",
+    },
+    # Dr. GRPO (Liu et al. 2025): no std division, no per-response length normalization, no KL.
+    "dr_grpo": {"adv_estimator": "dr_grpo", "loss_agg_mode": "seq-mean-token-sum-norm"},
+    # RLOO (Ahmadian et al. 2024): leave-one-out baseline, KL in the reward.
+    "rloo": {"adv_estimator": "rloo", "kl_mode": "reward", "kl_estimator": "k1", "kl_coef": 0.01},
+    # REINFORCE++ (Hu 2025): token-level KL in the reward, discounted returns, batch whitening.
+    "reinforce_pp": {
+        "adv_estimator": "reinforce_pp",
+        "kl_mode": "reward",
+        "kl_estimator": "k1",
+        "kl_coef": 0.01,
+    },
+    # REINFORCE++-baseline: group-mean baseline, batch whitening, KL in the loss (k2).
+    "reinforce_pp_baseline": {
+        "adv_estimator": "reinforce_pp_baseline",
+        "kl_mode": "loss",
+        "kl_estimator": "k2",
+        "kl_coef": 0.01,
+    },
+    # GSPO (Zheng et al. 2025): sequence-level ratio with the paper's clip ranges 3e-4 / 4e-4.
+    "gspo": {
+        "adv_estimator": "grpo",
+        "loss_type": "gspo",
+        "clip_low": 3e-4,
+        "clip_high": 4e-4,
+        "loss_agg_mode": "seq-mean-token-mean",
+    },
+    # DAPO (Yu et al. 2025): clip-higher 0.2 / 0.28, token-level loss, dynamic sampling, soft overlong
+    # punishment, no KL.
+    "dapo": {
+        "adv_estimator": "grpo",
+        "clip_low": 0.2,
+        "clip_high": 0.28,
+        "loss_agg_mode": "token-mean",
+        "dynamic_sampling": True,
+        "overlong_penalty": True,
+    },
+    # TOPR (Le Roux et al. 2025): no clipping (the ratio truncation is built into the loss), no KL.
+    "topr": {"adv_estimator": "grpo", "loss_type": "topr"},
+    # CISPO (MiniMax-M1 2025): clipped IS weight, no lower bound; upper bound is a starting point.
+    "cispo": {"adv_estimator": "grpo", "loss_type": "cispo", "clip_low": 1.0, "clip_high": 0.28},
+}
+
+
+class AlgorithmConfig(RollModel):
+    """The algorithm of an RL run: advantage estimator, policy loss and their hyperparameters.
+
+    Set ``preset`` for a named algorithm (see :data:`PRESETS`) and override any field beside it.
+    """
+
+    preset: PresetName | None = Field(None, description="named defaults; explicit keys override them")
+    # Advantages
+    adv_estimator: AdvEstimator = "grpo"
+    use_critic: bool = Field(False, description="train a critic; GAE needs its values")
+    gamma: float = Field(1.0, ge=0, le=1, description="discount (GAE, REINFORCE++)")
+    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
+    whiten_advantages: bool = Field(False, description="whiten GAE advantages over the batch's tokens")
+    reward_norm: RewardNorm = "none"
+    reward_clip: float | None = Field(None, gt=0, description="clamp rewards into [-x, x]")
+    advantage_clip: float | None = Field(None, gt=0, description="clamp advantages into [-x, x]")
+    # Policy loss
+    loss_type: PolicyLossType = "ppo"
+    clip_low: float = Field(0.2, ge=0, le=1, description="ratio lower bound 1 - clip_low")
+    clip_high: float = Field(0.2, ge=0, description="ratio upper bound 1 + clip_high (DAPO clip-higher)")
+    dual_clip_c: float | None = Field(None, description="PPO dual-clip ratio bound for A < 0; must be > 1")
+    topr_level: RatioLevel = "sequence"
+    loss_agg_mode: LossAggMode = "token-mean"
+    loss_agg_norm_len: int | None = Field(
+        None, gt=0, description="Dr. GRPO's constant; None: the rollout's max new tokens"
+    )
+    entropy_coef: float = Field(0.0, ge=0)
+    value_clip: float | None = Field(0.2, gt=0, description="critic value clipping range")
+    # KL to the reference policy
+    kl_mode: KLMode = "none"
+    kl_estimator: KLEstimator = "low_var_kl"
+    kl_coef: float = Field(0.0, ge=0, description="fixed coefficient, or the adaptive controller's start")
+    kl_target: float | None = Field(
+        None, gt=0, description="adaptive KL target (Ziegler et al.); None: fixed"
+    )
+    kl_horizon: int = Field(10000, gt=0, description="adaptive KL horizon")
+    # Sample shaping (DAPO)
+    dynamic_sampling: bool = False
+    dynamic_sampling_min_std: float = Field(0.0, ge=0)
+    dynamic_sampling_max_std: float | None = Field(None, gt=0)
+    overlong_filter: bool = Field(False, description="mask out truncated samples")
+    overlong_penalty: bool = Field(False, description="soft overlong punishment")
+    overlong_cache_len: int | None = Field(
+        None, gt=0, description="None: 20% of max new tokens (DAPO's ratio)"
+    )
+    overlong_penalty_factor: float = Field(1.0, ge=0)
+    # Train/infer mismatch
+    tis_cap: float | None = Field(None, gt=0, description="truncated IS cap C; None: no correction")
+    tis_level: RatioLevel = "token"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("preset") in PRESETS:
+            return {**PRESETS[data["preset"]], **data}
+        return data  # an unknown preset name fails the Literal check, which lists the known ones
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        issues = self._advantage_issues() + self._loss_issues() + self._kl_issues() + self._sampling_issues()
+        if issues:
+            raise issues_error(issues, title=type(self).__name__)
+        return self
+
+    def _advantage_issues(self) -> list[ConfigIssue]:
+        if self.adv_estimator == "gae" and not self.use_critic:
+            return [
+                ConfigIssue(
+                    "adv_estimator",
+                    "adv_estimator='gae' needs critic values, but use_critic is false",
+                    "set use_critic=true, or pick a critic-free estimator (grpo, rloo, reinforce_pp, ...)",
+                )
+            ]
+        return []
+
+    def _loss_issues(self) -> list[ConfigIssue]:
+        issues = []
+        if self.dual_clip_c is not None and self.dual_clip_c <= 1:
+            message = f"dual_clip_c = {self.dual_clip_c} must be > 1: it bounds the ratio of negative-advantage tokens above 1 + clip"
+            issues.append(ConfigIssue("dual_clip_c", message, "typical value 3.0; null disables dual-clip"))
+        elif self.dual_clip_c is not None and self.loss_type != "ppo":
+            message = f"dual_clip_c applies to loss_type='ppo' only, not {self.loss_type!r}"
+            issues.append(ConfigIssue("dual_clip_c", message, "remove dual_clip_c or use loss_type=ppo"))
+        return issues
+
+    def _kl_issues(self) -> list[ConfigIssue]:
+        if self.kl_mode == "none" and self.kl_target is not None:
+            message = "kl_target sets an adaptive KL controller, but kl_mode is 'none'"
+            return [
+                ConfigIssue("kl_target", message, "set kl_mode to 'reward' or 'loss', or remove kl_target")
+            ]
+        if self.kl_mode != "none" and self.kl_coef == 0 and self.kl_target is None:
+            message = f"kl_mode={self.kl_mode!r} with kl_coef=0 computes the KL (and runs the reference model) for nothing"
+            return [
+                ConfigIssue(
+                    "kl_coef", message, "set kl_coef > 0, or kl_mode='none' to drop the reference model"
+                )
+            ]
+        return []
+
+    def _sampling_issues(self) -> list[ConfigIssue]:
+        high = self.dynamic_sampling_max_std
+        if high is not None and self.dynamic_sampling_min_std > high:
+            message = f"dynamic_sampling_min_std = {self.dynamic_sampling_min_std} exceeds dynamic_sampling_max_std = {high}"
+            return [ConfigIssue("dynamic_sampling_min_std", message, "every group would be dropped")]
+        return []
+
+    def check(self, samples_per_prompt: int, *, where: str = "batch.samples_per_prompt") -> list[ConfigIssue]:
+        """Issues with the group size (``G``), for the pipeline's own validator: group estimators and dynamic
+        sampling compare samples of one prompt, so they need ``G >= 2``."""
+        if samples_per_prompt >= 2:
+            return []
+        hint = f"set {where} >= 2 (4-16 is usual)"
+        issues = []
+        if self.adv_estimator in GROUP_ESTIMATORS:
+            message = f"adv_estimator={self.adv_estimator!r} compares samples of a prompt, but {where} = {samples_per_prompt}"
+            issues.append(ConfigIssue(where, message, hint))
+        if self.dynamic_sampling:
+            message = f"dynamic_sampling drops groups with equal rewards, but {where} = {samples_per_prompt}"
+            issues.append(ConfigIssue(where, message, hint))
+        return issues
+
+
+def preset_config(name: PresetName, **overrides: Any) -> AlgorithmConfig:
+    """The config of preset ``name`` with ``overrides`` on top (explicit keys win)."""
+    return AlgorithmConfig.model_validate({"preset": name, **overrides})
+
+
+__all__ = ["PRESETS", "PRESET_NAMES", "AlgorithmConfig", "preset_config"]

@@ -1,0 +1,96 @@
+"""Config models of the verifiable rewards: strict, frozen, import-light (no torch, no Ray, no math-verify).
+
+Kept apart from the reward modules so :mod:`roll.pipelines.rewards.specs` and ``roll validate`` load them in
+milliseconds; the heavy imports happen in each spec's ``build``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from roll.core.config.base import RollModel
+
+DEFAULT_JUDGE_TEMPLATE = (
+    "You are grading a response to a question against a reference answer.\n\n"
+    "Question:\n{question}\n\nReference answer:\n{reference}\n\nResponse:\n{response}\n\n"
+    "Rate how correct the response is on a scale of 0 to {max_score}. "
+    "End your reply with a line of the form 'Score: <number>'."
+)
+
+
+class MathRewardConfig(RollModel):
+    """``score = correct_weight * correct + format_weight * format`` (both sub-scores are 0 or 1).
+
+    ``timeout_s`` bounds parsing plus verification of one item, enforced by killing the worker process.
+    """
+
+    correct_weight: float = 1.0
+    format_weight: float = Field(default=0.0, ge=0.0)
+    timeout_s: float = Field(default=5.0, gt=0.0)
+    num_workers: int = Field(default=2, ge=1)
+    start_method: Literal["forkserver", "spawn", "fork"] = "forkserver"
+    think_end: str = "</think>"
+
+
+class SandboxConfig(RollModel):
+    """Limits of one sandboxed run. See :mod:`roll.pipelines.rewards.sandbox` for what each one guarantees."""
+
+    wall_timeout_s: float = Field(default=5.0, gt=0.0)
+    cpu_time_s: int = Field(default=4, ge=1)
+    memory_mb: int = Field(default=1024, ge=64)
+    file_size_mb: int = Field(default=16, ge=1)
+    max_processes: int = Field(default=16, ge=1)
+    max_open_files: int = Field(default=64, ge=16)
+    max_output_bytes: int = Field(default=256_000, ge=1024)
+    python: str | None = None
+    """Interpreter for untrusted code; ``None`` picks one the sandbox user can execute."""
+    network_namespace: bool = True
+    """Run in a fresh network (and pid) namespace via ``unshare`` when the host allows it."""
+    drop_privileges: bool = True
+    """When the parent runs as root, run the program as ``sandbox_uid`` (root ignores RLIMIT_NPROC)."""
+    sandbox_uid: int = 65534
+    audit_hook: bool = True
+    """The in-process guard; turn off only to test that the kernel layers hold on their own."""
+    workdir_root: str | None = None
+
+
+class CodeRewardConfig(RollModel):
+    """Runs each response against its test cases; the score is the fraction passed (or 0/1)."""
+
+    sandbox: SandboxConfig = SandboxConfig()
+    all_or_nothing: bool = False
+    max_concurrency: int = Field(default=2, ge=1)
+    extract_code_block: bool = True
+    """Take the last fenced code block of the response (```python ...```), else the whole response."""
+
+
+class JudgeRewardConfig(RollModel):
+    """An OpenAI-compatible ``/v1/chat/completions`` judge. The key is read from ``$api_key_env`` at build."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = "OPENAI_API_KEY"
+    prompt_template: str = DEFAULT_JUDGE_TEMPLATE
+    score_mode: Literal["scale", "yes_no"] = "scale"
+    max_score: float = Field(default=10.0, gt=0.0)
+    max_concurrency: int = Field(default=8, ge=1)
+    max_retries: int = Field(default=3, ge=0)
+    backoff_base_s: float = Field(default=0.5, ge=0.0)
+    backoff_max_s: float = Field(default=8.0, ge=0.0)
+    request_timeout_s: float = Field(default=30.0, gt=0.0)
+    temperature: float = 0.0
+    max_tokens: int = Field(default=512, ge=1)
+
+
+class IFEvalRewardConfig(RollModel):
+    """Strict IFEval checking; ``all_or_nothing`` gives 1 only when every instruction is followed."""
+
+    all_or_nothing: bool = False
+
+
+class ArithmeticRewardConfig(RollModel):
+    """Exact match against a built-in task's answer, via that task's own ``verify``."""
+
+    task: str = "arithmetic"

@@ -1,0 +1,213 @@
+"""Math reward: math-verify equivalence of the final ``\\boxed{}`` answer, plus an optional format reward.
+
+Answer extraction: the text after the last ``</think>`` (the whole response when there is none), then the content
+of its last ``\\boxed{...}`` (braces matched); with no box, math-verify's own extraction runs on that text.
+
+Why a process pool: math-verify bounds its sympy work with ``signal.alarm``, which raises off the main thread
+(and reward workers call us from threads). So we call ``parse``/``verify`` with their timeouts disabled and
+enforce our own: every item runs in a worker of a ``ProcessPoolExecutor``; an item still running after
+``timeout_s`` scores 0 with ``error="timeout"`` and the pool's workers are killed (a stuck sympy call cannot be
+interrupted any other way), the other in-flight items are resubmitted to a fresh pool. At most ``num_workers``
+items are in flight, so an item's deadline starts when a worker takes it. The ``forkserver`` start method keeps
+forking safe in a threaded parent and warms math-verify once, in the server
+(see :mod:`roll.pipelines.rewards._math_worker`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+import threading
+import time
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from roll.core.errors import WorkerError
+from roll.pipelines.rewards._math_worker import Outcome, verify_answer, warm
+from roll.pipelines.rewards.config import MathRewardConfig
+from roll.pipelines.rewards.types import RewardRequest, RewardResult
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_FORMAT = re.compile(r"\s*<think>.*?</think>\s*\S", re.DOTALL)
+_WARMUP_TIMEOUT_S = 120.0
+_MAX_RESUBMITS = 2
+
+
+def final_answer_text(response: str, think_end: str = "</think>") -> str:
+    """The part of ``response`` after the last ``think_end`` (all of it when the tag is absent)."""
+    _, sep, tail = response.rpartition(think_end)
+    return tail if sep else response
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` in ``text`` with nested braces matched, or ``None``."""
+    starts = [m.end() for m in _BOXED.finditer(text)]
+    for start in reversed(starts):
+        depth = 1
+        for i in range(start, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                return text[start:i]
+    return None
+
+
+def has_think_format(response: str, think_end: str = "</think>") -> bool:
+    """Whether ``response`` is ``<think>...</think>`` followed by a non-empty answer."""
+    if think_end != "</think>":
+        return think_end in response and bool(final_answer_text(response, think_end).strip())
+    return _FORMAT.match(response) is not None
+
+
+class _KillablePool:
+    """A ``ProcessPoolExecutor`` that enforces a per-item deadline by killing and replacing its workers."""
+
+    def __init__(self, num_workers: int, start_method: str, timeout_s: float) -> None:
+        self.num_workers, self.timeout_s = num_workers, timeout_s
+        self._ctx = multiprocessing.get_context(start_method)
+        if start_method == "forkserver":
+            self._ctx.set_forkserver_preload(["roll.pipelines.rewards._math_warmup"])
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self.restarts = 0
+
+    def _ensure(self) -> ProcessPoolExecutor:
+        if self._pool is not None and getattr(self._pool, "_broken", False):
+            self._kill()  # a worker died (e.g. out of memory): start over with a fresh pool
+        if self._pool is None:
+            pool = ProcessPoolExecutor(self.num_workers, mp_context=self._ctx, initializer=warm)
+            # Start every worker before any deadline runs, so start-up time is never charged to an item.
+            warmups = [pool.submit(time.sleep, 0) for _ in range(self.num_workers)]
+            done, _ = wait(warmups, timeout=_WARMUP_TIMEOUT_S)
+            failed = [f.exception() for f in done if f.exception() is not None]
+            if failed or len(done) < len(warmups):
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise WorkerError(
+                    f"math reward: its {self.num_workers} worker processes ({self._ctx.get_start_method()}) "
+                    f"did not start within {_WARMUP_TIMEOUT_S:.0f}s: {failed[:1] or 'timed out'}. A script that "
+                    "builds the reward at import time needs an `if __name__ == '__main__':` guard."
+                )
+            self._pool = pool
+        return self._pool
+
+    def _kill(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+        self.restarts += 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._kill()
+
+    def run(self, jobs: list[tuple[str, str]]) -> list[Outcome]:
+        """Outcomes of ``verify_answer(*job)`` in job order; a job past its deadline gives ``(False, "timeout")``."""
+        with self._lock:
+            return _Run(self, jobs).execute()
+
+
+class _Run:
+    """One batch through a :class:`_KillablePool`: keeps ``num_workers`` items in flight, each with a deadline."""
+
+    def __init__(self, owner: _KillablePool, jobs: list[tuple[str, str]]) -> None:
+        self.owner, self.jobs = owner, jobs
+        self.pending: deque[int] = deque(range(len(jobs)))
+        self.in_flight: dict[Future[Outcome], tuple[int, float]] = {}
+        self.results: dict[int, Outcome] = {}
+        self.resubmits: dict[int, int] = {}
+
+    def execute(self) -> list[Outcome]:
+        while self.pending or self.in_flight:
+            self._fill()
+            earliest = min(deadline for _, deadline in self.in_flight.values())
+            done, _ = wait(
+                self.in_flight, timeout=max(0.0, earliest - time.monotonic()), return_when=FIRST_COMPLETED
+            )
+            for future in done:
+                self._collect(future)
+            self._expire()
+        return [self.results[i] for i in range(len(self.jobs))]
+
+    def _fill(self) -> None:
+        pool = self.owner._ensure()
+        while self.pending and len(self.in_flight) < self.owner.num_workers:
+            index = self.pending.popleft()
+            future = pool.submit(verify_answer, *self.jobs[index])
+            self.in_flight[future] = (index, time.monotonic() + self.owner.timeout_s)
+
+    def _collect(self, future: Future[Outcome]) -> None:
+        index, _ = self.in_flight.pop(future)
+        try:
+            self.results[index] = future.result()
+        except BrokenProcessPool:
+            self._requeue(index)
+        except Exception as exc:  # a math-verify bug on one input must not fail the batch
+            self.results[index] = (False, f"{type(exc).__name__}: {exc}")
+
+    def _requeue(self, index: int) -> None:
+        self.resubmits[index] = self.resubmits.get(index, 0) + 1
+        if self.resubmits[index] > _MAX_RESUBMITS:
+            self.results[index] = (False, "worker crashed")
+        else:
+            self.pending.appendleft(index)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        expired = [f for f, (_, deadline) in self.in_flight.items() if deadline <= now and not f.done()]
+        if not expired:
+            return
+        for future in expired:
+            index, _ = self.in_flight.pop(future)
+            self.results[index] = (False, "timeout")
+        for future, (index, _) in list(self.in_flight.items()):  # bystanders: keep finished, rerun the rest
+            if future.done():
+                self._collect(future)
+            else:
+                self.in_flight.pop(future)
+                self.pending.appendleft(index)
+        self.owner._kill()
+
+
+class MathReward:
+    """``score = correct_weight * correct + format_weight * format``; see the module docstring for extraction.
+
+    Holds a process pool: call :meth:`close` (or use as a context manager) when done.
+    """
+
+    def __init__(self, config: MathRewardConfig | None = None) -> None:
+        self.config = config or MathRewardConfig()
+        self._pool = _KillablePool(self.config.num_workers, self.config.start_method, self.config.timeout_s)
+
+    def score(self, requests: list[RewardRequest]) -> list[RewardResult]:
+        finals = [final_answer_text(r.response, self.config.think_end) for r in requests]
+        boxed = [last_boxed(text) for text in finals]
+        predictions = [text if box is None else "\\boxed{" + box + "}" for text, box in zip(finals, boxed)]
+        outcomes = self._pool.run([(p, r.ground_truth) for p, r in zip(predictions, requests)])
+        return [self._result(r, box, outcome) for r, box, outcome in zip(requests, boxed, outcomes)]
+
+    def _result(self, request: RewardRequest, boxed: str | None, outcome: Outcome) -> RewardResult:
+        correct, error = outcome
+        fmt = has_think_format(request.response, self.config.think_end)
+        score = self.config.correct_weight * correct + self.config.format_weight * fmt
+        info: dict[str, Any] = {"correct": correct, "format": fmt, "answer": boxed}
+        if error is not None:
+            info["error"] = error
+        return RewardResult(score=score, info=info)
+
+    @property
+    def restarts(self) -> int:
+        """How many times stuck workers were killed (a metric worth logging)."""
+        return self._pool.restarts
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> MathReward:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

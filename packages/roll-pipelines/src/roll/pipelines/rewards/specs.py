@@ -1,0 +1,70 @@
+"""The :class:`roll.core.types.RewardSpec` of each verifiable reward, for the ``roll.reward`` entry points.
+
+Light on purpose: this module imports only the config models; each ``build`` imports its reward module (math-verify,
+httpx, the sandbox) when called.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from roll.core.types import RewardSpec
+from roll.pipelines.rewards.config import (
+    ArithmeticRewardConfig,
+    CodeRewardConfig,
+    IFEvalRewardConfig,
+    JudgeRewardConfig,
+    MathRewardConfig,
+)
+
+if TYPE_CHECKING:
+    from roll.pipelines.rewards.arithmetic import ArithmeticReward
+    from roll.pipelines.rewards.code import CodeReward
+    from roll.pipelines.rewards.ifeval import IFEvalReward
+    from roll.pipelines.rewards.judge import JudgeReward
+    from roll.pipelines.rewards.math import MathReward
+
+
+def build_math(config: MathRewardConfig) -> MathReward:
+    from roll.pipelines.rewards.math import MathReward
+
+    return MathReward(config)
+
+
+def build_code(config: CodeRewardConfig) -> CodeReward:
+    from roll.pipelines.rewards.code import CodeReward
+
+    return CodeReward(config)
+
+
+def build_judge(config: JudgeRewardConfig) -> JudgeReward:
+    from roll.pipelines.rewards.judge import JudgeReward
+
+    return JudgeReward(config)
+
+
+def build_ifeval(config: IFEvalRewardConfig) -> IFEvalReward:
+    from roll.pipelines.rewards.ifeval import IFEvalReward
+
+    return IFEvalReward(config)
+
+
+def build_arithmetic(config: ArithmeticRewardConfig) -> ArithmeticReward:
+    from roll.pipelines.rewards.arithmetic import ArithmeticReward
+
+    return ArithmeticReward(config)
+
+
+MATH = RewardSpec("math", build_math, MathRewardConfig, "math-verify equivalence of the final boxed answer")
+CODE_SANDBOX = RewardSpec(
+    "code_sandbox", build_code, CodeRewardConfig, "fraction of test cases a program passes"
+)
+LLM_JUDGE = RewardSpec("llm_judge", build_judge, JudgeRewardConfig, "an OpenAI-compatible LLM judge")
+IFEVAL = RewardSpec("ifeval", build_ifeval, IFEvalRewardConfig, "fraction of IFEval instructions followed")
+ARITHMETIC = RewardSpec(
+    "arithmetic", build_arithmetic, ArithmeticRewardConfig, "exact match for built-in tasks"
+)
+
+SPECS: dict[str, RewardSpec] = {
+    spec.name: spec for spec in (MATH, CODE_SANDBOX, LLM_JUDGE, IFEVAL, ARITHMETIC)
+}

@@ -1,0 +1,113 @@
+"""Config models of the CPU/GPU strategies (hf inference, fsdp2 training) and the sampling parameters.
+
+Light module: imports pydantic only (no torch), so ``roll validate`` stays fast. Every model subclasses
+:class:`roll.core.config.base.RollModel` (strict, frozen, unknown keys rejected).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from roll.core.config.base import RollModel
+
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+"""``auto`` means bfloat16 on CUDA and float32 on CPU (CPUs have no fast bf16 matmul here)."""
+
+
+class SamplingParams(RollModel):
+    """How to sample one request's continuations.
+
+    ``temperature=0`` is greedy decoding (``top_p``/``top_k``/``seed`` are then irrelevant). Generation stops at the
+    first token in ``stop_token_ids`` (plus the model's EOS unless ``ignore_eos``), or when the decoded text of the
+    continuation contains one of ``stop_strings`` (needs a tokenizer), or after ``max_new_tokens``. ``seed`` makes a
+    call reproducible: the same prompts and params give the same samples.
+    """
+
+    n: int = Field(1, ge=1, description="samples per prompt")
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, description="0 disables top-k")
+    max_new_tokens: int = Field(32, ge=1)
+    stop_token_ids: list[int] = Field(default_factory=list)
+    stop_strings: list[str] = Field(default_factory=list)
+    ignore_eos: bool = False
+    seed: int | None = None
+
+
+class HFInferConfig(RollModel):
+    """The ``hf`` inference strategy: our KV-cached decode loop over a transformers causal LM."""
+
+    type: Literal["hf"] = "hf"
+    device: str = Field("auto", description="'auto' = cuda when available, else cpu")
+    dtype: DType = "auto"
+    max_tokens_per_micro_batch: int = Field(
+        16384, ge=1, description="padded tokens per forward in compute_logprobs"
+    )
+    generation_batch_size: int = Field(256, ge=1, description="sequences decoded together at most")
+
+
+class OptimizerConfig(RollModel):
+    """AdamW hyperparameters."""
+
+    lr: float = Field(1e-5, gt=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class SchedulerConfig(RollModel):
+    """Learning-rate multiplier: linear warmup from 0 over ``warmup_steps``, then ``kind`` until ``total_steps``.
+
+    ``linear`` and ``cosine`` decay from 1 to ``min_lr_ratio`` between the end of warmup and ``total_steps``
+    (the strategy receives ``total_steps`` at build time, because it derives from the run's ``max_steps``).
+    """
+
+    kind: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+
+
+class LoraConfig(RollModel):
+    """A peft LoRA adapter. Only adapter parameters train; exports then contain the adapter only."""
+
+    r: int = Field(8, ge=1)
+    alpha: int = Field(16, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+class FSDP2Config(RollModel):
+    """The ``fsdp2`` training strategy.
+
+    Micro-batches: give ``micro_batch_size`` (rows) or ``max_tokens_per_micro_batch`` (valid tokens, packed or
+    padded), not both; neither means one micro-batch per ``train_step``. ``packed`` runs each micro-batch
+    padding-free (one row, position ids restarting per sequence).
+    """
+
+    type: Literal["fsdp2"] = "fsdp2"
+    device: str = Field("auto", description="'auto' = cuda when available, else cpu")
+    mixed_precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto", description="'auto' = bf16 params with fp32 reductions on CUDA, fp32 on CPU"
+    )
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    max_grad_norm: float | None = Field(1.0, gt=0, description="None disables clipping")
+    micro_batch_size: int | None = Field(None, ge=1)
+    max_tokens_per_micro_batch: int | None = Field(None, ge=1)
+    packed: bool = False
+    gradient_checkpointing: bool = False
+    reshard_after_forward: bool = True
+    lora: LoraConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_micro_batch_unit(self) -> FSDP2Config:
+        if self.micro_batch_size is not None and self.max_tokens_per_micro_batch is not None:
+            raise ValueError(
+                "give micro_batch_size or max_tokens_per_micro_batch, not both "
+                f"(got {self.micro_batch_size} and {self.max_tokens_per_micro_batch})"
+            )
+        return self

@@ -1,0 +1,351 @@
+"""The ``fsdp2`` training strategy: torch FSDP2 (``fully_shard``) data parallelism, or a plain module alone.
+
+- World size > 1 (``torch.distributed`` initialized: gloo on CPU, NCCL on GPU): each decoder layer and then the
+  root are ``fully_shard``-ed over a 1-D device mesh; bf16 params with fp32 gradient reduction on CUDA
+  (``MixedPrecisionPolicy``), fp32 on CPU. World size 1: the module runs as is (no process group needed), under
+  bf16 autocast on CUDA.
+- Gradient accumulation is exact: the loss function returns a *sum* over units and the strategy divides by the
+  global unit count of the whole step (all micro-batches, all ranks), so 4 micro-batches of 2 equal one of 8 and 2
+  ranks with half the batch each equal 1 rank with all of it. FSDP averages gradients over ranks, hence the
+  ``world_size`` factor in the scale. Every rank runs the same number of forwards (FSDP's collectives pair up
+  across ranks): ranks with fewer micro-batches run zero-weighted repeats.
+- Padding-free ``packed`` forwards, activation checkpointing, peft LoRA (adapter-only training and export), full
+  state dict gathering (``get_model_state_dict``) for export and model updates, optimizer and scheduler state
+  save/load, offload/reload between phases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+
+from roll.core.errors import CheckpointError, WorkerError
+from roll.workers.config import FSDP2Config, LoraConfig, SchedulerConfig
+from roll.workers.hf_infer import resolve_device
+from roll.workers.logprobs import forward_scores, split_micro_batches
+from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
+
+
+def lr_multiplier(step: int, config: SchedulerConfig, total_steps: int) -> float:
+    """LR factor for optimizer step ``step`` (0-based): linear warmup, then constant, linear or cosine decay.
+
+    Warmup gives ``(step + 1) / warmup_steps``, so the first step already trains and step ``warmup_steps - 1``
+    reaches the full rate. Decay runs over ``progress = (step - warmup) / (total_steps - warmup)`` in [0, 1]:
+    linear ``1 - (1 - m) * progress``, cosine ``m + (1 - m) * (1 + cos(pi * progress)) / 2`` with
+    ``m = min_lr_ratio``.
+    """
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    if config.kind == "constant":
+        return 1.0
+    progress = min(1.0, (step - config.warmup_steps) / max(1, total_steps - config.warmup_steps))
+    m = config.min_lr_ratio
+    if config.kind == "linear":
+        return 1.0 - (1.0 - m) * progress
+    return m + (1.0 - m) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+class FSDP2TrainStrategy:
+    """Trains one data-parallel rank of a transformers causal LM.
+
+    ``total_steps`` (optimizer steps of the run) sizes the LR decay. Batches use the padded layout of
+    :data:`roll.workers.types.MicroBatch`.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, config: FSDP2Config | None = None, *, total_steps: int = 1
+    ) -> None:
+        self.config = config or FSDP2Config()
+        self.world_size, self.rank = _world()
+        self.device = resolve_device(self.config.device)
+        self.bf16 = self.config.mixed_precision == "bf16" or (
+            self.config.mixed_precision == "auto" and self.device.type == "cuda"
+        )
+        if self.config.lora is not None:
+            model = apply_lora(model, self.config.lora)
+        if self.config.gradient_checkpointing:
+            _enable_checkpointing(model)
+        model.to(self.device)
+        self.model = self._shard(model) if self.world_size > 1 else model
+        self.model.train()
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        opt = self.config.optimizer
+        self.optimizer = torch.optim.AdamW(
+            trainable, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
+        )
+        schedule = self.config.scheduler
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: lr_multiplier(step, schedule, total_steps)
+        )
+
+    def _shard(self, model: torch.nn.Module) -> torch.nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        mp = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if self.bf16
+            else None
+        )
+        kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.config.reshard_after_forward}
+        if mp is not None:
+            kwargs["mp_policy"] = mp
+        for layer in _decoder_layers(model):
+            fully_shard(layer, **kwargs)
+        fully_shard(model, **kwargs)
+        return model
+
+    # ---- training --------------------------------------------------------------------------------------------
+
+    def train_step(self, batch: MicroBatch, loss_fn: LossFn, *, temperature: float = 1.0) -> TrainStepResult:
+        """Split ``batch`` into micro-batches (per config), accumulate gradients, take one optimizer step."""
+        micro_batches = self.split(batch)
+        loss, units = self.forward_backward(micro_batches, loss_fn, temperature=temperature)
+        lr = self.optimizer.param_groups[0]["lr"]
+        grad_norm = self.optimizer_step()
+        return TrainStepResult(
+            loss=loss, grad_norm=grad_norm, lr=lr, num_units=units, num_micro_batches=len(micro_batches)
+        )
+
+    def split(self, batch: MicroBatch) -> list[dict[str, torch.Tensor]]:
+        """Micro-batches of ``batch`` by ``micro_batch_size`` rows or ``max_tokens_per_micro_batch`` tokens."""
+        return split_micro_batches(
+            batch,
+            micro_batch_size=self.config.micro_batch_size,
+            max_tokens=self.config.max_tokens_per_micro_batch,
+        )
+
+    def forward_backward(
+        self, micro_batches: Sequence[MicroBatch], loss_fn: LossFn, *, temperature: float = 1.0
+    ) -> tuple[float, float]:
+        """Accumulate gradients of ``sum(loss_sum) / global_units``; returns ``(global mean loss, global units)``.
+
+        Gradients are synchronized across ranks only on the last micro-batch.
+        """
+        units = self._all_reduce(sum(float(loss_fn.count_units(mb)) for mb in micro_batches))
+        if units <= 0:
+            raise WorkerError(f"forward_backward: the step has {units} loss units (empty loss masks?)")
+        scale = self.world_size / units
+        loss_total = torch.zeros((), device=self.device)
+        schedule = list(self._equalized(micro_batches))
+        for i, (mb, weight) in enumerate(schedule):
+            _set_grad_sync(self.model, i == len(schedule) - 1)
+            with self._autocast():
+                out = self._forward(mb, loss_fn.needs_entropy, temperature)
+                loss_sum = loss_fn(out, mb) * weight
+            torch.autograd.backward(loss_sum * scale)
+            loss_total += loss_sum.detach().float()
+        return self._all_reduce(float(loss_total)) / units, units
+
+    def _equalized(self, micro_batches: Sequence[MicroBatch]) -> Iterator[tuple[MicroBatch, float]]:
+        if not micro_batches:
+            raise WorkerError("forward_backward needs at least one micro-batch on every rank")
+        count = int(self._all_reduce(float(len(micro_batches)), op="max"))
+        for i in range(count):
+            yield (micro_batches[i], 1.0) if i < len(micro_batches) else (micro_batches[-1], 0.0)
+
+    def _forward(self, mb: MicroBatch, with_entropy: bool, temperature: float) -> ForwardOutput:
+        ids = mb["input_ids"].to(self.device)
+        mask = mb["attention_mask"].to(self.device)
+        logp_BT, ent_BT = forward_scores(
+            self.model,
+            ids,
+            mask,
+            temperature=temperature,
+            with_entropy=with_entropy,
+            packed=self.config.packed,
+        )
+        return ForwardOutput(logp_BT=logp_BT, entropy_BT=ent_BT)
+
+    def optimizer_step(self) -> float:
+        """Clip (when configured), step AdamW and the LR schedule, zero grads; returns the pre-clip grad norm.
+
+        A non-finite norm skips the update (the gradients are dropped) so one bad batch cannot poison weights.
+        """
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        norm_value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        if math.isfinite(norm_value):
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm_value
+
+    @torch.no_grad()
+    def compute_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> TokenScores:
+        """Forward-only scores of this rank's rows, micro-batched like training (e.g. old or reference log-probs)."""
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        logp_parts: list[torch.Tensor] = []
+        ent_parts: list[torch.Tensor] = []
+        real = self.split(batch)
+        for mb, weight in self._equalized(real):
+            with self._autocast():
+                out = self._forward(mb, with_entropy, temperature)
+            if weight > 0:
+                logp_parts.append(out.logp_BT.float())
+                if out.entropy_BT is not None:
+                    ent_parts.append(out.entropy_BT.float())
+        return TokenScores(
+            logp_BT=torch.cat(logp_parts), entropy_BT=torch.cat(ent_parts) if ent_parts else None
+        )
+
+    # ---- state -----------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Full weights on CPU with the base model's names (rank 0; other ranks get ``{}``). Collective.
+
+        With LoRA the adapters are merged (``W + B @ A * alpha / r``), which is what an inference worker serves.
+        """
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        sd = cast(dict[str, torch.Tensor], get_model_state_dict(self.model, options=options))
+        if self.config.lora is None or not sd:
+            return sd
+        return merge_lora_state_dict(sd, self.config.lora)
+
+    def export_hf(self, path: str | Path) -> None:
+        """Write a transformers ``save_pretrained`` folder (safetensors); LoRA writes the adapter only. Collective."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        sd = get_model_state_dict(self.model, options=options)
+        if self.rank == 0:
+            target: Any = self.model
+            target.save_pretrained(str(path), state_dict=sd)
+        self._barrier()
+
+    def save_optimizer(self, path: str | Path) -> None:
+        """Save the full optimizer and scheduler state to ``path`` (rank 0 writes). Collective."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        osd = get_optimizer_state_dict(self.model, self.optimizer, options=options)
+        if self.rank == 0:
+            torch.save({"optimizer": osd, "scheduler": self.scheduler.state_dict()}, str(path))
+        self._barrier()
+
+    def load_optimizer(self, path: str | Path) -> None:
+        """Restore what :meth:`save_optimizer` wrote; every rank reads the file and keeps its own shard."""
+        try:
+            saved = torch.load(str(path), map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError) as err:
+            raise CheckpointError(f"cannot read optimizer state from {path}: {err}") from err
+        options = StateDictOptions(full_state_dict=True)
+        set_optimizer_state_dict(self.model, self.optimizer, saved["optimizer"], options=options)
+        self.scheduler.load_state_dict(saved["scheduler"])
+
+    def offload(self) -> None:
+        """Move params, grads and optimizer state to CPU between phases (a no-op when training on CPU)."""
+        self._move("cpu")
+
+    def reload(self) -> None:
+        """Bring params and optimizer state back to the training device."""
+        self._move(self.device)
+
+    def _move(self, device: str | torch.device) -> None:
+        if self.device.type == "cpu":
+            return
+        self.model.to(device)
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor):
+                    state[key] = value.to(device, non_blocking=True)
+        if torch.device(device).type == "cpu":
+            torch.cuda.empty_cache()
+
+    # ---- helpers ---------------------------------------------------------------------------------------------
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        # Sharded models cast via MixedPrecisionPolicy; a lone CUDA module uses autocast for the same effect.
+        if self.bf16 and self.world_size == 1 and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _all_reduce(self, value: float, op: str = "sum") -> float:
+        if self.world_size == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=self._comm_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return float(t.item())
+
+    def _comm_device(self) -> torch.device:
+        return self.device if dist.get_backend() == "nccl" else torch.device("cpu")
+
+    def _barrier(self) -> None:
+        if self.world_size > 1:
+            dist.barrier()
+
+
+def _set_grad_sync(model: torch.nn.Module, sync: bool) -> None:
+    setter: Callable[[bool], None] | None = getattr(model, "set_requires_gradient_sync", None)
+    if setter is not None:
+        setter(sync)
+
+
+def _enable_checkpointing(model: Any) -> None:
+    # Non-reentrant checkpointing composes with FSDP2 and with inputs that do not require grad (LoRA).
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated blocks to shard one by one: modules named in ``_no_split_modules``, else ``*DecoderLayer``."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    return [
+        m for m in model.modules() if type(m).__name__ in names or type(m).__name__.endswith("DecoderLayer")
+    ]
+
+
+def apply_lora(model: torch.nn.Module, config: LoraConfig) -> torch.nn.Module:
+    """Wrap ``model`` with a peft LoRA adapter; only adapter weights keep ``requires_grad``."""
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    peft_config = PeftLoraConfig(
+        r=config.r,
+        lora_alpha=config.alpha,
+        lora_dropout=config.dropout,
+        target_modules=list(config.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, peft_config)
+
+
+def merge_lora_state_dict(sd: dict[str, torch.Tensor], config: LoraConfig) -> dict[str, torch.Tensor]:
+    """Fold peft LoRA weights into their base weights and restore the base model's parameter names."""
+    scaling = config.alpha / config.r
+    merged: dict[str, torch.Tensor] = {}
+    for name, tensor in sd.items():
+        if ".lora_" in name:
+            continue
+        base = name.removeprefix("base_model.model.")
+        if ".base_layer." in name:
+            prefix = name.split(".base_layer.")[0]
+            base = base.replace(".base_layer.", ".")
+            a_key, b_key = f"{prefix}.lora_A.default.weight", f"{prefix}.lora_B.default.weight"
+            if name.endswith("weight") and a_key in sd:
+                tensor = tensor + (sd[b_key].float() @ sd[a_key].float() * scaling).to(tensor.dtype)
+        merged[base] = tensor
+    return merged

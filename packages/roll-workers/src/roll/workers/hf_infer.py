@@ -1,0 +1,438 @@
+"""The ``hf`` inference strategy: a KV-cached decode loop of our own over a transformers causal LM.
+
+Why our own loop rather than ``model.generate``: we need the log-prob of every sampled token (RL ratios), n samples
+per prompt from one prefill, rows that stop costing compute once they finish, and per-call seeds; and the generic
+``generate`` pays per-step overheads (logits processors, stopping criteria, mask rebuilding) that dominate on
+small models. The loop:
+
+1. left-pad the prompts; position ids count valid tokens, so padding never shifts a sequence's positions;
+2. prefill the prompts once, keep only the last position's logits, then repeat the cache rows ``n`` times;
+3. each step samples one token per live row, records its log-prob, then drops finished rows from the batch and
+   the cache (``DynamicCache.batch_select_indices``) and feeds only the new token.
+
+Log-probs are those of the sampled token under ``log_softmax(logits / temperature)``, before top-k/top-p
+truncation (temperature 1 when greedy). That is the distribution a trainer can recompute exactly
+(``compute_logprobs(..., temperature=T)``); the truncated distribution would give ``-inf`` ratios for tokens
+outside the nucleus. vLLM calls this choice ``logprobs_mode="processed_logits"`` minus the truncation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from roll.core.errors import DataError, WorkerError
+from roll.workers.config import HFInferConfig, SamplingParams
+from roll.workers.logprobs import forward_scores, left_pad, split_micro_batches, trim_padding
+from roll.workers.types import FinishReason, GeneratedSample, TokenScores
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` picks CUDA when available, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """``auto`` is bfloat16 on CUDA and float32 elsewhere."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[name]
+
+
+@dataclass
+class _Decode:
+    """Mutable state of one decode batch. Rows are live sequences; ``slot_B`` maps them to output slots."""
+
+    slot_B: torch.Tensor  # [B] output slot of each live row
+    mask_BK: torch.Tensor  # [B, K] attention mask over cached positions
+    pos_B: torch.Tensor  # [B] position id of the next token
+    cache: Any  # transformers DynamicCache
+    logits_BV: torch.Tensor  # [B, V] logits predicting the next token
+
+
+class HFInferStrategy:
+    """Generation and scoring with a transformers causal LM on one device.
+
+    ``model`` is any ``*ForCausalLM`` whose forward accepts ``cache``/``use_cache``/``position_ids``;
+    ``tokenizer`` (optional) enables ``text`` and stop strings. ``eos_token_ids`` default to the model's
+    generation config.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: HFInferConfig | None = None,
+        *,
+        tokenizer: Any = None,
+        eos_token_ids: Sequence[int] | None = None,
+    ) -> None:
+        self.config = config or HFInferConfig()
+        self.device = resolve_device(self.config.device)
+        self.dtype = resolve_dtype(self.config.dtype, self.device)
+        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.tokenizer = tokenizer
+        self.eos_token_ids = list(eos_token_ids) if eos_token_ids is not None else _model_eos_ids(model)
+        self.pad_token_id = _pad_id(model, tokenizer, self.eos_token_ids)
+        self._policy_version = 0
+        self._max_new = 0
+
+    @property
+    def policy_version(self) -> int:
+        """The version of the weights currently loaded (0 = as built)."""
+        return self._policy_version
+
+    # ---- generation -------------------------------------------------------------------------------------------
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[GeneratedSample]:
+        """Sample ``params.n`` continuations of each prompt; results are ordered by (prompt, sample)."""
+        if params.stop_strings and self.tokenizer is None:
+            raise DataError("stop_strings need a tokenizer; build the strategy with tokenizer=...")
+        generator = self._generator(params.seed)
+        per_chunk = max(1, self.config.generation_batch_size // params.n)
+        samples: list[GeneratedSample] = []
+        for start in range(0, len(prompts), per_chunk):
+            chunk = [list(p) for p in prompts[start : start + per_chunk]]
+            samples += self._generate_chunk(chunk, params, generator, start)
+        return samples
+
+    def _generator(self, seed: int | None) -> torch.Generator:
+        # Without a seed, draw one from the global RNG, so torch.manual_seed still makes a run reproducible.
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    @torch.inference_mode()
+    def _generate_chunk(
+        self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator, offset: int
+    ) -> list[GeneratedSample]:
+        self._max_new = params.max_new_tokens
+        state = self._prefill(prompts, params.n)
+        B, max_new = state.slot_B.shape[0], params.max_new_tokens
+        tokens_BN = torch.full((B, max_new), self.pad_token_id, dtype=torch.long, device=self.device)
+        logp_BN = torch.zeros((B, max_new), dtype=torch.float32, device=self.device)
+        lengths = [max_new] * B
+        reasons: list[FinishReason] = ["length"] * B
+        stop_ids = torch.tensor(self._stop_ids(params), dtype=torch.long, device=self.device)
+        for step in range(max_new):
+            tok_B, tok_logp_B = sample_tokens(state.logits_BV, params, generator)
+            tokens_BN[state.slot_B, step] = tok_B
+            logp_BN[state.slot_B, step] = tok_logp_B
+            done_B = torch.isin(tok_B, stop_ids)
+            if params.stop_strings:
+                done_B |= self._hits_stop_string(tokens_BN, state.slot_B, step, params.stop_strings)
+            for slot in state.slot_B[done_B].tolist():
+                lengths[slot], reasons[slot] = step + 1, "stop"
+            if step == max_new - 1 or bool(done_B.all()):
+                break
+            self._decode_step(state, tok_B, ~done_B)
+        return self._collect(tokens_BN, logp_BN, lengths, reasons, params, offset)
+
+    def _prefill(self, prompts: list[list[int]], n: int) -> _Decode:
+        ids_PT, mask_PT = left_pad(prompts, self.pad_token_id, self.device)
+        pos_PT = (mask_PT.cumsum(-1) - 1).clamp(min=0)
+        cache = _make_cache(getattr(self.model, "config", None), capacity=ids_PT.shape[1] + self._max_new)
+        out = self.model(
+            input_ids=ids_PT,
+            attention_mask=mask_PT,
+            position_ids=pos_PT,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        logits_PV = out.logits[:, -1].float()
+        if n > 1:
+            # One prefill serves all n samples: repeat rows after the forward, not before.
+            cache.batch_repeat_interleave(n)
+            logits_PV, mask_PT, pos_PT = (t.repeat_interleave(n, dim=0) for t in (logits_PV, mask_PT, pos_PT))
+        slot_B = torch.arange(mask_PT.shape[0], device=self.device)
+        return _Decode(
+            slot_B=slot_B, mask_BK=mask_PT, pos_B=pos_PT[:, -1] + 1, cache=cache, logits_BV=logits_PV
+        )
+
+    def _decode_step(self, state: _Decode, tok_B: torch.Tensor, keep_B: torch.Tensor) -> None:
+        if not bool(keep_B.all()):
+            idx_B = keep_B.nonzero().squeeze(-1)
+            state.cache.batch_select_indices(idx_B)
+            state.slot_B, state.mask_BK, state.pos_B, tok_B = (
+                t[idx_B] for t in (state.slot_B, state.mask_BK, state.pos_B, tok_B)
+            )
+        ones_B1 = torch.ones_like(state.mask_BK[:, :1])
+        state.mask_BK = torch.cat([state.mask_BK, ones_B1], dim=1)
+        out = self.model(
+            input_ids=tok_B[:, None],
+            attention_mask=state.mask_BK,
+            position_ids=state.pos_B[:, None],
+            cache=state.cache,
+            use_cache=True,
+        )
+        state.logits_BV = out.logits[:, -1].float()
+        state.pos_B = state.pos_B + 1
+
+    def _stop_ids(self, params: SamplingParams) -> list[int]:
+        ids = list(params.stop_token_ids)
+        if not params.ignore_eos:
+            ids += self.eos_token_ids
+        return ids
+
+    def _hits_stop_string(
+        self, tokens_BN: torch.Tensor, slot_B: torch.Tensor, step: int, stops: list[str]
+    ) -> torch.Tensor:
+        # A stop string of L characters ends within the last L + 2 tokens (tokens decode to >= 1 character, and
+        # the margin covers byte tokens that only complete a character together); decoding that tail is O(1).
+        window = max(len(s) for s in stops) + 2
+        tails = tokens_BN[slot_B, max(0, step + 1 - window) : step + 1].tolist()
+        texts = self.tokenizer.batch_decode(tails, skip_special_tokens=True)
+        hits = [any(s in text for s in stops) for text in texts]
+        return torch.tensor(hits, dtype=torch.bool, device=self.device)
+
+    def _collect(
+        self,
+        tokens_BN: torch.Tensor,
+        logp_BN: torch.Tensor,
+        lengths: list[int],
+        reasons: list[FinishReason],
+        params: SamplingParams,
+        offset: int,
+    ) -> list[GeneratedSample]:
+        token_rows, logp_rows = tokens_BN.tolist(), logp_BN.tolist()
+        samples = []
+        for slot, (toks, logps) in enumerate(zip(token_rows, logp_rows)):
+            ids = toks[: lengths[slot]]
+            samples.append(
+                GeneratedSample(
+                    prompt_index=offset + slot // params.n,
+                    sample_index=slot % params.n,
+                    token_ids=ids,
+                    logprobs=logps[: lengths[slot]],
+                    finish_reason=reasons[slot],
+                    text=self._text(ids, params.stop_strings),
+                    policy_version=self._policy_version,
+                )
+            )
+        return samples
+
+    def _text(self, ids: list[int], stops: list[str]) -> str | None:
+        if self.tokenizer is None:
+            return None
+        text: str = self.tokenizer.decode(ids, skip_special_tokens=True)
+        cuts = [text.find(s) for s in stops if s in text]
+        return text[: min(cuts)] if cuts else text
+
+    # ---- scoring ---------------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def compute_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        response_mask: torch.Tensor | None = None,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> TokenScores:
+        """Forward-only ``logp_BT`` (and ``entropy_BT``) of given sequences, ``[B, T]`` each.
+
+        Micro-batched by ``max_tokens_per_micro_batch`` padded tokens, padding columns trimmed per micro-batch.
+        Pass the generation temperature to reproduce generation log-probs (1.0 for greedy). With
+        ``response_mask`` the scores are zeroed outside it.
+        """
+        if temperature <= 0:
+            raise DataError(
+                f"temperature must be > 0 for scoring (greedy log-probs use 1.0); got {temperature}"
+            )
+        batch = {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
+        rows = max(1, self.config.max_tokens_per_micro_batch // max(1, input_ids.shape[1]))
+        logp_parts, ent_parts = [], []
+        for mb in split_micro_batches(batch, micro_batch_size=rows):
+            logp_bt, ent_bt = self._score_micro_batch(mb, temperature, with_entropy)
+            logp_parts.append(logp_bt)
+            ent_parts.append(ent_bt)
+        logp_BT = torch.cat(logp_parts)
+        ent_BT = torch.cat([e for e in ent_parts if e is not None]) if with_entropy else None
+        if response_mask is not None:
+            keep_BT = response_mask.to(self.device).bool()
+            logp_BT = logp_BT * keep_BT
+            ent_BT = ent_BT * keep_BT if ent_BT is not None else None
+        return TokenScores(logp_BT=logp_BT, entropy_BT=ent_BT)
+
+    def _score_micro_batch(
+        self, mb: Mapping[str, torch.Tensor], temperature: float, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        T = mb["input_ids"].shape[1]
+        cols_T = mb["attention_mask"].bool().any(0).nonzero()
+        trimmed = trim_padding(mb)
+        logp_bt, ent_bt = forward_scores(
+            self.model,
+            trimmed["input_ids"],
+            trimmed["attention_mask"],
+            temperature=temperature,
+            with_entropy=with_entropy,
+        )
+        if cols_T.numel() == 0:
+            return torch.zeros(mb["input_ids"].shape, device=self.device), None
+        lo = int(cols_T[0])
+        pad = (lo, T - lo - logp_bt.shape[1])
+        return _pad_cols(logp_bt, pad), (_pad_cols(ent_bt, pad) if ent_bt is not None else None)
+
+    # ---- weights and placement -------------------------------------------------------------------------------
+
+    def load_weights(self, named_tensors: Mapping[str, torch.Tensor], policy_version: int) -> None:
+        """Copy named tensors into the model in place (a subset is fine, e.g. one bucket) and set the version.
+
+        Unknown names raise :class:`WorkerError` naming them, so a trainer/inference name mismatch fails loudly.
+        """
+        params: dict[str, torch.Tensor] = dict(self.model.named_parameters())
+        params.update(dict(self.model.named_buffers()))
+        unknown = sorted(set(named_tensors) - set(params))
+        if unknown:
+            raise WorkerError(f"load_weights: {len(unknown)} unknown tensor names, e.g. {unknown[:5]}")
+        with torch.no_grad():
+            for name, tensor in named_tensors.items():
+                params[name].copy_(tensor.to(device=self.device, dtype=params[name].dtype))
+        self._policy_version = policy_version
+
+    def offload(self) -> None:
+        """Move weights to CPU to free the accelerator (a no-op on CPU)."""
+        if self.device.type != "cpu":
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+
+    def reload(self) -> None:
+        """Move weights back to the strategy's device."""
+        if self.device.type != "cpu":
+            self.model.to(self.device)
+
+
+def _make_cache(model_config: Any, capacity: int) -> DynamicCache:
+    """A ``DynamicCache`` whose full-attention layers write into preallocated buffers.
+
+    ``DynamicLayer`` concatenates every step, copying the whole cache (quadratic in length); ours writes the new
+    position in place and hands attention a view of the filled prefix. Caches with other layer kinds (sliding
+    window, linear attention) keep transformers' layers.
+    """
+    cache = DynamicCache(config=model_config)
+    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
+        cache.layers = [PreallocatedLayer(capacity) for _ in cache.layers]
+    return cache
+
+
+class PreallocatedLayer(DynamicLayer):  # type: ignore[no-untyped-call,misc,unused-ignore]
+    """A full-attention KV layer of fixed capacity ``[B, H, capacity, D]``, filled left to right."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()  # type: ignore[no-untyped-call,unused-ignore]
+        self.capacity, self.length = capacity, 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device, self.is_initialized = key_states.device, True
+        shape_k, shape_v = list(key_states.shape), list(value_states.shape)
+        shape_k[-2] = shape_v[-2] = self.capacity
+        self._k, self._v = key_states.new_empty(shape_k), value_states.new_empty(shape_v)
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise WorkerError(f"KV cache capacity {self.capacity} exceeded (need {end})")
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.length = end
+        return self._refresh()
+
+    def _refresh(self) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+        self.keys, self.values = keys, values
+        return keys, values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized:
+            self._k, self._v = self._k.repeat_interleave(repeats, 0), self._v.repeat_interleave(repeats, 0)
+            self._refresh()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self._refresh()
+
+
+def sample_tokens(
+    logits_BV: torch.Tensor, params: SamplingParams, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row and its log-prob under ``log_softmax(logits / T)`` (``T = 1`` when greedy).
+
+    Sampling draws from the temperature-scaled distribution restricted to top-k and then top-p.
+    """
+    if params.temperature == 0:
+        tok_B = logits_BV.argmax(-1)
+        logp_BV = logits_BV.log_softmax(-1)
+        return tok_B, logp_BV.gather(-1, tok_B[:, None]).squeeze(-1)
+    scaled_BV = logits_BV / params.temperature
+    logp_BV = scaled_BV.log_softmax(-1)
+    filtered_BV = _top_k_top_p(scaled_BV, params.top_k, params.top_p)
+    tok_B = _inverse_cdf_sample(filtered_BV.softmax(-1), generator)
+    return tok_B, logp_BV.gather(-1, tok_B[:, None]).squeeze(-1)
+
+
+def _inverse_cdf_sample(probs_BV: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One draw per row by inverting the CDF: B uniforms instead of ``torch.multinomial``'s per-call setup.
+
+    ``searchsorted(..., right=True)`` returns the first index whose CDF exceeds ``u``, so zero-probability
+    (filtered) tokens are never drawn; ``u`` stays strictly below the total mass.
+    """
+    cdf_BV = probs_BV.cumsum(-1)
+    total_B1 = cdf_BV[:, -1:]
+    u_B1 = torch.rand(total_B1.shape, generator=generator, device=probs_BV.device) * total_B1
+    u_B1 = torch.minimum(u_B1, torch.nextafter(total_B1, torch.zeros_like(total_B1)))
+    return torch.searchsorted(cdf_BV, u_B1, right=True).squeeze(-1).clamp_(max=probs_BV.shape[-1] - 1)
+
+
+def _top_k_top_p(scaled_BV: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set logits outside the top-k, then outside the smallest set with mass >= top_p, to -inf."""
+    neg_inf = torch.finfo(scaled_BV.dtype).min
+    if 0 < top_k < scaled_BV.shape[-1]:
+        kth_B1 = scaled_BV.topk(top_k, dim=-1).values[:, -1:]
+        scaled_BV = scaled_BV.masked_fill(scaled_BV < kth_B1, neg_inf)
+    if top_p < 1.0:
+        sorted_BV, order_BV = scaled_BV.sort(-1, descending=True)
+        cum_BV = sorted_BV.softmax(-1).cumsum(-1)
+        # Drop a token when the mass before it already reaches top_p; the top token always stays.
+        drop_BV = (cum_BV - sorted_BV.softmax(-1)) >= top_p
+        scaled_BV = scaled_BV.masked_fill(torch.zeros_like(drop_BV).scatter(-1, order_BV, drop_BV), neg_inf)
+    return scaled_BV
+
+
+def _pad_cols(x_BT: torch.Tensor, pad: tuple[int, int]) -> torch.Tensor:
+    return torch.nn.functional.pad(x_BT, pad) if pad != (0, 0) else x_BT
+
+
+def _model_eos_ids(model: torch.nn.Module) -> list[int]:
+    gen_cfg = getattr(model, "generation_config", None)
+    eos = getattr(gen_cfg, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(getattr(model, "config", None), "eos_token_id", None)
+    if eos is None:
+        return []
+    return [int(e) for e in eos] if isinstance(eos, list | tuple) else [int(eos)]
+
+
+def _pad_id(model: torch.nn.Module, tokenizer: Any, eos_ids: list[int]) -> int:
+    for source in (tokenizer, getattr(model, "generation_config", None), getattr(model, "config", None)):
+        pad = getattr(source, "pad_token_id", None)
+        if pad is not None:
+            return int(pad)
+    return eos_ids[0] if eos_ids else 0

@@ -1,0 +1,48 @@
+"""Config of the ``megatron`` training strategy. Light module: pydantic only, no torch or Megatron."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from roll.core.config.base import RollModel
+from roll.workers.config import OptimizerConfig, SchedulerConfig
+
+
+class MegatronConfig(RollModel):
+    """Megatron-Core tensor/pipeline-parallel training of a Qwen2/Llama-family decoder.
+
+    The world (``torch.distributed``) must hold ``tensor_parallel_size * pipeline_parallel_size * dp`` ranks; the
+    data-parallel size is what remains. Every rank of one pipeline (its TP and PP peers) receives the same batch.
+
+    - ``layer_spec``: ``local`` uses Megatron-Core's own modules (no Transformer Engine needed);
+      ``transformer_engine`` uses TE's fused kernels (install TE yourself; it is not part of the extra).
+    - ``precision``: ``bf16`` keeps bf16 weights with fp32 main weights and gradients in the optimizer; ``fp32``
+      trains in full precision (slow, for equivalence tests).
+    - ``micro_batch_size`` rows per micro-batch (``None``: one micro-batch per step). With pipeline parallelism
+      every micro-batch is padded to the same ``[rows, tokens]`` shape, because stages exchange fixed-shape tensors.
+    - ``max_grad_norm``: Megatron's ``clip_grad``; ``None`` disables clipping.
+    """
+
+    type: Literal["megatron"] = "megatron"
+    tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)
+    layer_spec: Literal["local", "transformer_engine"] = "local"
+    precision: Literal["bf16", "fp32"] = "bf16"
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    micro_batch_size: int | None = Field(None, ge=1)
+    use_distributed_optimizer: bool = True
+    vocab_multiple: int = Field(128, ge=1, description="Megatron's make_vocab_size_divisible_by")
+    seed: int = 1234
+
+    @model_validator(mode="after")
+    def _pipeline_needs_micro_batches(self) -> MegatronConfig:
+        if self.pipeline_parallel_size > 1 and self.micro_batch_size is None:
+            raise ValueError(
+                "pipeline_parallel_size > 1 needs micro_batch_size (a pipeline overlaps stages across "
+                "micro-batches; one micro-batch per step would leave all but one stage idle)"
+            )
+        return self

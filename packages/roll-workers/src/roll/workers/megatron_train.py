@@ -1,0 +1,646 @@
+"""The ``megatron`` training strategy: Megatron-Core ``GPTModel`` with tensor and pipeline parallelism.
+
+Importing this module needs neither Megatron nor CUDA; constructing :class:`MegatronTrainStrategy` needs both
+(``pip install 'roll-workers[megatron]'``), and raises :class:`~roll.core.errors.PluginError` saying so otherwise.
+
+How a step runs:
+
+1. **Build** (once): ``torch.distributed`` (NCCL) and ``parallel_state.initialize_model_parallel(tp, pp)``; a
+   ``TransformerConfig`` read from the HF config (RMSNorm, SwiGLU as ``gated_linear_unit``, grouped-query
+   attention as ``num_query_groups``, Qwen2's qkv bias, RoPE base, tied embeddings); this stage's ``GPTModel``
+   with the local or TE layer spec; the HF weights converted by :mod:`roll.workers.megatron_convert`; then
+   Megatron's ``DistributedDataParallel`` and ``get_megatron_optimizer`` (distributed optimizer by default).
+2. **forward_backward**: ``get_forward_backward_func()`` picks the schedule (no pipelining, or 1F1B across
+   stages). Rows are re-aligned so each sequence starts at column 0, which makes Megatron's built-in causal mask
+   exact for left- and right-padded batches (padding then only ever follows a row's tokens). Log-probs are taken
+   from the vocabulary-parallel logits without gathering them: max, sum-exp and the target logit are all-reduced
+   over the TP group (padded vocabulary columns are masked out, so the distribution equals the HF model's).
+3. **Exact accumulation**: the loss function returns sums; we divide by the global unit count (all micro-batches,
+   all DP ranks) ourselves, run Megatron with ``calculate_per_token_loss`` (so DDP sums rather than averages over
+   DP) and hand ``finalize_model_grads`` no token count (so it does not rescale).
+4. **optimizer_step**: LR from our schedule (:func:`roll.workers.fsdp2.lr_multiplier`), Megatron's clip and step.
+
+Simplifications: no sequence or context parallelism, no virtual pipeline stages, no packed sequences; rows must
+hold one contiguous span of valid tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from roll.core.errors import CheckpointError, ConfigError, PluginError, WorkerError
+from roll.workers.fsdp2 import lr_multiplier
+from roll.workers.logprobs import split_micro_batches
+from roll.workers.megatron_config import MegatronConfig
+from roll.workers.megatron_convert import GPTLayout, hf_to_megatron, megatron_to_hf
+from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
+
+INSTALL_HINT = "pip install 'roll-workers[megatron]'  (or: uv sync --extra megatron)"
+
+
+def require_megatron() -> Any:
+    """Import ``megatron.core`` or raise :class:`PluginError` naming the extra to install."""
+    try:
+        import megatron.core as mcore
+    except ImportError as err:
+        raise PluginError(
+            f"the 'megatron' strategy needs Megatron-Core, which is not installed ({err}); {INSTALL_HINT}"
+        ) from err
+    if not torch.cuda.is_available():
+        raise PluginError("the 'megatron' strategy needs CUDA (Megatron-Core's forward runs on GPUs only)")
+    return mcore
+
+
+# ---- process groups and model --------------------------------------------------------------------------------
+
+
+def init_parallel(config: MegatronConfig) -> None:
+    """Join (or, alone, create) the NCCL world and set up Megatron's TP/PP/DP groups once per process."""
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        if "MASTER_ADDR" in os.environ:
+            dist.init_process_group("nccl")
+        else:
+            dist.init_process_group(
+                "nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+            )
+    tp, pp = config.tensor_parallel_size, config.pipeline_parallel_size
+    if dist.get_world_size() % (tp * pp):
+        raise ConfigError(f"world size {dist.get_world_size()} is not divisible by tp*pp = {tp}*{pp}")
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp
+        )
+    model_parallel_cuda_manual_seed(config.seed)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rope_base(hf_config: Any) -> float:
+    """RoPE base of an HF config; only plain RoPE is supported (no llama3/yarn scaling)."""
+    params = getattr(hf_config, "rope_parameters", None) or {}
+    scaling = getattr(hf_config, "rope_scaling", None) or {}
+    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind != "default":
+        raise ConfigError(f"the megatron strategy supports plain RoPE only; this model uses {kind!r} scaling")
+    theta = getattr(hf_config, "rope_theta", None) or params.get("rope_theta") or 10000.0
+    return float(theta)
+
+
+def transformer_config(hf_config: Any, layout: GPTLayout, config: MegatronConfig) -> Any:
+    """Megatron ``TransformerConfig`` equivalent to an HF Qwen2/Llama config. Fusions that need Apex/TE are off."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
+    return TransformerConfig(
+        num_layers=layout.num_layers,
+        hidden_size=layout.hidden_size,
+        num_attention_heads=layout.num_heads,
+        num_query_groups=layout.num_kv_heads,
+        kv_channels=layout.head_dim,
+        ffn_hidden_size=layout.ffn_hidden_size,
+        normalization="RMSNorm",
+        layernorm_epsilon=float(getattr(hf_config, "rms_norm_eps", 1e-6)),
+        gated_linear_unit=True,
+        activation_func=torch.nn.functional.silu,
+        add_bias_linear=False,
+        add_qkv_bias=layout.qkv_bias,
+        qk_layernorm=layout.qk_layernorm,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        tensor_model_parallel_size=config.tensor_parallel_size,
+        pipeline_model_parallel_size=config.pipeline_parallel_size,
+        bf16=config.precision == "bf16",
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        calculate_per_token_loss=True,
+        gradient_accumulation_fusion=False,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
+        apply_rope_fusion=False,
+        attention_softmax_in_fp32=True,
+    )
+
+
+def build_gpt_model(hf_config: Any, layout: GPTLayout, config: MegatronConfig, tconfig: Any) -> Any:
+    """This pipeline stage's ``GPTModel`` on the current CUDA device (random init; weights are loaded next)."""
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import (
+        get_gpt_layer_local_spec,
+        get_gpt_layer_with_transformer_engine_spec,
+    )
+
+    if config.layer_spec == "local":
+        spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=layout.qk_layernorm)
+    else:
+        spec = get_gpt_layer_with_transformer_engine_spec(qk_layernorm=layout.qk_layernorm)
+    return GPTModel(
+        config=tconfig,
+        transformer_layer_spec=spec,
+        vocab_size=layout.padded_vocab_size,
+        max_sequence_length=int(getattr(hf_config, "max_position_embeddings", 4096)),
+        pre_process=parallel_state.is_pipeline_first_stage(),
+        post_process=parallel_state.is_pipeline_last_stage(),
+        parallel_output=True,
+        share_embeddings_and_output_weights=layout.tied_embeddings,
+        position_embedding_type="rope",
+        rotary_percent=1.0,
+        rotary_base=int(rope_base(hf_config)),
+    )
+
+
+def load_stage_weights(module: torch.nn.Module, hf_state: dict[str, torch.Tensor], layout: GPTLayout) -> None:
+    """Copy this rank's shard of the HF weights into ``module``; any parameter left unset raises."""
+    from megatron.core import parallel_state
+
+    shards = hf_to_megatron(
+        hf_state,
+        layout,
+        tp_size=parallel_state.get_tensor_model_parallel_world_size(),
+        pp_size=parallel_state.get_pipeline_model_parallel_world_size(),
+        pp_rank=parallel_state.get_pipeline_model_parallel_rank(),
+    )
+    mine = shards[parallel_state.get_tensor_model_parallel_rank()]
+    result = module.load_state_dict(mine, strict=False)
+    missing = [k for k in result.missing_keys if not k.endswith("_extra_state")]
+    if missing or result.unexpected_keys:
+        raise WorkerError(
+            f"HF -> Megatron weights do not match the model: missing {missing[:5]}, "
+            f"unexpected {list(result.unexpected_keys)[:5]}"
+        )
+
+
+# ---- scores from vocabulary-parallel logits ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Aligned:
+    """A micro-batch with each row's valid span moved to column 0 (``start_B`` remembers the shift)."""
+
+    ids_BT: torch.Tensor
+    start_B: torch.Tensor
+    mask_BT: torch.Tensor
+
+
+def align_left(ids_BT: torch.Tensor, mask_BT: torch.Tensor) -> _Aligned:
+    """Shift each row so its first valid token sits at column 0 (valid tokens must be contiguous)."""
+    T = ids_BT.shape[1]
+    valid_BT = mask_BT.bool()
+    start_B = torch.where(
+        valid_BT.any(1), valid_BT.int().argmax(1), torch.zeros_like(valid_BT[:, 0], dtype=torch.long)
+    )
+    cols_BT = torch.arange(T, device=ids_BT.device)[None] + start_B[:, None]
+    return _Aligned(ids_BT=ids_BT.gather(1, cols_BT.clamp(max=T - 1)), start_B=start_B, mask_BT=valid_BT)
+
+
+def restore_layout(x_BT: torch.Tensor, aligned: _Aligned) -> torch.Tensor:
+    """Inverse of :func:`align_left` for per-token values; zero outside the original valid positions."""
+    T = x_BT.shape[1]
+    cols_BT = (torch.arange(T, device=x_BT.device)[None] - aligned.start_B[:, None]).clamp(min=0)
+    return x_BT.gather(1, cols_BT) * aligned.mask_BT
+
+
+def vocab_parallel_scores(
+    logits_BTv: torch.Tensor, aligned: _Aligned, vocab_size: int, *, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``logp_BT`` (and ``entropy_BT``) in the original layout from this TP rank's slice of the logits.
+
+    Position ``t`` scores token ``t`` with the logits at ``t - 1`` (the repo-wide convention); the first token and
+    padding get 0. The sums over the vocabulary are all-reduced with Megatron's autograd-aware
+    ``reduce_from_tensor_model_parallel_region``; the max is a constant for autograd.
+    """
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import reduce_from_tensor_model_parallel_region as tp_sum
+
+    v_local = logits_BTv.shape[-1]
+    start = parallel_state.get_tensor_model_parallel_rank() * v_local
+    x = logits_BTv.float() / temperature
+    real_v = torch.arange(start, start + v_local, device=x.device) < vocab_size
+    x = x.masked_fill(~real_v, float("-inf"))
+    m = x.detach().max(-1, keepdim=True).values
+    dist.all_reduce(m, op=dist.ReduceOp.MAX, group=parallel_state.get_tensor_model_parallel_group())
+    z = x - m
+    sum_exp = tp_sum(z.exp().sum(-1))
+    labels_BT = torch.roll(aligned.ids_BT, shifts=-1, dims=1) - start
+    here = (labels_BT >= 0) & (labels_BT < v_local)
+    gathered = z.gather(-1, labels_BT.clamp(0, v_local - 1)[..., None]).squeeze(-1)
+    picked = torch.where(here, gathered, torch.zeros_like(gathered))  # where, not *: gathered may be -inf
+    logp_next = tp_sum(picked) - sum_exp.log()
+    ent_next = None
+    if with_entropy:
+        p_z = torch.where(real_v, z.exp() * z, torch.zeros_like(z)).sum(-1)
+        ent_next = sum_exp.log() - tp_sum(p_z) / sum_exp
+    return _to_token_positions(logp_next, aligned), (
+        _to_token_positions(ent_next, aligned) if ent_next is not None else None
+    )
+
+
+def _to_token_positions(next_BT: torch.Tensor, aligned: _Aligned) -> torch.Tensor:
+    """Scores of the *next* token at ``t`` -> scores of token ``t`` at ``t``, back in the original layout."""
+    # Aligned column 0 is each row's first token: nothing predicts it, so it gets the padded 0.
+    shifted_BT = torch.nn.functional.pad(next_BT[:, :-1], (1, 0))
+    return restore_layout(shifted_BT, aligned)
+
+
+# ---- the strategy --------------------------------------------------------------------------------------------
+
+
+class MegatronTrainStrategy:
+    """Trains one rank of a TP x PP x DP Megatron-Core model built from a transformers causal LM.
+
+    ``model`` is the HF model whose config and weights seed training (CPU is fine; it is kept on global rank 0
+    only, as the template of :meth:`export_hf`). ``total_steps`` sizes the LR decay. Batches follow
+    :data:`roll.workers.types.MicroBatch`; every rank of one pipeline must receive the same batch.
+    """
+
+    def __init__(self, model: Any, config: MegatronConfig | None = None, *, total_steps: int = 1) -> None:
+        require_megatron()
+        self.config = config or MegatronConfig()
+        self.total_steps = total_steps
+        self.hf_config = model.config
+        init_parallel(self.config)
+        self.layout = GPTLayout.from_hf_config(
+            self.hf_config,
+            tp_size=self.config.tensor_parallel_size,
+            vocab_multiple=self.config.vocab_multiple,
+            fused_norms=self.config.layer_spec == "transformer_engine",
+        )
+        self.layout.check_parallel(self.config.tensor_parallel_size, self.config.pipeline_parallel_size)
+        self.tconfig = transformer_config(self.hf_config, self.layout, self.config)
+        module = build_gpt_model(self.hf_config, self.layout, self.config, self.tconfig)
+        load_stage_weights(module, {k: v.detach() for k, v in model.state_dict().items()}, self.layout)
+        self.model, self.optimizer = self._wrap(module)
+        self._hf_template = model if dist.get_rank() == 0 else None
+        self._step = 0
+        self._offloaded: list[torch.Tensor] = []
+
+    def _wrap(self, module: torch.nn.Module) -> tuple[Any, Any]:
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+            finalize_model_grads,
+        )
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, use_distributed_optimizer=self.config.use_distributed_optimizer
+        )
+        ddp = DistributedDataParallel(config=self.tconfig, ddp_config=ddp_config, module=module)
+        opt = self.config.optimizer
+        optimizer = get_megatron_optimizer(
+            OptimizerConfig(
+                optimizer="adam",
+                lr=opt.lr,
+                weight_decay=opt.weight_decay,
+                adam_beta1=opt.betas[0],
+                adam_beta2=opt.betas[1],
+                adam_eps=opt.eps,
+                bf16=self.config.precision == "bf16",
+                params_dtype=self.tconfig.params_dtype,
+                use_distributed_optimizer=self.config.use_distributed_optimizer,
+                clip_grad=self.config.max_grad_norm or 0.0,
+            ),
+            [ddp],
+        )
+
+        def finalize(chunks: list[Any], _num_tokens: Any = None, **kwargs: Any) -> None:
+            # We divide by the global unit count ourselves: sync the grads, never rescale them.
+            finalize_model_grads(chunks, None, **kwargs)
+
+        self.tconfig.finalize_model_grads_func = finalize
+        self.tconfig.no_sync_func = ddp.no_sync
+        return ddp, optimizer
+
+    # ---- training ------------------------------------------------------------------------------------------
+
+    def train_step(self, batch: MicroBatch, loss_fn: LossFn, *, temperature: float = 1.0) -> TrainStepResult:
+        """Split ``batch`` into micro-batches, accumulate gradients through the schedule, take one step."""
+        micro_batches = split_micro_batches(batch, micro_batch_size=self.config.micro_batch_size)
+        loss, units = self.forward_backward(micro_batches, loss_fn, temperature=temperature)
+        lr = self._current_lr()
+        grad_norm = self.optimizer_step()
+        return TrainStepResult(
+            loss=loss, grad_norm=grad_norm, lr=lr, num_units=units, num_micro_batches=len(micro_batches)
+        )
+
+    def forward_backward(
+        self, micro_batches: Sequence[MicroBatch], loss_fn: LossFn, *, temperature: float = 1.0
+    ) -> tuple[float, float]:
+        """Accumulate gradients of ``sum(loss_sum) / global_units``; returns ``(global mean loss, global units)``."""
+        from megatron.core import parallel_state
+
+        if not micro_batches:
+            raise WorkerError("forward_backward needs at least one micro-batch on every rank")
+        units = self._dp_sum(sum(float(loss_fn.count_units(mb)) for mb in micro_batches))
+        if units <= 0:
+            raise WorkerError(f"forward_backward: the step has {units} loss units (empty loss masks?)")
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        step = partial(self._loss_of, loss_fn=loss_fn, scale=1.0 / units, temperature=temperature)
+        stored = self._run_schedule(micro_batches, step, forward_only=False)
+        loss_sum = torch.zeros((), device="cuda")
+        if parallel_state.is_pipeline_last_stage():
+            loss_sum = torch.stack([d["loss_sum"] for d in stored]).sum()
+        loss_sum = self._from_last_stage(loss_sum)
+        return self._dp_sum(float(loss_sum)) / units, units
+
+    def _loss_of(
+        self,
+        output: torch.Tensor,
+        aligned: _Aligned,
+        mb: MicroBatch,
+        *,
+        loss_fn: LossFn,
+        scale: float,
+        temperature: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        logp_BT, ent_BT = vocab_parallel_scores(
+            output,
+            aligned,
+            self.layout.vocab_size,
+            temperature=temperature,
+            with_entropy=loss_fn.needs_entropy,
+        )
+        cuda_mb = {k: v.cuda() for k, v in mb.items()}
+        loss_sum = loss_fn(ForwardOutput(logp_BT=logp_BT, entropy_BT=ent_BT), cuda_mb)
+        # The count is ignored by our finalize hook; Megatron only needs an int tensor here.
+        return (
+            loss_sum * scale,
+            torch.ones((), dtype=torch.int, device="cuda"),
+            {"loss_sum": loss_sum.detach()},
+        )
+
+    def _run_schedule(
+        self, micro_batches: Sequence[MicroBatch], loss_of: Callable[..., Any], *, forward_only: bool
+    ) -> list[Any]:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        padded = self._equal_shapes(micro_batches)
+        rows, tokens = padded[0]["input_ids"].shape
+        return list(
+            get_forward_backward_func()(
+                forward_step_func=partial(self._forward_step, loss_of=loss_of),
+                data_iterator=iter(padded),
+                model=[self.model],
+                num_microbatches=len(padded),
+                seq_length=tokens,
+                micro_batch_size=rows,
+                forward_only=forward_only,
+            )
+        )
+
+    def _forward_step(self, data: Iterator[MicroBatch], model: Any, *, loss_of: Callable[..., Any]) -> Any:
+        mb = next(data)
+        ids = mb["input_ids"].cuda()
+        aligned = align_left(ids, mb["attention_mask"].cuda())
+        pos_BT = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+        output = model(aligned.ids_BT, pos_BT, None)
+        return output, partial(loss_of, aligned=aligned, mb=mb)
+
+    def _equal_shapes(self, micro_batches: Sequence[MicroBatch]) -> list[MicroBatch]:
+        """Pipeline stages exchange fixed-shape activations, so pad every micro-batch to the largest one.
+
+        Padded rows and columns are zeros everywhere (attention mask included), so they score 0 and carry no loss
+        under any loss function that weights tokens by a mask. Without pipelining shapes may differ.
+        """
+        if self.config.pipeline_parallel_size == 1:
+            return list(micro_batches)
+        rows = max(mb["input_ids"].shape[0] for mb in micro_batches)
+        cols = max(mb["input_ids"].shape[1] for mb in micro_batches)
+        return [_pad_micro_batch(mb, rows, cols) for mb in micro_batches]
+
+    def optimizer_step(self) -> float:
+        """Set the scheduled LR, clip and step (Megatron skips a step on non-finite grads); returns the grad norm."""
+        lr = self._current_lr()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        _ok, grad_norm, _zeros = self.optimizer.step()
+        self._step += 1
+        return float(grad_norm) if grad_norm is not None else float("nan")
+
+    def _current_lr(self) -> float:
+        return self.config.optimizer.lr * lr_multiplier(self._step, self.config.scheduler, self.total_steps)
+
+    # ---- scoring ------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def compute_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> TokenScores:
+        """Forward-only ``logp_BT`` (and ``entropy_BT``) of this pipeline's rows, on every stage (broadcast)."""
+        from megatron.core import parallel_state
+
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        micro_batches = split_micro_batches(batch, micro_batch_size=self.config.micro_batch_size)
+
+        def scores(output: torch.Tensor, aligned: _Aligned, mb: MicroBatch) -> Any:
+            logp, ent = vocab_parallel_scores(
+                output, aligned, self.layout.vocab_size, temperature=temperature, with_entropy=with_entropy
+            )
+            return (
+                torch.zeros((), device="cuda"),
+                torch.ones((), dtype=torch.int, device="cuda"),
+                {
+                    "logp": logp,
+                    "ent": ent,
+                },
+            )
+
+        stored = self._run_schedule(micro_batches, scores, forward_only=True)
+        B, T = input_ids.shape
+        logp = torch.zeros(B, T, device="cuda")
+        ent = torch.zeros(B, T, device="cuda") if with_entropy else None
+        if parallel_state.is_pipeline_last_stage():
+            self._fill(logp, ent, stored, [mb["input_ids"].shape for mb in micro_batches])
+        logp = self._from_last_stage(logp)
+        ent = self._from_last_stage(ent) if ent is not None else None
+        return TokenScores(logp_BT=logp, entropy_BT=ent)
+
+    @staticmethod
+    def _fill(
+        logp: torch.Tensor, ent: torch.Tensor | None, stored: list[Any], shapes: list[torch.Size]
+    ) -> None:
+        row = 0
+        for out, (b, t) in zip(stored, shapes):
+            logp[row : row + b, :t] = out["logp"][:b, :t]
+            if ent is not None:
+                ent[row : row + b, :t] = out["ent"][:b, :t]
+            row += b
+
+    # ---- state --------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Full HF-named weights on CPU on global rank 0 (``{}`` elsewhere). Collective over TP and PP."""
+        from megatron.core import parallel_state
+
+        local = {k: v for k, v in self.model.module.state_dict().items() if not k.endswith("_extra_state")}
+        tp_group = parallel_state.get_tensor_model_parallel_group()
+        tp_states: list[dict[str, torch.Tensor]] = [{} for _ in range(dist.get_world_size(tp_group))]
+        for name, tensor in local.items():
+            parts = [torch.empty_like(tensor) for _ in tp_states]
+            dist.all_gather(parts, tensor.contiguous(), group=tp_group)
+            for state, part in zip(tp_states, parts):
+                state[name] = part.cpu()
+        stage = megatron_to_hf(
+            tp_states,
+            self.layout,
+            pp_size=parallel_state.get_pipeline_model_parallel_world_size(),
+            pp_rank=parallel_state.get_pipeline_model_parallel_rank(),
+        )
+        stages: list[Any] = [None] * parallel_state.get_pipeline_model_parallel_world_size()
+        dist.all_gather_object(stages, stage, group=parallel_state.get_pipeline_model_parallel_group())
+        if dist.get_rank() != 0:
+            return {}
+        return {k: v for s in stages for k, v in s.items()}
+
+    def export_hf(self, path: str | Path) -> None:
+        """Write a transformers ``save_pretrained`` folder (safetensors) from rank 0. Collective."""
+        sd = self.state_dict()
+        if self._hf_template is not None:
+            template = self._hf_template
+            dtype = next(template.parameters()).dtype
+            template.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=False)
+            template.save_pretrained(str(path))
+        dist.barrier()
+
+    def save_optimizer(self, path: str | Path) -> None:
+        """Save this rank's optimizer state next to ``path`` (one file per TP/PP rank). Collective over DP."""
+        target = self._rank_path(path)
+        if hasattr(self.optimizer, "save_parameter_state"):
+            self.optimizer.save_parameter_state(f"{target}.params")
+        from megatron.core import parallel_state
+
+        if parallel_state.get_data_parallel_rank() == 0:
+            torch.save({"optimizer": self.optimizer.state_dict(), "step": self._step}, target)
+        dist.barrier()
+
+    def load_optimizer(self, path: str | Path) -> None:
+        """Restore what :meth:`save_optimizer` wrote with the same TP/PP/DP layout."""
+        target = self._rank_path(path)
+        try:
+            saved = torch.load(target, map_location="cpu", weights_only=False)
+        except (OSError, RuntimeError) as err:
+            raise CheckpointError(f"cannot read optimizer state from {target}: {err}") from err
+        self.optimizer.load_state_dict(saved["optimizer"])
+        if hasattr(self.optimizer, "load_parameter_state"):
+            self.optimizer.load_parameter_state(f"{target}.params")
+        self._step = int(saved["step"])
+
+    @staticmethod
+    def _rank_path(path: str | Path) -> str:
+        from megatron.core import parallel_state
+
+        tp, pp = (
+            parallel_state.get_tensor_model_parallel_rank(),
+            parallel_state.get_pipeline_model_parallel_rank(),
+        )
+        return f"{path}.tp{tp}.pp{pp}.pt"
+
+    def offload(self) -> None:
+        """Free GPU memory between phases: weights, gradient buffers and optimizer state go to CPU."""
+        if self._offloaded:
+            return
+        self.model.offload_grad_buffers()
+        for buffer in _param_buffers(self.model):
+            self._offloaded.append(buffer.param_data.detach().to("cpu", non_blocking=True))
+            buffer.param_data.untyped_storage().resize_(0)
+        _move_optimizer_state(self.optimizer, "cpu", move_params=self._separate_main_params)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+    def reload(self) -> None:
+        """Undo :meth:`offload` (parameter views stay valid: the same storages are regrown and refilled)."""
+        if not self._offloaded:
+            return
+        for buffer, saved in zip(_param_buffers(self.model), self._offloaded):
+            storage = buffer.param_data.untyped_storage()
+            storage.resize_(saved.numel() * saved.element_size())
+            buffer.param_data.copy_(saved, non_blocking=True)
+        self._offloaded = []
+        self.model.restore_grad_buffers()
+        _move_optimizer_state(self.optimizer, "cuda", move_params=self._separate_main_params)
+        torch.cuda.synchronize()
+
+    @property
+    def _separate_main_params(self) -> bool:
+        # With bf16 weights the optimizer keeps its own fp32 copies; in fp32 they are views of the param buffers,
+        # which offload frees and reload refills already.
+        return self.config.precision == "bf16"
+
+    # ---- collectives ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _dp_sum(value: float) -> float:
+        from megatron.core import parallel_state
+
+        t = torch.tensor([value], dtype=torch.float64, device="cuda")
+        dist.all_reduce(t, group=parallel_state.get_data_parallel_group())
+        return float(t.item())
+
+    @staticmethod
+    def _from_last_stage(t: torch.Tensor) -> torch.Tensor:
+        from megatron.core import parallel_state
+
+        if parallel_state.get_pipeline_model_parallel_world_size() == 1:
+            return t
+        src = parallel_state.get_pipeline_model_parallel_last_rank()
+        t = t.contiguous()
+        dist.broadcast(t, src=src, group=parallel_state.get_pipeline_model_parallel_group())
+        return t
+
+
+def _pad_micro_batch(mb: MicroBatch, rows: int, cols: int) -> dict[str, torch.Tensor]:
+    """Zero-pad every tensor to ``rows`` (dim 0) and, for ``[B, T]``-shaped ones, ``cols`` (dim 1)."""
+    B, T = mb["input_ids"].shape
+    out = {}
+    for key, t in mb.items():
+        pad = [0, 0] * t.dim()
+        if t.dim() >= 2 and t.shape[1] == T:
+            pad[-3] = cols - T  # dim 1, right side (F.pad lists the last dim first)
+        pad[-1] = rows - B  # dim 0, right side
+        out[key] = torch.nn.functional.pad(t, pad) if any(pad) else t
+    return out
+
+
+def _param_buffers(ddp: Any) -> list[Any]:
+    """Megatron DDP's contiguous parameter buffers (dense and expert), where each has parameter data."""
+    buffers = list(getattr(ddp, "buffers", [])) + list(getattr(ddp, "expert_parallel_buffers", []))
+    return [b for b in buffers if getattr(b, "param_data", None) is not None]
+
+
+def _move_optimizer_state(optimizer: Any, device: str, *, move_params: bool) -> None:
+    """Move Adam moments (and, with ``move_params``, fp32 main parameters) of every Megatron optimizer."""
+    inner_list = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    for wrapper in inner_list:
+        inner = getattr(wrapper, "optimizer", wrapper)
+        for group in inner.param_groups if move_params else []:
+            for param in group["params"]:
+                param.data = param.data.to(device, non_blocking=True)
+        for state in inner.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor):
+                    state[key] = value.to(device, non_blocking=True)

@@ -1,0 +1,165 @@
+"""The strategy protocols of roll-workers and the plain values they exchange.
+
+Map of the abstractions:
+
+- A *strategy* owns one model replica (or one shard of it) on one worker and knows one backend. Worker roles
+  (actor, infer, reference, critic ...) hold a strategy and add dispatch, data movement and versioning around it.
+- :class:`InferStrategy` (``kind="infer"``; hf, vllm): ``generate`` samples continuations of token-id prompts,
+  ``compute_logprobs`` scores given sequences forward-only, ``load_weights`` receives named tensors from the
+  trainer and records the ``policy_version`` they belong to, so a rollout can say which weights produced it.
+- :class:`TrainStrategy` (``kind="train"``; fsdp2, megatron): ``train_step`` runs forward/backward over
+  micro-batches with exact token-level gradient accumulation and one optimizer step; ``state_dict`` gathers full
+  weights for export and for the model update; optimizer and scheduler state save and load for checkpoints.
+- Both ``offload``/``reload`` so colocated roles can time-share a device between phases.
+- :class:`LossFn`: the trainer's contract with algorithms. It returns a *sum* over its units (tokens, sequences)
+  and the strategy divides by the global unit count across all micro-batches and ranks, so gradient accumulation
+  and data parallelism equal one big batch exactly.
+- Strategy specs (:data:`roll.workers.specs.HF`, :data:`roll.workers.specs.FSDP2`) are the ``roll.strategy``
+  entry points; they build these objects.
+
+Log-prob convention, shared by every strategy: ``logp_BT[b, t] = log p(ids[b, t] | ids[b, :t])`` under
+``log_softmax(logits / temperature)`` (the temperature-scaled distribution, *before* top-k/top-p truncation);
+positions with no prediction (padding, the first token of a sequence) hold 0. Entropy is aligned the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import torch
+
+    from roll.workers.config import SamplingParams
+
+FinishReason = Literal["stop", "length"]
+
+MicroBatch = Mapping[str, "torch.Tensor"]
+"""Tensors of one micro-batch. Padded layout: ``input_ids`` and ``attention_mask`` ``[B, T]`` (left- or
+right-padded, or both), optional ``position_ids``; any further keys (``loss_mask``, ``advantages`` ...) are passed
+through to the loss function unchanged."""
+
+
+@dataclass(frozen=True)
+class GeneratedSample:
+    """One sampled continuation.
+
+    ``token_ids`` include the stop token that ended the sample (its log-prob is in ``logprobs``), so training sees
+    how to stop. ``text`` (when the strategy has a tokenizer) excludes special tokens and is cut before a matched
+    stop string. ``logprobs[i]`` is the log-prob of ``token_ids[i]`` under the temperature-scaled distribution
+    (temperature 1 for greedy), the same quantity ``compute_logprobs(..., temperature=T)`` returns.
+    """
+
+    prompt_index: int
+    sample_index: int
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: FinishReason
+    text: str | None = None
+    policy_version: int = 0
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """Forward-only scores of given sequences: ``logp_BT`` and (when asked) ``entropy_BT``, both ``[B, T]``."""
+
+    logp_BT: torch.Tensor
+    entropy_BT: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class ForwardOutput:
+    """What a :class:`LossFn` receives for one micro-batch, in the micro-batch's padded ``[B, T]`` layout."""
+
+    logp_BT: torch.Tensor
+    entropy_BT: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class TrainStepResult:
+    """Metrics of one optimizer step. ``loss`` is the global mean (sum of loss over global units)."""
+
+    loss: float
+    grad_norm: float
+    lr: float
+    num_units: float
+    num_micro_batches: int
+
+
+@runtime_checkable
+class LossFn(Protocol):
+    """The loss of one micro-batch as a *sum* over its units, plus the unit count of any micro-batch.
+
+    ``count_units`` is called on every micro-batch before any backward, so the strategy can all-reduce the global
+    count first; ``__call__`` then returns ``loss_sum`` (a scalar tensor with grad) and the strategy backpropagates
+    ``loss_sum / global_units``. ``needs_entropy`` asks the strategy to compute ``entropy_BT``.
+    """
+
+    needs_entropy: bool
+
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor: ...
+
+    def count_units(self, micro_batch: MicroBatch) -> float: ...
+
+
+@runtime_checkable
+class InferStrategy(Protocol):
+    """Generation and forward-only scoring on one inference worker."""
+
+    @property
+    def policy_version(self) -> int: ...
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[GeneratedSample]: ...
+
+    def compute_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        response_mask: torch.Tensor | None = None,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> TokenScores: ...
+
+    def load_weights(self, named_tensors: Mapping[str, torch.Tensor], policy_version: int) -> None: ...
+
+    def offload(self) -> None: ...
+
+    def reload(self) -> None: ...
+
+
+@runtime_checkable
+class TrainStrategy(Protocol):
+    """Training of one data-parallel rank (the model may be sharded across ranks)."""
+
+    def train_step(self, batch: MicroBatch, loss_fn: LossFn) -> TrainStepResult: ...
+
+    def forward_backward(
+        self, micro_batches: Sequence[MicroBatch], loss_fn: LossFn
+    ) -> tuple[float, float]: ...
+
+    def optimizer_step(self) -> float: ...
+
+    def compute_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> TokenScores: ...
+
+    def state_dict(self) -> dict[str, torch.Tensor]: ...
+
+    def export_hf(self, path: str | Path) -> None: ...
+
+    def save_optimizer(self, path: str | Path) -> None: ...
+
+    def load_optimizer(self, path: str | Path) -> None: ...
+
+    def offload(self) -> None: ...
+
+    def reload(self) -> None: ...

@@ -1,0 +1,493 @@
+"""The ``vllm`` inference strategy: a vLLM ``AsyncLLM`` engine behind the synchronous :class:`InferStrategy`.
+
+This module imports no vLLM at the top, so it imports anywhere; building :class:`VLLMInferStrategy` without vLLM
+raises :class:`~roll.core.errors.PluginError` naming ``pip install 'roll-workers[vllm]'``.
+
+Design:
+
+- **One event loop thread** owns the engine. Synchronous callers (``generate``, ``load_weights`` ...) submit
+  coroutines to it and wait; :meth:`VLLMInferStrategy.submit` returns a future for request-level use (a scheduler
+  can keep many requests in flight and :meth:`abort` any of them from another thread).
+- **One vLLM request per sample**: ``prompts x n`` requests with ``n=1`` each, ids ``"{call}-{prompt}-{sample}"``,
+  so each sample can be aborted alone and, with a seed, gets its own seed ``seed + prompt * n + sample``. Prefix
+  caching makes the shared prompt cheap.
+- **Weights** arrive through our worker extension (:class:`RollWorkerExtension`, passed as vLLM's
+  ``worker_extension_cls`` and called with ``collective_rpc``): by value (CPU tensors, any placement), by CUDA IPC
+  handles (colocated with the trainer), or by NCCL broadcast from the trainer over a ``StatelessProcessGroup``
+  (disaggregated). Each update resets the prefix cache (cached KV of the old weights would be reused otherwise)
+  and records the ``policy_version`` the engine now serves; every sample carries it.
+- **Sleep mode** frees the GPU between phases when colocated: ``offload`` = ``sleep(level)``, ``reload`` =
+  ``wake_up()``; :meth:`VLLMInferStrategy.wake_up` takes vLLM's tags (``["weights"]`` first, update, then
+  ``["kv_cache"]``) to keep peak memory low during an update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import os
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
+
+import torch
+
+from roll.core.errors import DataError, PluginError, WorkerError, WorkerTimeoutError
+from roll.workers.config import SamplingParams
+from roll.workers.types import FinishReason, GeneratedSample, TokenScores
+from roll.workers.vllm_config import VLLMConfig
+
+INSTALL_HINT = "pip install 'roll-workers[vllm]'  (or: uv sync --extra vllm)"
+EXTENSION = "roll.workers.vllm_infer.RollWorkerExtension"
+T = TypeVar("T")
+
+
+def require_vllm() -> Any:
+    """Import ``vllm`` or raise :class:`PluginError` naming the extra to install."""
+    try:
+        import vllm
+    except ImportError as err:
+        raise PluginError(
+            f"the 'vllm' strategy needs vLLM, which is not installed ({err}); {INSTALL_HINT}"
+        ) from err
+    return vllm
+
+
+class _LoopThread:
+    """A daemon thread running one asyncio loop; coroutines are submitted from any thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="roll-vllm-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float, what: str) -> T:
+        future = self.submit(coro)
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError as err:
+            future.cancel()
+            raise WorkerTimeoutError(f"vllm: {what} did not finish within {timeout:.0f} s") from err
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+
+def engine_args(config: VLLMConfig, model_path: str) -> Any:
+    """vLLM ``AsyncEngineArgs`` for ``config`` with our worker extension installed."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "dtype": config.dtype,
+        "seed": config.seed,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "max_model_len": config.max_model_len,
+        "max_num_seqs": config.max_num_seqs,
+        "enforce_eager": config.enforce_eager,
+        "enable_prefix_caching": config.enable_prefix_caching,
+        "enable_sleep_mode": config.enable_sleep_mode,
+        "logprobs_mode": config.logprobs_mode,
+        "load_format": config.load_format,
+        "skip_tokenizer_init": config.skip_tokenizer_init,
+        "worker_extension_cls": EXTENSION,
+        "disable_log_stats": True,
+    }
+    if config.enable_lora:
+        kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=config.max_loras)
+    return AsyncEngineArgs(**kwargs)
+
+
+def to_vllm_params(params: SamplingParams, *, seed: int | None, detokenize: bool) -> Any:
+    """One sample's ``vllm.SamplingParams``: ``n=1``, final output only, the sampled token's log-prob."""
+    from vllm import SamplingParams as VLLMSamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return VLLMSamplingParams(
+        n=1,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k if params.top_k > 0 else -1,
+        max_tokens=params.max_new_tokens,
+        stop=list(params.stop_strings) or None,
+        stop_token_ids=list(params.stop_token_ids) or None,
+        ignore_eos=params.ignore_eos,
+        seed=seed,
+        logprobs=0,
+        detokenize=detokenize,
+        skip_special_tokens=True,
+        output_kind=RequestOutputKind.FINAL_ONLY,
+    )
+
+
+def sampled_logprobs(token_ids: Sequence[int], logprobs: Any) -> list[float]:
+    """Log-prob of each sampled token from vLLM's per-position ``{token_id: Logprob}`` entries."""
+    if logprobs is None:
+        raise WorkerError("vllm returned no logprobs although the request asked for them (logprobs=0)")
+    return [float(entry[token].logprob) for token, entry in zip(token_ids, logprobs)]
+
+
+def _model_path(model: Any) -> str:
+    if isinstance(model, str | os.PathLike):
+        return os.fspath(model)
+    path = getattr(model, "name_or_path", None) or getattr(
+        getattr(model, "config", None), "_name_or_path", None
+    )
+    if not path:
+        raise DataError(
+            "the vllm strategy loads the model itself: pass a hub name or a save_pretrained folder"
+        )
+    return str(path)
+
+
+class VLLMInferStrategy:
+    """Generation with a vLLM engine; weight updates, sleep/wake and LoRA adapters. See the module docstring.
+
+    ``model`` is a hub name or a local ``save_pretrained`` folder (or a transformers model, whose
+    ``name_or_path`` is used).
+    """
+
+    def __init__(self, model: Any, config: VLLMConfig | None = None) -> None:
+        require_vllm()
+        self.config = config or VLLMConfig()
+        self.model_path = _model_path(model)
+        self._loop = _LoopThread()
+        self._calls = itertools.count()
+        self._policy_version = 0
+        self._lora: Any = None
+        self._asleep = False
+        self.engine = self._run(self._start(), "engine start")
+
+    async def _start(self) -> Any:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM.from_engine_args(engine_args(self.config, self.model_path))
+
+    def _run(self, coro: Coroutine[Any, Any, T], what: str) -> T:
+        return self._loop.run(coro, self.config.request_timeout_s, what)
+
+    @property
+    def policy_version(self) -> int:
+        """The version of the weights the engine serves (0 = as loaded)."""
+        return self._policy_version
+
+    # ---- generation ---------------------------------------------------------------------------------------
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[GeneratedSample]:
+        """Sample ``params.n`` continuations of each prompt; ordered by (prompt, sample). Aborted samples are
+        left out."""
+        if params.stop_strings and self.config.skip_tokenizer_init:
+            raise DataError("stop_strings need the tokenizer; set skip_tokenizer_init: false")
+        call = next(self._calls)
+        coros = [
+            self._generate_one(
+                list(prompt), params, request_id=f"{call}-{p}-{s}", prompt_index=p, sample_index=s
+            )
+            for p, prompt in enumerate(prompts)
+            for s in range(params.n)
+        ]
+        results = self._run(_gather(coros), f"generate ({len(coros)} samples)")
+        return [r for r in results if r is not None]
+
+    def submit(
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        *,
+        request_id: str,
+        prompt_index: int = 0,
+        sample_index: int = 0,
+    ) -> concurrent.futures.Future[GeneratedSample | None]:
+        """Start one sample as request ``request_id`` (``params.n`` is ignored); the future resolves to the sample,
+        or ``None`` when it was aborted. Ids must be unique among requests in flight."""
+        coro = self._generate_one(
+            list(prompt), params, request_id=request_id, prompt_index=prompt_index, sample_index=sample_index
+        )
+        return self._loop.submit(coro)
+
+    def abort(self, request_ids: str | Sequence[str]) -> None:
+        """Abort requests by id (from any thread); their ``generate`` results are left out."""
+        ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+        self._run(self.engine.abort(ids), f"abort {ids[:3]}")
+
+    async def _generate_one(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        *,
+        request_id: str,
+        prompt_index: int,
+        sample_index: int,
+    ) -> GeneratedSample | None:
+        seed = None if params.seed is None else params.seed + prompt_index * params.n + sample_index
+        vllm_params = to_vllm_params(params, seed=seed, detokenize=not self.config.skip_tokenizer_init)
+        version = self._policy_version
+        final = None
+        async for out in self.engine.generate(
+            {"prompt_token_ids": prompt}, vllm_params, request_id, lora_request=self._lora
+        ):
+            final = out
+        if final is None or not final.outputs:
+            return None
+        completion = final.outputs[0]
+        if completion.finish_reason not in ("stop", "length"):
+            return None  # aborted
+        reason: FinishReason = "stop" if completion.finish_reason == "stop" else "length"
+        token_ids = list(completion.token_ids)
+        return GeneratedSample(
+            prompt_index=prompt_index,
+            sample_index=sample_index,
+            token_ids=token_ids,
+            logprobs=sampled_logprobs(token_ids, completion.logprobs),
+            finish_reason=reason,
+            text=None if self.config.skip_tokenizer_init else completion.text,
+            policy_version=version,
+        )
+
+    # ---- scoring ------------------------------------------------------------------------------------------
+
+    def compute_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        response_mask: torch.Tensor | None = None,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> TokenScores:
+        """``logp_BT`` of given sequences via vLLM's prompt log-probs (one request per row, one token generated).
+
+        vLLM scores prompt tokens from the raw logits only, so ``temperature`` must be 1 and no entropy is
+        available; use the trainer's ``compute_logprobs`` for anything else.
+        """
+        if temperature != 1.0 or with_entropy:
+            raise WorkerError(
+                "vllm compute_logprobs supports temperature=1 without entropy only (vLLM's prompt log-probs are "
+                "raw); score with the train strategy instead"
+            )
+        mask = attention_mask.bool().cpu()
+        rows = [ids[m].tolist() for ids, m in zip(input_ids.cpu(), mask)]
+        scored = [b for b, row in enumerate(rows) if len(row) >= 2]  # a lone token has nothing to score
+        call = next(self._calls)
+        coros = [self._prompt_logprobs(rows[b], f"{call}-score-{b}") for b in scored]
+        outs = self._run(_gather(coros), f"score ({len(coros)} rows)")
+        logp_BT = torch.zeros(input_ids.shape, dtype=torch.float32)
+        for b, values in zip(scored, outs):
+            cols = mask[b].nonzero().squeeze(-1)
+            logp_BT[b, cols[1:]] = torch.tensor(values[1:], dtype=torch.float32)
+        if response_mask is not None:
+            logp_BT = logp_BT * response_mask.bool().cpu()
+        return TokenScores(logp_BT=logp_BT)
+
+    async def _prompt_logprobs(self, row: list[int], request_id: str) -> list[float]:
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        params = VLLMSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        final = None
+        async for out in self.engine.generate({"prompt_token_ids": row}, params, request_id):
+            final = out
+        entries = final.prompt_logprobs if final is not None else None
+        if entries is None:
+            raise WorkerError(f"vllm returned no prompt logprobs for request {request_id}")
+        return [0.0] + [float(entry[token].logprob) for token, entry in zip(row[1:], entries[1:])]
+
+    # ---- weights --------------------------------------------------------------------------------------------
+
+    def load_weights(self, named_tensors: Mapping[str, torch.Tensor], policy_version: int) -> None:
+        """Load named tensors (HF names; a subset such as one bucket is fine) by value into every vLLM worker."""
+        payload = [(name, t.detach().cpu().contiguous()) for name, t in named_tensors.items()]
+        self._rpc("roll_update_weights", payload)
+        self._after_update(policy_version)
+
+    def load_weights_from_ipc(
+        self, handles: Mapping[str, list[tuple[str, Any]]], policy_version: int
+    ) -> None:
+        """Load tensors shared by CUDA IPC (see :func:`ipc_handles`) on the same GPU(s) as the sender."""
+        self._rpc("roll_update_weights_from_ipc", dict(handles))
+        self._after_update(policy_version)
+
+    def init_weight_group(
+        self, master_address: str, master_port: int, rank_offset: int, world_size: int
+    ) -> None:
+        """Join an NCCL group with the trainer (rank 0, see :func:`trainer_weight_group`); call both concurrently."""
+        self._rpc("roll_init_weight_group", master_address, master_port, rank_offset, world_size)
+
+    def load_weights_from_group(
+        self, metas: Sequence[tuple[str, str, list[int]]], policy_version: int
+    ) -> None:
+        """Receive ``(name, dtype, shape)`` tensors the trainer broadcasts in this order (see :func:`broadcast`)."""
+        self._rpc("roll_receive_weights", [tuple(m) for m in metas])
+        self._after_update(policy_version)
+
+    def load_lora(self, path: str, policy_version: int) -> None:
+        """Serve the LoRA adapter saved at ``path`` (peft format) from now on, as ``policy_version``."""
+        from vllm.lora.request import LoRARequest
+
+        if not self.config.enable_lora:
+            raise WorkerError("load_lora needs enable_lora: true in the vllm strategy config")
+        request = LoRARequest(
+            lora_name=f"policy-{policy_version}", lora_int_id=policy_version + 1, lora_path=path
+        )
+        self._run(self.engine.add_lora(request), "add_lora")
+        previous, self._lora = self._lora, request
+        if previous is not None:
+            self._run(self.engine.remove_lora(previous.lora_int_id), "remove_lora")
+        self._after_update(policy_version)
+
+    def _rpc(self, method: str, *args: Any) -> list[Any]:
+        return self._run(
+            self.engine.collective_rpc(method, timeout=self.config.request_timeout_s, args=args), method
+        )
+
+    def _after_update(self, policy_version: int) -> None:
+        # Prefix-cached KV blocks were computed with the old weights; reusing them would mix policies.
+        self._run(self.engine.reset_prefix_cache(), "reset_prefix_cache")
+        self._policy_version = policy_version
+
+    # ---- placement ------------------------------------------------------------------------------------------
+
+    def offload(self) -> None:
+        """Sleep: free GPU memory (KV cache dropped; weights to CPU at level 1, dropped at level 2)."""
+        if self._asleep:
+            return
+        if not self.config.enable_sleep_mode:
+            raise WorkerError("offload needs enable_sleep_mode: true in the vllm strategy config")
+        self._run(self.engine.sleep(self.config.sleep_level), "sleep")
+        self._asleep = True
+
+    def reload(self) -> None:
+        """Wake everything up (weights and KV cache)."""
+        self.wake_up(None)
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Wake parts of the engine: ``["weights"]``, ``["kv_cache"]`` or all (``None``)."""
+        self._run(self.engine.wake_up(tags), f"wake_up {tags}")
+        self._asleep = tags is not None and "kv_cache" not in tags
+
+    def is_sleeping(self) -> bool:
+        return bool(self._run(self.engine.is_sleeping(), "is_sleeping"))
+
+    def shutdown(self) -> None:
+        """Stop the engine and its loop thread."""
+        self.engine.shutdown()
+        self._loop.stop()
+
+
+async def _gather(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
+    return list(await asyncio.gather(*coros))
+
+
+# ---- the worker extension (runs inside vLLM's worker processes) -----------------------------------------------
+
+
+class RollWorkerExtension:
+    """Mixed into vLLM's GPU worker through ``worker_extension_cls``; called by name via ``collective_rpc``.
+
+    ``self`` is the vLLM worker: ``self.device`` and ``self.model_runner.model`` (whose ``load_weights`` takes HF
+    names and handles vLLM's fused/sharded layouts, including TP) come from it.
+    """
+
+    device: torch.device
+    model_runner: Any
+
+    def roll_update_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
+        weights = [(name, t.to(self.device, non_blocking=True)) for name, t in named_tensors]
+        self.model_runner.model.load_weights(weights=weights)
+        torch.cuda.synchronize(self.device)
+        return len(weights)
+
+    def roll_device_uuid(self) -> str:
+        return str(torch.cuda.get_device_properties(self.device).uuid)
+
+    def roll_update_weights_from_ipc(self, handles: dict[str, list[tuple[str, Any]]]) -> int:
+        mine = handles.get(self.roll_device_uuid())
+        if mine is None:
+            raise WorkerError(f"no IPC handles for this worker's GPU {self.roll_device_uuid()}")
+        weights = [(name, _rebuild_ipc(handle, self.device.index)) for name, handle in mine]
+        self.model_runner.model.load_weights(weights=weights)
+        torch.cuda.synchronize(self.device)
+        return len(weights)
+
+    def roll_init_weight_group(
+        self, master_address: str, master_port: int, rank_offset: int, world_size: int
+    ) -> None:
+        from vllm.distributed.parallel_state import get_world_group
+
+        rank = get_world_group().rank + rank_offset
+        self._roll_comm = _nccl_group(master_address, master_port, rank, world_size, self.device)
+
+    def roll_receive_weights(self, metas: list[tuple[str, str, list[int]]]) -> int:
+        comm = getattr(self, "_roll_comm", None)
+        if comm is None:
+            raise WorkerError("roll_receive_weights before roll_init_weight_group")
+        for name, dtype, shape in metas:
+            tensor = torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
+            comm.broadcast(tensor, src=0, stream=torch.cuda.current_stream())
+            self.model_runner.model.load_weights(weights=[(name, tensor)])
+        torch.cuda.synchronize(self.device)
+        return len(metas)
+
+
+def _rebuild_ipc(handle: tuple[Any, tuple[Any, ...]], device_index: int | None) -> torch.Tensor:
+    # Argument 6 of torch's rebuild_cuda_tensor is the device index in the *sender's* numbering; processes can see
+    # different CUDA_VISIBLE_DEVICES, so use our own index of the same (UUID-matched) GPU.
+    func, args = handle
+    args_list = list(args)
+    if device_index is not None:
+        args_list[6] = device_index
+    return func(*args_list)  # type: ignore[no-any-return]
+
+
+def _nccl_group(address: str, port: int, rank: int, world_size: int, device: torch.device) -> Any:
+    from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
+    from vllm.distributed.utils import StatelessProcessGroup
+
+    group = StatelessProcessGroup.create(host=address, port=port, rank=rank, world_size=world_size)
+    return PyNcclCommunicator(group, device=device)
+
+
+# ---- sender side (the trainer) ---------------------------------------------------------------------------------
+
+
+def ipc_handles(named_tensors: Mapping[str, torch.Tensor]) -> dict[str, list[tuple[str, Any]]]:
+    """CUDA IPC handles of the trainer's tensors, keyed by GPU UUID, for :meth:`load_weights_from_ipc`.
+
+    Keep the tensors alive until the load returns: the receiver maps their memory, it does not copy it first.
+    """
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    handles: dict[str, list[tuple[str, Any]]] = {}
+    for name, tensor in named_tensors.items():
+        if tensor.device.type != "cuda":
+            raise DataError(f"ipc_handles needs CUDA tensors; {name} is on {tensor.device}")
+        uuid = str(torch.cuda.get_device_properties(tensor.device).uuid)
+        handles.setdefault(uuid, []).append((name, reduce_tensor(tensor.detach().contiguous())))  # type: ignore[no-untyped-call]
+    return handles
+
+
+def trainer_weight_group(master_address: str, master_port: int, world_size: int, device: torch.device) -> Any:
+    """The trainer's end (rank 0) of the NCCL group that :meth:`VLLMInferStrategy.init_weight_group` joins."""
+    require_vllm()
+    return _nccl_group(master_address, master_port, 0, world_size, device)
+
+
+def broadcast(comm: Any, named_tensors: Mapping[str, torch.Tensor]) -> None:
+    """Broadcast tensors from the trainer (rank 0), in order.
+
+    Protocol: compute :func:`weight_metas`, start ``load_weights_from_group(metas, version)`` on the inference
+    workers without waiting (e.g. a Ray call), then call this; both sides then meet in the same NCCL broadcasts.
+    """
+    for tensor in named_tensors.values():
+        comm.broadcast(tensor.contiguous(), src=0, stream=torch.cuda.current_stream())
+    torch.cuda.synchronize()
+
+
+def weight_metas(named_tensors: Mapping[str, torch.Tensor]) -> list[tuple[str, str, list[int]]]:
+    """The ``(name, dtype, shape)`` list receivers need for :meth:`VLLMInferStrategy.load_weights_from_group`."""
+    return [(n, str(t.dtype).removeprefix("torch."), list(t.shape)) for n, t in named_tensors.items()]

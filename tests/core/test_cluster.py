@@ -1,0 +1,247 @@
+"""Cluster, dispatch and Worker against real Ray actors on the shared local Ray.
+
+Worker classes here import no torch (an actor that imports torch costs ~15 s on a 2-core box), except the one
+torch.distributed test. Actors are few: one shared 2-rank cluster for the dispatch tests, and throwaway 2-rank
+clusters for the tests that hang or kill an actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import ray
+
+from roll.core.cluster import Cluster, Dispatch, Worker, WorkerContext, register
+from roll.core.errors import WorkerError, WorkerTimeoutError
+from roll.core.testing import tiny_role
+
+
+@dataclass
+class Rows:
+    """A minimal Shardable, standing in for roll.core.batch.Batch: a list of ints with the DP_SPLIT methods."""
+
+    items: list[int]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def chunk(self, n: int) -> list[Rows]:
+        size = len(self.items) // n
+        return [Rows(self.items[i * size : (i + 1) * size]) for i in range(n)]
+
+    def pad_to_multiple(self, k: int) -> tuple[Rows, int]:
+        pad = -len(self.items) % k
+        return Rows(self.items + [self.items[-1]] * pad), pad
+
+    def unpad(self, n: int) -> Rows:
+        return Rows(self.items[: len(self.items) - n])
+
+    @classmethod
+    def concat(cls, parts: list[Rows]) -> Rows:
+        return Rows([x for p in parts for x in p.items])
+
+
+class Echo(Worker):
+    def __init__(self, ctx: WorkerContext, offset: int = 0) -> None:
+        super().__init__(ctx)
+        self.offset = offset
+
+    @register(Dispatch.ONE_TO_ALL)
+    def add(self, x: int) -> int:
+        return x + self.rank + self.offset
+
+    @register(Dispatch.DP_SPLIT)
+    def double(self, rows: list[int], factor: int = 2) -> list[int]:
+        return [factor * r + 100 * self.rank for r in rows]
+
+    @register(Dispatch.DP_SPLIT)
+    def double_rows(self, rows: Rows) -> Rows:
+        return Rows([2 * r for r in rows.items])
+
+    @register(Dispatch.DP_SPLIT)
+    def shard_len(self, rows: list[int]) -> int:
+        return len(rows)
+
+    @register(Dispatch.RANK_ZERO)
+    def whoami(self) -> str:
+        return f"{self.role}:{self.rank}/{self.world_size}"
+
+    @register(Dispatch.ONE_TO_ALL)
+    def boom(self, msg: str) -> int:
+        if self.rank == 1:
+            raise ValueError(msg)
+        return 0
+
+    @register(Dispatch.ONE_TO_ALL, timeout_s=1.5)
+    def hang(self) -> int:
+        if self.rank == 1:
+            time.sleep(60)
+        return self.rank
+
+    def not_registered(self) -> None:
+        pass
+
+
+class Gloo(Worker):
+    @register(Dispatch.ONE_TO_ALL)
+    def all_reduce_rank(self) -> float:
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([float(self.rank + 1)])
+        dist.all_reduce(t)
+        return float(t.item())
+
+    @register(Dispatch.DP_SPLIT)
+    def square(self, batch: Any) -> Any:
+        batch["y_B"] = batch["x_B"] ** 2 + 1000 * self.rank
+        return batch
+
+
+@pytest.fixture(scope="module")
+def echo(ray_local: Any) -> Iterator[Cluster]:
+    with Cluster("actor_train", Echo, tiny_role(num_workers=2), init_kwargs={"offset": 10}) as cluster:
+        yield cluster
+
+
+def test_one_to_all_returns_every_rank(echo: Cluster) -> None:
+    assert echo.add(5) == [15, 16]
+    assert echo.ping() == [0, 1]
+
+
+def test_dp_split_pads_and_unpads_a_list(echo: Cluster) -> None:
+    # 5 rows over 2 ranks -> padded to 6 (last row repeated), 3 per rank; rank 1 adds 100 to show who did what.
+    assert echo.double([1, 2, 3, 4, 5], factor=3) == [3, 6, 9, 112, 115]
+    assert echo.shard_len([1, 2, 3, 4, 5]) == [3, 3]  # non-list results come back per rank
+
+
+def test_dp_split_uses_the_batch_protocol(echo: Cluster) -> None:
+    assert echo.double_rows(Rows([1, 2, 3])) == Rows([2, 4, 6])
+
+
+def test_rank_zero_runs_on_rank_zero_only(echo: Cluster) -> None:
+    assert echo.whoami() == "actor_train:0/2"
+
+
+def test_submit_result_and_await(echo: Cluster) -> None:
+    pending = echo.add.submit(1)
+    assert pending.result(timeout=30) == [11, 12]
+    assert pending.done()
+
+    async def both() -> list[Any]:
+        return list(await asyncio.gather(echo.add.submit(2), echo.whoami.submit()))
+
+    assert asyncio.run(both()) == [[12, 13], "actor_train:0/2"]
+
+
+def test_worker_info_and_rendezvous(echo: Cluster) -> None:
+    infos = echo.get_info()
+    assert [i.rank for i in infos] == [0, 1]
+    assert infos[0].node_id == ray.get_runtime_context().get_node_id()
+    assert {i.master_port for i in infos} == {infos[0].master_port} and infos[0].master_port
+    assert [i.local_rank for i in infos] == [0, 1]
+    assert infos[0].pid != infos[1].pid
+
+
+def test_unregistered_names_are_rejected(echo: Cluster) -> None:
+    with pytest.raises(AttributeError, match=r"no registered method 'not_registered'.*registered: add"):
+        echo.not_registered  # noqa: B018
+    assert echo.method(Echo.add) is echo.add
+
+
+def test_exception_becomes_worker_error(echo: Cluster) -> None:
+    with pytest.raises(WorkerError) as info:
+        echo.boom("bad input 42")
+    text = str(info.value)
+    assert text.startswith("actor_train rank 1: boom raised ValueError: bad input 42")
+    assert "in boom" in text and "RayTaskError" not in text
+    assert (info.value.role, info.value.rank, info.value.method) == ("actor_train", 1, "boom")  # type: ignore[attr-defined]
+    assert echo.add(0) == [10, 11]  # the actors survive a raising method
+
+
+def test_hung_method_hits_its_timeout(ray_local: Any) -> None:
+    with Cluster("hanger", Echo, tiny_role(num_workers=2)) as cluster:
+        start = time.monotonic()
+        with pytest.raises(WorkerTimeoutError, match=r"hanger rank 1: hang did not answer within 1.5s"):
+            cluster.hang()
+        elapsed = time.monotonic() - start
+        assert 1.4 < elapsed < 1.5 + 5
+
+
+def test_killed_actor_is_reported_with_role_and_rank(ray_local: Any) -> None:
+    with Cluster("victim", Echo, tiny_role(num_workers=2, call_timeout_s=20.0)) as cluster:
+        ray.kill(cluster.actors[1], no_restart=True)
+        start = time.monotonic()
+        with pytest.raises(WorkerError) as info:
+            cluster.add(1)
+        elapsed = time.monotonic() - start
+        assert elapsed < 20.0 and not isinstance(info.value, WorkerTimeoutError), (elapsed, str(info.value))
+        assert str(info.value).startswith("victim rank 1: add failed because the actor is dead"), str(
+            info.value
+        )
+
+
+class Broken(Worker):
+    def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__(ctx)
+        raise FileNotFoundError("no model at /nope")
+
+
+def test_init_failure_names_init(ray_local: Any) -> None:
+    with pytest.raises(WorkerError, match=r"(?s)broken rank 0: __init__ failed.*no model at /nope"):
+        Cluster("broken", Broken, tiny_role(), start_timeout_s=30)
+
+
+def test_bad_init_arguments_fail_at_once(ray_local: Any) -> None:
+    with pytest.raises(TypeError, match="no_such_arg"):
+        Cluster("typo", Echo, tiny_role(), init_kwargs={"no_such_arg": 1})
+
+
+@pytest.mark.slow
+def test_gloo_all_reduce_across_two_workers(ray_local: Any) -> None:
+    with Cluster("dist", Gloo, tiny_role(num_workers=2)) as cluster:
+        assert cluster.init_process_group() == ["gloo", "gloo"]
+        assert cluster.all_reduce_rank() == [3.0, 3.0]
+        cluster.destroy_process_group()
+        # The real Batch through DP_SPLIT (torch is already imported in these actors): 5 rows -> 3 + 3 with one
+        # pad row, rank 1 marks its rows with +1000, the pad row is gone after the gather.
+        import torch
+
+        from roll.core.batch import Batch
+
+        out = cluster.square(Batch({"x_B": torch.arange(5.0)}))
+        assert len(out) == 5
+        torch.testing.assert_close(out["y_B"], torch.tensor([0.0, 1.0, 4.0, 1009.0, 1016.0]))
+
+
+_ATTACH_SCRIPT = """
+import json, time
+from roll.core.cluster import init_ray
+from roll.core.config.sections import RayConfig
+from roll.core.errors import ResourceError
+start = time.monotonic()
+try:
+    init_ray(RayConfig(address="127.0.0.1:9", init_timeout_s=1.0))
+except ResourceError as exc:
+    print(json.dumps({"error": str(exc), "elapsed": time.monotonic() - start}))
+"""
+
+
+def test_unreachable_address_fails_fast_with_a_fix() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run(
+        [sys.executable, "-c", _ATTACH_SCRIPT], capture_output=True, text=True, env=env, timeout=60
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "could not attach to Ray at '127.0.0.1:9' (from ray.address)" in result["error"]
+    assert "ray start --head" in result["error"]
+    assert result["elapsed"] < 5

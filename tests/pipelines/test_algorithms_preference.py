@@ -1,0 +1,106 @@
+"""DPO, cDPO, IPO, Bradley-Terry and SFT cross-entropy against the published formulas evaluated by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from roll.core.errors import ConfigError
+from roll.pipelines.algorithms.aggregate import Aggregation
+from roll.pipelines.algorithms.preference import (
+    bradley_terry_loss,
+    dpo_loss,
+    ipo_loss,
+    sequence_logp,
+    sft_cross_entropy,
+)
+
+
+def _softplus(x: float) -> float:
+    """-log sigmoid(-x) = log(1 + e^x)."""
+    return math.log1p(math.exp(x))
+
+
+def _sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+# Pair 0: policy (chosen -1, rejected -2), reference (-1.5, -1.5): h = 0.5 - (-0.5) = 1.
+# Pair 1: policy (-3, -1), reference (-2, -2): h = -1 - 1 = -2.
+POLICY_C = torch.tensor([-1.0, -3.0])
+POLICY_R = torch.tensor([-2.0, -1.0])
+REF_C = torch.tensor([-1.5, -2.0])
+REF_R = torch.tensor([-1.5, -2.0])
+
+
+def test_dpo_golden() -> None:
+    """beta 0.5: logits beta*h = [0.5, -1]; L = -log sigmoid(x) = log(1 + e^-x):
+    pair 0: log(1 + e^-0.5) = 0.474077; pair 1: log(1 + e) = 1.313262; mean 0.893670.
+    Implicit rewards beta*(logp - ref): chosen [0.25, -0.5], rejected [-0.25, 0.5]; accuracy 1/2;
+    margins [0.5, -1] -> mean -0.25. dL/d(policy chosen) = -beta sigmoid(-beta h) / 2 per pair."""
+    policy_c = POLICY_C.clone().requires_grad_(True)
+    out = dpo_loss(policy_c, POLICY_R, REF_C, REF_R, beta=0.5)
+    torch.autograd.backward(out.loss)
+    assert_close(out.loss, torch.tensor((_softplus(-0.5) + _softplus(1.0)) / 2))
+    assert_close(out.chosen_rewards_B, torch.tensor([0.25, -0.5]))
+    assert_close(out.rejected_rewards_B, torch.tensor([-0.25, 0.5]))
+    assert_close(out.metrics["reward_accuracy"], torch.tensor(0.5))
+    assert_close(out.metrics["reward_margin"], torch.tensor(-0.25))
+    assert policy_c.grad is not None
+    assert_close(policy_c.grad, torch.tensor([-0.5 * _sigmoid(-0.5) / 2, -0.5 * _sigmoid(1.0) / 2]))
+
+
+def test_cdpo_label_smoothing() -> None:
+    """eps 0.1 on pair 0: 0.9 * log(1 + e^-0.5) + 0.1 * log(1 + e^0.5); since log(1 + e^x) = x + log(1 + e^-x),
+    that is log(1 + e^-0.5) + 0.1 * 0.5 = 0.524077."""
+    out = dpo_loss(POLICY_C[:1], POLICY_R[:1], REF_C[:1], REF_R[:1], beta=0.5, label_smoothing=0.1)
+    assert_close(out.loss, torch.tensor(_softplus(-0.5) + 0.05))
+    with pytest.raises(ConfigError):
+        dpo_loss(POLICY_C, POLICY_R, REF_C, REF_R, label_smoothing=0.5)
+
+
+def test_ipo_golden() -> None:
+    """beta (tau) 0.5 -> target 1/(2 tau) = 1; h = [1, -2] -> (h - 1)^2 = [0, 9]; mean 4.5."""
+    out = ipo_loss(POLICY_C, POLICY_R, REF_C, REF_R, beta=0.5)
+    assert_close(out.loss, torch.tensor(4.5))
+
+
+def test_bradley_terry_golden() -> None:
+    """rewards chosen [2, 0], rejected [1, 1]: gaps [1, -1]; -log sigmoid: [log(1+e^-1), log(1+e)] -> mean.
+    Margin [1, 0]: gaps minus margin [0, -1] -> [ln 2, log(1+e)]. Accuracy 1/2."""
+    chosen_B, rejected_B = torch.tensor([2.0, 0.0]), torch.tensor([1.0, 1.0])
+    loss, metrics = bradley_terry_loss(chosen_B, rejected_B)
+    assert_close(loss, torch.tensor((_softplus(-1.0) + _softplus(1.0)) / 2))
+    assert_close(metrics["accuracy"], torch.tensor(0.5))
+    loss, _ = bradley_terry_loss(chosen_B, rejected_B, margin_B=torch.tensor([1.0, 0.0]))
+    assert_close(loss, torch.tensor((math.log(2) + _softplus(1.0)) / 2))
+
+
+def test_sequence_logp() -> None:
+    """[-1, -2, pad -3] -> sum -3, mean -1.5."""
+    logp_BT, mask_BT = torch.tensor([[-1.0, -2.0, -3.0]]), torch.tensor([[1, 1, 0]])
+    assert_close(sequence_logp(logp_BT, mask_BT), torch.tensor([-3.0]))
+    assert_close(sequence_logp(logp_BT, mask_BT, average=True), torch.tensor([-1.5]))
+
+
+def test_sft_cross_entropy() -> None:
+    """logits [0, 0] with label 0 -> ln 2; logits [0, ln 3] with label 1 -> -ln(3/4). Mean of both; with the
+    first label ignored, only -ln(3/4). Two micro-batches with num_global_tokens sum to the full mean."""
+    logits_BTV = torch.tensor([[[0.0, 0.0], [0.0, math.log(3)]]])
+    both = sft_cross_entropy(logits_BTV, torch.tensor([[0, 1]]))
+    assert_close(both, torch.tensor((math.log(2) - math.log(0.75)) / 2))
+    one = sft_cross_entropy(logits_BTV, torch.tensor([[-100, 1]]))
+    assert_close(one, torch.tensor(-math.log(0.75)))
+    torch.manual_seed(0)
+    logits = torch.randn(4, 3, 5)
+    labels = torch.randint(0, 5, (4, 3))
+    labels[0, :2] = -100
+    n = int((labels != -100).sum())
+    agg = Aggregation("token-mean", num_global_tokens=n)
+    parts = sft_cross_entropy(logits[:2], labels[:2], agg=agg) + sft_cross_entropy(
+        logits[2:], labels[2:], agg=agg
+    )
+    assert_close(parts, sft_cross_entropy(logits, labels))
