@@ -306,8 +306,12 @@ def _set_grad_sync(model: torch.nn.Module, sync: bool) -> None:
 
 def _enable_checkpointing(model: Any) -> None:
     # Non-reentrant checkpointing composes with FSDP2 and with inputs that do not require grad (LoRA).
-    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-    enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    # transformers >= 5.x renamed the method (the old name warns); keep both for older releases.
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
