@@ -14,8 +14,9 @@ from typing import Any, Self
 
 from pydantic import Field, model_validator
 
-from roll.core.config.batch import BatchConfig, issues_error
+from roll.core.config.batch import BatchConfig
 from roll.core.config.sections import RoleConfig, RunConfig
+from roll.core.config.validate import issues_error
 from roll.core.types import Pipeline, PipelineSpec
 
 

@@ -34,8 +34,9 @@ class RegressionWorker(Worker):
 
     @register(Dispatch.DP_SPLIT)
     def train_step(self, batch: Batch) -> list[dict[str, float]]:
-        x_BF, y_B = batch["x_BF"], batch["y_B"]
-        weight_B = (~batch[PAD_COLUMN]).float() if PAD_COLUMN in batch else torch.ones_like(y_B)
+        x_BF, y_B = batch.tensors["x_BF"], batch.tensors["y_B"]
+        pad_B = batch.tensors.get(PAD_COLUMN)
+        weight_B = (~pad_B).float() if pad_B is not None else torch.ones_like(y_B)
         global_count = float(batch.meta["global_count"])
         self.optimizer.zero_grad()
         err_B = self.model(x_BF).squeeze(-1) - y_B
