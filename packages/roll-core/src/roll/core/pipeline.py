@@ -54,6 +54,7 @@ class BasePipeline(ABC):
         self.clusters: list[Cluster] = []
         self.last_metrics: dict[str, float] = {}
         self._closed = False
+        self._owns_ray = False
 
     # ----------------------------------------------------------------------------------------- the hooks
 
@@ -119,6 +120,10 @@ class BasePipeline(ABC):
         return dict(self.last_metrics)
 
     def _start_runtime(self) -> None:
+        import ray
+
+        # Stop Ray at shutdown only if this pipeline started it (not a test fixture's or the caller's Ray).
+        self._owns_ray = not ray.is_initialized()
         self.ray = init_ray(self.config.ray)
         self.resources = ResourceManager(self.roles(), timeout_s=self.config.ray.init_timeout_s)
         self.resources.allocate()  # raises with the arithmetic when the roles don't fit
@@ -175,7 +180,7 @@ class BasePipeline(ABC):
         if self.resources is not None:
             _quietly(self.resources.release, "releasing placement groups")
         _quietly(self.tracker.close, "closing trackers")
-        if self.ray is not None and self.ray.started_here:
+        if self.ray is not None and self._owns_ray and self.ray.started_here:
             _quietly(shutdown_ray, "stopping Ray")
 
 

@@ -1,0 +1,58 @@
+"""The `roll` CLI as a user meets it: real subprocesses, real exit codes, messages without tracebacks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _roll(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "roll.core.cli", *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_validate_accepts_the_smoke_example(tmp_path: Path) -> None:
+    out = _roll("validate", str(ROOT / "examples" / "smoke.yaml"), "max_steps=3", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "ok (pipeline 'smoke', SmokeConfig)" in out.stdout
+
+
+def test_validate_reports_every_error_with_path_line_and_hint(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(
+        "pipeline: smoke\n"
+        "max_step: 3\n"  # misspelled
+        "workers:\n"
+        "  num_workers: two\n"  # wrong type
+        "batch:\n"
+        "  prompts_per_step: 64\n"
+        "  micro_batch_samples: 8\n"
+        "  micro_batch_tokens: 128\n"  # both given
+    )
+    out = _roll("validate", str(cfg), "lr=-1", cwd=tmp_path)
+    assert out.returncode == 2
+    err = out.stderr
+    assert "Traceback" not in err
+    assert "max_step (bad.yaml:2" in err and "did you mean 'max_steps'?" in err
+    assert "workers.num_workers (bad.yaml:4" in err
+    assert "lr (<override 1: lr=-1>)" in err
+    assert "micro_batch" in err
+    assert err.count("\n  - ") >= 4  # all of them in one report
+
+
+def test_train_with_unwritable_output_dir_fails_cleanly(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = _roll("train", str(ROOT / "examples" / "smoke.yaml"), f"output_dir={blocker}/run", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    assert "is not writable" in out.stderr
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    out = _roll("validate", str(tmp_path / "nope.yaml"), cwd=tmp_path)
+    assert out.returncode == 2
+    assert "nope.yaml" in out.stderr and "Traceback" not in out.stderr
