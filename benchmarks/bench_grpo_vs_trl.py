@@ -1,0 +1,264 @@
+"""GRPO, roll's rlvr pipeline vs TRL's ``GRPOTrainer``, on the same work in one run.
+
+Same on both sides: the starting model (the tiny-1m preset after the same short SFT warm-up, saved once to a
+folder both load), tokenizer and chat template, prompts (built-in one-digit arithmetic), reward function (the
+``arithmetic`` reward: exact answer), group size ``G``, prompts per step ``P``, max new tokens, temperature 1,
+token-mean loss aggregation (TRL ``loss_type="dapo"``, roll ``loss_agg_mode: token-mean``), group-std advantage
+scaling, no KL (``beta=0``), one optimizer step per generation batch, AdamW at the same learning rate, grad clip
+1.0, fp32, ``torch.set_flush_denormal(True)``, seed 0, the same torch thread count.
+
+Differences that remain, by design: roll runs generation, training and rewards in separate Ray actors (so its
+peak RSS counts every process of the run, summed with psutil over the process tree), TRL in one process with
+``model.generate``. Reported per side: seconds per step (after the first, which includes start-up), generated
+tokens/s, peak RSS, accuracy over the last 3 steps; and the ratios roll/TRL.
+
+Run: ``uv run python benchmarks/bench_grpo_vs_trl.py --steps 10``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+LEVEL = 1
+
+
+def tree_rss(pid: int) -> int:
+    """Bytes of resident memory of ``pid`` and all its descendants (Ray's raylet, workers ...)."""
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):  # a process may exit while we sum
+            total += p.memory_info().rss
+    return total
+
+
+def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
+    """Run ``cmd``; return (wall seconds, peak summed RSS of its process tree in bytes)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, tree_rss(proc.pid))
+        time.sleep(0.5)
+    if proc.returncode:
+        raise SystemExit(f"{cmd[:3]} failed with {proc.returncode}")
+    return time.perf_counter() - start, peak
+
+
+# ------------------------------------------------------------------------------------------ the start model
+
+
+def warm_model(folder: Path, steps: int, lr: float, threads: int) -> None:
+    """SFT warm-up of tiny-1m on the built-in SFT rows (plain torch), saved as an HF folder both sides load."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from roll.data.tasks import builtin_dataset
+    from roll.data.tiny import resolve_model_path
+
+    torch.manual_seed(0)
+    torch.set_num_threads(threads)
+    path = resolve_model_path("tiny-1m")
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    rows = builtin_dataset("arithmetic", "sft", 150, options={"level": LEVEL})
+    texts = [tok.apply_chat_template(r["messages"], tokenize=False) for r in rows]
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    for i in range(steps):
+        batch = tok([texts[(i * 32 + j) % len(texts)] for j in range(32)], return_tensors="pt", padding=True)
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+# ------------------------------------------------------------------------------------------------- TRL side
+
+
+def trl_main(args: argparse.Namespace) -> None:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from roll.data.tasks import builtin_dataset
+    from roll.pipelines.rewards.arithmetic import ArithmeticReward
+    from roll.pipelines.rewards.types import RewardRequest
+
+    torch.set_flush_denormal(True)
+    torch.set_num_threads(args.threads)
+    rl = builtin_dataset("arithmetic", "rl", 150, options={"level": LEVEL})
+    data = Dataset.from_list([{"prompt": r["messages"], "ground_truth": r["ground_truth"]} for r in rl])
+    scorer = ArithmeticReward()
+
+    def reward(completions: list[Any], ground_truth: list[str], **_: Any) -> list[float]:
+        texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+        reqs = [RewardRequest(response=t, ground_truth=g) for t, g in zip(texts, ground_truth)]
+        return [r.score for r in scorer.score(reqs)]
+
+    cfg = GRPOConfig(
+        output_dir=args.out / "trl", per_device_train_batch_size=args.P * args.G, num_generations=args.G,
+        max_completion_length=args.max_new_tokens, learning_rate=args.lr, loss_type="dapo", beta=0.0,
+        temperature=1.0, max_steps=args.steps, logging_steps=1, report_to="none", use_cpu=True, bf16=False,
+        seed=0, max_grad_norm=1.0, lr_scheduler_type="constant", warmup_ratio=0.0, save_strategy="no",
+        gradient_accumulation_steps=1, dataloader_num_workers=0,
+    )  # fmt: skip
+    log: list[dict[str, float]] = []
+
+    class Timer(TrainerCallback):  # type: ignore[misc]
+        def on_step_begin(self, *a: Any, **k: Any) -> None:
+            self.t = time.perf_counter()
+
+        def on_log(self, a: Any, state: Any, c: Any, logs: dict[str, float] | None = None, **k: Any) -> None:
+            if logs and "reward" in logs:
+                log.append({"step_s": time.perf_counter() - self.t, **logs})
+
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(args.model)
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward, args=cfg, train_dataset=data, processing_class=tok
+    )
+    trainer.add_callback(Timer())
+    trainer.train()
+    (args.out / "trl.json").write_text(json.dumps(log))
+
+
+# ------------------------------------------------------------------------------------------------ roll side
+
+
+def roll_overrides(args: argparse.Namespace) -> list[str]:
+    return [
+        f"output_dir={args.out / 'roll'}", f"max_steps={args.steps}", "eval_every=0", "~warmup",
+        f"model.path={args.model}", f"batch.prompts_per_step={args.P}", f"batch.samples_per_prompt={args.G}",
+        f"batch.micro_batch_samples={args.P * args.G}", f"rollout.max_new_tokens={args.max_new_tokens}",
+        f"train.optimizer.lr={args.lr}", f"cpu_threads={args.threads}", "tracking.backends=[jsonl]",
+        "tracking.progress=false", "plot=false",
+    ]  # fmt: skip
+
+
+def roll_main(args: argparse.Namespace) -> None:
+    import torch
+
+    from roll.core.config.loader import load_tree, validate
+    from roll.pipelines.rlvr import SPEC
+
+    torch.set_flush_denormal(True)
+    tree = load_tree(ROOT / "examples" / "quickstart.yaml", roll_overrides(args), model=SPEC.config_model)
+    pipeline = SPEC.build(validate(tree, SPEC.config_model))
+    try:
+        pipeline.run()
+    finally:
+        pipeline.shutdown()
+
+
+# ---------------------------------------------------------------------------------------------------- table
+
+
+def summarize(
+    rows: list[dict[str, float]], wall: float, rss: int, *, step_key: str, tok_key: str
+) -> dict[str, float]:
+    steady = rows[1:] or rows
+    step_s = sum(r[step_key] for r in steady) / len(steady)
+    tokens = sum(r[tok_key] for r in steady)
+    return {
+        "s/step": step_s,
+        "gen tokens/s": tokens / max(sum(r[step_key] for r in steady), 1e-9),
+        "peak RSS GB": rss / 2**30,
+        "accuracy (last 3)": sum(r["acc"] for r in rows[-3:]) / len(rows[-3:]),
+        "accuracy (step 1)": rows[0]["acc"],
+        "wall s": wall,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--P", type=int, default=16)
+    parser.add_argument("--G", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--warmup-steps", type=int, default=40)
+    parser.add_argument("--side", choices=["trl", "roll"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--model", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side == "trl":
+        return trl_main(args)
+    if args.side == "roll":
+        return roll_main(args)
+    compare(args)
+
+
+def compare(args: argparse.Namespace) -> None:
+    out = Path(tempfile.mkdtemp(prefix="bench_grpo_"))
+    model = out / "start-model"
+    warm_model(model, args.warmup_steps, 2e-3, args.threads)
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONHASHSEED": "0"}
+    base = [sys.executable, __file__, "--model", str(model), "--out", str(out)]
+    base += [
+        f"--{k}={v}"
+        for k, v in (
+            ("steps", args.steps),
+            ("P", args.P),
+            ("G", args.G),
+            ("max-new-tokens", args.max_new_tokens),
+            ("lr", args.lr),
+            ("threads", args.threads),
+        )
+    ]
+    results = {}
+    for side in ("roll", "trl"):
+        wall, rss = run_measured([*base, "--side", side], env)
+        results[side] = (wall, rss)
+    roll_rows = [
+        json.loads(line)["metrics"] for line in (out / "roll" / "metrics.jsonl").read_text().splitlines()
+    ]
+    roll_rows = [
+        {
+            "acc": r["reward/accuracy"],
+            "s": r["time/step_s"],
+            "tok": r["response/length_mean"] * args.P * args.G,
+        }
+        for r in roll_rows
+    ]
+    trl_rows = [
+        {"acc": r["reward"], "s": r["step_s"], "tok": r.get("completions/mean_length", 0.0) * args.P * args.G}
+        for r in json.loads((out / "trl.json").read_text())
+    ]
+    table = {
+        "roll": summarize(roll_rows, *results["roll"], step_key="s", tok_key="tok"),
+        "trl": summarize(trl_rows, *results["trl"], step_key="s", tok_key="tok"),
+    }
+    print_table(table)
+
+
+def print_table(table: dict[str, dict[str, float]]) -> None:
+    keys = list(table["roll"])
+    print(f"\n{'metric':<20}{'roll':>12}{'trl':>12}{'roll/trl':>12}")
+    for k in keys:
+        a, b = table["roll"][k], table["trl"][k]
+        print(f"{k:<20}{a:>12.3f}{b:>12.3f}{(a / b if b else float('nan')):>12.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,438 @@
+"""GenerateScheduler: rollouts of ``G`` samples per prompt, sent to inference workers request by request.
+
+What it does, in the order a step sees it:
+
+- **Request-level scheduling.** Prompts are drawn from a prompt source in small requests (``request_prompts``
+  prompts each) and sent to one inference rank at a time (:func:`~roll.core.scheduler.rank_calls.submit_to_rank`);
+  each rank holds at most ``max_inflight_per_rank`` requests, and a rank that answers gets the next request at
+  once. Fast ranks take more requests than slow ones, and one long request does not hold back a whole step.
+- **Scoring overlaps generation.** When a request's samples come back they go straight to the reward scheduler
+  (anything with ``submit(batch) -> job`` whose ``job.refs``/``job.result()`` behave like
+  :class:`~roll.core.scheduler.reward.RewardJob`), while the inference ranks work on the next requests.
+- **Dynamic sampling.** A scored request passes through ``group_filter`` (a callback, so the filter rule lives
+  with the algorithm, not here): it gets the scored rows (prompt-major, ``G`` rows per prompt) and returns a
+  bool per group and counts to log. Dropped groups are replaced by drawing more prompts, in at most
+  ``max_rounds`` rounds (each round sizes itself by the keep rate seen so far). When the rounds run out the
+  batch is filled with the most recent dropped groups, and ``rollout/groups_filled`` says how many.
+- **Policy versions and staleness.** Every sample carries the policy version that generated it
+  (``version_column``, written by the inference worker). ``get_batch(n, trainer_version)`` never returns a
+  group whose version lags ``trainer_version`` by more than ``max_staleness``; staler groups are dropped and
+  counted (``rollout/groups_stale``).
+- **Async mode** (``async_ratio > 0``): a background thread keeps generating and scoring into a buffer of at most
+  ``ceil(n * (1 + async_ratio))`` groups (kept plus in flight), so the rollouts of step ``k + 1`` are produced
+  while step ``k`` trains; ``max_staleness`` defaults to ``ceil(async_ratio)``. Weight updates sent to the
+  inference cluster queue behind the requests already sent to an actor (Ray runs an actor's calls in order), so
+  a request never sees weights change half-way. With ``async_ratio == 0`` (sync mode) the caller's thread does
+  the work inside :meth:`get_batch` and ``max_staleness`` is 0.
+- **Validation**: :meth:`generate_all` runs a fixed prompt batch request by request, with no filter.
+
+Generic: the scheduler knows a Batch, a Cluster method name, the group size, a version column and callbacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import ray
+import torch
+
+from roll.core.batch import Batch
+from roll.core.cluster import Cluster
+from roll.core.errors import DataError
+from roll.core.scheduler.rank_calls import CallPool, submit_to_rank
+
+__all__ = [
+    "GenerateOptions",
+    "GenerateScheduler",
+    "GroupFilter",
+    "PromptSource",
+    "RolloutBatch",
+    "Scorer",
+]
+
+log = logging.getLogger(__name__)
+
+PromptSource = Callable[[int], Batch]
+"""``source(n)`` returns the next ``n`` prompts as a Batch (one row per prompt)."""
+
+GroupFilter = Callable[[Batch, int], tuple[torch.Tensor, Mapping[str, float]]]
+"""``filter(scored, G)`` gets ``P * G`` scored rows and returns ``keep_P`` (bool) and counts to log."""
+
+
+class _Job(Protocol):
+    @property
+    def refs(self) -> list[Any]: ...
+
+    def result(self) -> Batch: ...
+
+
+class Scorer(Protocol):
+    """What the scheduler needs from a reward scheduler."""
+
+    def submit(self, batch: Batch) -> _Job: ...
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """Knobs of the scheduler (see the module docstring)."""
+
+    group_size: int
+    request_prompts: int = 4
+    max_inflight_per_rank: int = 2
+    max_rounds: int = 4
+    async_ratio: float = 0.0
+    max_staleness: int | None = None
+    method: str = "generate"
+    version_column: str = "policy_version_B"
+    poll_s: float = 0.5
+    get_timeout_s: float = 3600.0
+    carry_columns: tuple[str, ...] = ()
+    """Prompt columns (ground truth, tag, ...) copied onto each prompt's ``G`` samples when the worker's output
+    lacks them."""
+
+    @property
+    def staleness_bound(self) -> int:
+        if self.max_staleness is not None:
+            return self.max_staleness
+        return math.ceil(self.async_ratio)
+
+
+@dataclass
+class _Group:
+    batch: Batch
+    version: int
+
+
+@dataclass
+class RolloutBatch:
+    """A training batch of whole groups plus what happened while collecting it."""
+
+    batch: Batch
+    versions: list[int]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Counters:
+    prompts: int = 0
+    requests: int = 0
+    kept: int = 0
+    dropped: int = 0
+    stale: int = 0
+    filled: int = 0
+    rounds: int = 0
+    gen_s: float = 0.0
+    reward_s: float = 0.0
+    filter_stats: dict[str, float] = field(default_factory=dict)
+
+    def snapshot(self) -> _Counters:
+        return _Counters(**{**vars(self), "filter_stats": dict(self.filter_stats)})
+
+    def as_metrics(self) -> dict[str, float]:
+        out = {
+            "rollout/prompts_generated": float(self.prompts),
+            "rollout/requests": float(self.requests),
+            "rollout/groups_kept": float(self.kept),
+            "rollout/groups_dropped": float(self.dropped),
+            "rollout/groups_stale": float(self.stale),
+            "rollout/groups_filled": float(self.filled),
+            "rollout/rounds": float(self.rounds),
+            "time/generate_request_s": self.gen_s,
+            "time/reward_request_s": self.reward_s,
+        }
+        out.update({f"rollout/filter_{k}": v for k, v in self.filter_stats.items()})
+        return out
+
+
+class GenerateScheduler:
+    """See the module docstring. Call :meth:`close` (or use ``with``) to stop the async thread."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        source: PromptSource,
+        options: GenerateOptions,
+        *,
+        gen_args: tuple[Any, ...] = (),
+        scorer: Scorer | None = None,
+        group_filter: GroupFilter | None = None,
+    ) -> None:
+        if options.group_size < 1 or options.request_prompts < 1 or options.max_rounds < 1:
+            raise DataError(f"group_size, request_prompts and max_rounds must be >= 1: {options}")
+        self.cluster = cluster
+        self.source = source
+        self.options = options
+        self.gen_args = gen_args
+        self.scorer = scorer
+        self.group_filter = group_filter
+        self._kept: deque[_Group] = deque()
+        self._rejected: deque[_Group] = deque(maxlen=256)
+        self._pool: CallPool[int] = CallPool()
+        self._prompts: dict[int, Batch] = {}
+        self._jobs: dict[int, tuple[Any, float, int]] = {}  # id -> (scoring job or None, started, prompts)
+        self._next_id = 0
+        self._counters = _Counters()
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._capacity = 0
+
+    @property
+    def is_async(self) -> bool:
+        return self.options.async_ratio > 0
+
+    # ------------------------------------------------------------------------------------------- public API
+
+    def get_batch(self, num_groups: int, trainer_version: int) -> RolloutBatch:
+        """``num_groups`` groups (``num_groups * G`` rows, prompt-major), none staler than the bound."""
+        if self.is_async:
+            self._ensure_thread(num_groups)
+            return self._take_async(num_groups, trainer_version)
+        return self._take_sync(num_groups, trainer_version)
+
+    def generate_all(self, prompts: Batch, *args: Any) -> Batch:
+        """Samples for every prompt of ``prompts`` (``G`` per prompt, prompt order), request by request."""
+        pool: CallPool[int] = CallPool()
+        requests = prompts.split(_sizes(len(prompts), self.options.request_prompts))
+        results: dict[int, Batch] = {}
+        free = self._free_slots(pool)
+        for i, request in enumerate(requests):
+            while not free:
+                results.update({key: out for key, _, out in pool.wait_any()})
+                free = self._free_slots(pool)
+            pool.add(i, submit_to_rank(self.cluster, free.pop(0), self.options.method, request, *args))
+        results.update({key: out for key, _, out in pool.drain(self.options.get_timeout_s)})
+        return Batch.concat([self._carry(requests[i], results[i]) for i in range(len(requests))])
+
+    def state(self) -> dict[str, float]:
+        """Cumulative counters (for logs and tests)."""
+        with self._lock:
+            return self._counters.as_metrics()
+
+    def close(self) -> None:
+        """Stop the async thread (requests already on the workers finish there and are discarded)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def __enter__(self) -> GenerateScheduler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------------ sync mode
+
+    def _take_sync(self, num_groups: int, trainer_version: int) -> RolloutBatch:
+        start = self._counters.snapshot()
+        generated = kept_before = 0
+        for round_ in range(self.options.max_rounds):
+            self._evict_stale(trainer_version)
+            need = num_groups - len(self._kept)
+            if need <= 0:
+                break
+            rate = (len(self._kept) - kept_before) / generated if generated else 1.0
+            n_prompts = need if round_ == 0 else min(4 * num_groups, math.ceil(need / max(rate, 0.1)))
+            self._counters.rounds += 1
+            generated += n_prompts
+            self._run_round(n_prompts)
+        self._evict_stale(trainer_version)
+        return self._pop_groups(num_groups, start, surplus_dropped=True)
+
+    def _run_round(self, n_prompts: int) -> None:
+        """Generate and score ``n_prompts`` prompts request by request; results land in the buffers."""
+        remaining = n_prompts
+        while remaining > 0 or self._busy():
+            remaining -= self._submit_while_free(remaining)
+            self._wait_and_handle(self.options.get_timeout_s)
+
+    # ----------------------------------------------------------------------------------------- async mode
+
+    def _ensure_thread(self, num_groups: int) -> None:
+        self._capacity = math.ceil(num_groups * (1 + self.options.async_ratio))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._pump, name="roll-generate", daemon=True)
+            self._thread.start()
+
+    def _pump(self) -> None:
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    room = self._capacity - len(self._kept) - self._inflight_prompts()
+                self._submit_while_free(max(room, 0))
+                self._wait_and_handle(self.options.poll_s)
+        except BaseException as exc:  # handed to the trainer's thread, which raises it
+            log.exception("generation thread failed")
+            with self._lock:
+                self._error = exc
+                self._lock.notify_all()
+
+    def _take_async(self, num_groups: int, trainer_version: int) -> RolloutBatch:
+        start = self._counters.snapshot()
+        deadline = time.monotonic() + self.options.get_timeout_s
+        with self._lock:
+            while True:
+                if self._error is not None:
+                    raise self._error
+                self._evict_stale(trainer_version)
+                spent = self._counters.prompts - start.prompts
+                if len(self._kept) >= num_groups or spent >= self.options.max_rounds * num_groups:
+                    return self._pop_groups(num_groups, start, surplus_dropped=False)
+                if time.monotonic() > deadline:
+                    raise DataError(f"no rollout batch within {self.options.get_timeout_s:g}s")
+                self._lock.wait(timeout=self.options.poll_s)
+
+    # ------------------------------------------------------------------------------------------- plumbing
+
+    def _inflight_prompts(self) -> int:
+        """Prompts sent but not yet in a buffer: being generated or being scored."""
+        return sum(n for _, _, n in self._jobs.values())
+
+    def _free_slots(self, pool: CallPool[Any]) -> list[int]:
+        """One entry per free request slot, rank by rank (a rank with two free slots appears twice)."""
+        busy = pool.ranks()
+        cap = self.options.max_inflight_per_rank
+        return [r for r in range(self.cluster.world_size) for _ in range(cap - busy.count(r))]
+
+    def _submit_while_free(self, budget: int) -> int:
+        """Send requests to free ranks while ``budget`` prompts remain; returns the prompts sent."""
+        sent = 0
+        for rank in self._free_slots(self._pool):
+            if sent >= budget:
+                break
+            prompts = self.source(min(self.options.request_prompts, budget - sent))
+            self._submit_request(rank, prompts)
+            sent += len(prompts)
+        return sent
+
+    def _submit_request(self, rank: int, prompts: Batch) -> None:
+        job_id = self._next_id
+        self._next_id += 1
+        call = submit_to_rank(self.cluster, rank, self.options.method, prompts, *self.gen_args)
+        self._pool.add(job_id, call)
+        with self._lock:
+            self._prompts[job_id] = prompts
+            self._jobs[job_id] = (None, time.perf_counter(), len(prompts))
+            self._counters.prompts += len(prompts)
+            self._counters.requests += 1
+
+    def _wait_and_handle(self, timeout_s: float) -> None:
+        """Wait until a generation or a scoring job finishes (or ``timeout_s``), then move every finished one on."""
+        scoring = [ref for job, _, _ in self._jobs.values() if job is not None for ref in job.refs]
+        refs = self._pool.refs() + scoring
+        if refs:
+            ray.wait(refs, num_returns=1, timeout=timeout_s)
+        for job_id, _, samples in self._pool.wait_any(0):
+            self._on_generated(job_id, self._carry(self._prompts.pop(job_id), samples))
+        for job_id, (job, _, _) in list(self._jobs.items()):
+            if job is not None and _refs_ready(job.refs):
+                self._on_scored(job_id, job.result())
+
+    def _carry(self, prompts: Batch, samples: Batch) -> Batch:
+        missing = [c for c in self.options.carry_columns if c not in samples]
+        if not missing:
+            return samples
+        per_prompt = len(samples) // max(len(prompts), 1)
+        extra = prompts.select(torch.arange(len(prompts)).repeat_interleave(per_prompt))
+        return samples.union(Batch({}, {c: extra.non_tensors[c] for c in missing}))
+
+    def _busy(self) -> bool:
+        return bool(self._jobs)
+
+    def _on_generated(self, job_id: int, samples: Batch) -> None:
+        _, started, n = self._jobs[job_id]
+        now = time.perf_counter()
+        with self._lock:
+            self._counters.gen_s += now - started
+        if self.scorer is None:
+            with self._lock:
+                self._jobs.pop(job_id)
+            self._accept(samples)
+            return
+        job = self.scorer.submit(samples)
+        with self._lock:
+            self._jobs[job_id] = (job, now, n)
+
+    def _on_scored(self, job_id: int, scored: Batch) -> None:
+        with self._lock:
+            _, started, _ = self._jobs.pop(job_id)
+            self._counters.reward_s += time.perf_counter() - started
+        self._accept(scored)
+
+    def _accept(self, scored: Batch) -> None:
+        """Split a scored request into groups, filter them, and put them into the buffers."""
+        G = self.options.group_size
+        if len(scored) % G:
+            raise DataError(f"generate returned {len(scored)} rows, not a multiple of the group size {G}")
+        groups = [_Group(g, self._version(g)) for g in scored.split([G] * (len(scored) // G))]
+        keep_P, stats = self._filter(scored, len(groups))
+        with self._lock:
+            for group, keep in zip(groups, keep_P.tolist()):
+                (self._kept if keep else self._rejected).append(group)
+            self._counters.kept += int(keep_P.sum())
+            self._counters.dropped += int((~keep_P).sum())
+            for name, value in stats.items():
+                self._counters.filter_stats[name] = self._counters.filter_stats.get(name, 0.0) + float(value)
+            self._lock.notify_all()
+
+    def _filter(self, scored: Batch, num_groups: int) -> tuple[torch.Tensor, Mapping[str, float]]:
+        if self.group_filter is None:
+            return torch.ones(num_groups, dtype=torch.bool), {}
+        keep_P, stats = self.group_filter(scored, self.options.group_size)
+        return keep_P.bool().reshape(-1), stats
+
+    def _version(self, group: Batch) -> int:
+        column = self.options.version_column
+        if column in group:
+            return int(torch.as_tensor(group[column]).min())
+        return int(group.meta.get("policy_version", 0))
+
+    def _evict_stale(self, trainer_version: int) -> None:
+        oldest = trainer_version - self.options.staleness_bound
+        for buffer in (self._kept, self._rejected):
+            fresh = [g for g in buffer if g.version >= oldest]
+            if buffer is self._kept:
+                self._counters.stale += len(buffer) - len(fresh)
+            buffer.clear()
+            buffer.extend(fresh)
+
+    def _pop_groups(self, num_groups: int, start: _Counters, *, surplus_dropped: bool) -> RolloutBatch:
+        chosen = [self._kept.popleft() for _ in range(min(num_groups, len(self._kept)))]
+        filled = min(num_groups - len(chosen), len(self._rejected))
+        chosen += [self._rejected.pop() for _ in range(filled)]
+        if len(chosen) < num_groups:
+            raise DataError(
+                f"only {len(chosen)} of {num_groups} groups after {self.options.max_rounds} rounds"
+            )
+        self._counters.filled += filled
+        if surplus_dropped:  # sync mode: leftovers would be one version stale next step
+            self._counters.dropped += len(self._kept)
+            self._kept.clear()
+            self._rejected.clear()
+        metrics = _delta(self._counters, start)
+        return RolloutBatch(Batch.concat([g.batch for g in chosen]), [g.version for g in chosen], metrics)
+
+
+def _refs_ready(refs: list[Any]) -> bool:
+    if not refs:
+        return True
+    _, not_ready = ray.wait(refs, num_returns=len(refs), timeout=0)
+    return not not_ready
+
+
+def _delta(now: _Counters, start: _Counters) -> dict[str, float]:
+    after, before = now.as_metrics(), start.as_metrics()
+    return {k: v - before.get(k, 0.0) for k, v in after.items()}
+
+
+def _sizes(n: int, chunk: int) -> list[int]:
+    return [min(chunk, n - i) for i in range(0, n, chunk)]

@@ -1,0 +1,7 @@
+"""Helpers the offline training modes (sft, dpo, reward_model) share.
+
+- :mod:`.feed`: :class:`~.feed.RowFeeder`, deterministic epoch-shuffled batches of row indices whose position
+  is part of a checkpoint (light: no torch).
+- :mod:`.data`: load, tokenize and clean rows, and turn rows into :class:`~roll.core.batch.Batch` objects.
+- :mod:`.export`: the HF ``save_pretrained`` folder at the end of a run (model plus tokenizer).
+"""

@@ -1,0 +1,80 @@
+"""Config sections the offline training modes share. Light: pydantic and other config modules only.
+
+Batch sizes are stated once, in ``batch`` (:class:`~roll.core.config.batch.BatchConfig`); the strategy's own
+micro-batch fields must stay unset (:func:`batch_issues` says so), and :func:`strategy_for` derives them.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from roll.core.config.base import RollModel
+from roll.core.config.batch import BatchConfig
+from roll.core.config.sections import RoleConfig
+from roll.core.errors import ConfigIssue
+from roll.workers.config import FSDP2Config
+from roll.workers.roles.config import ModelConfig
+
+DEFAULT_MODEL = "tiny-1m"
+
+
+class TrainRoleConfig(RoleConfig):
+    """A trained (or scored) model on ``num_workers`` data-parallel workers: placement, model and strategy."""
+
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(path=DEFAULT_MODEL))
+    strategy: FSDP2Config = Field(default_factory=FSDP2Config)
+
+
+class EvalConfig(RollModel):
+    """Held-out evaluation: ``batch_size`` sequences per forward, at most ``max_rows`` held-out rows."""
+
+    batch_size: int = Field(64, ge=1)
+    max_rows: int | None = Field(None, ge=1)
+
+
+def batch_issues(batch: BatchConfig, role: TrainRoleConfig, *, role_key: str, pairs: bool) -> list[ConfigIssue]:
+    """Everything that makes ``batch`` impossible for ``role``; ``pairs`` asks for whole chosen/rejected pairs."""
+    issues = batch.check(role.num_workers, where=f"{role_key}.num_workers")
+    for name in ("micro_batch_size", "max_tokens_per_micro_batch"):
+        if getattr(role.strategy, name) is not None:
+            issues.append(
+                ConfigIssue(
+                    f"{role_key}.strategy.{name}",
+                    "micro-batches are stated once, in batch.micro_batch_samples / batch.micro_batch_tokens",
+                    f"remove {role_key}.strategy.{name}",
+                )
+            )
+    if pairs:
+        issues += _pair_issues(batch)
+    return issues
+
+
+def _pair_issues(batch: BatchConfig) -> list[ConfigIssue]:
+    issues = []
+    if batch.samples_per_prompt != 2:
+        issues.append(
+            ConfigIssue(
+                "batch.samples_per_prompt",
+                f"a preference pair is 2 sequences (chosen, rejected); got {batch.samples_per_prompt}",
+                "set batch.samples_per_prompt: 2 (prompts_per_step counts pairs)",
+            )
+        )
+    if batch.micro_batch_samples is None or batch.micro_batch_samples % 2:
+        issues.append(
+            ConfigIssue(
+                "batch.micro_batch_samples",
+                f"a micro-batch must hold whole pairs (an even number of sequences); got {batch.micro_batch_samples}",
+                "set batch.micro_batch_samples to an even number (token budgets could split a pair)",
+            )
+        )
+    return issues
+
+
+def strategy_for(role: TrainRoleConfig, batch: BatchConfig) -> FSDP2Config:
+    """The role's strategy with its micro-batch size taken from ``batch``."""
+    return role.strategy.model_copy(
+        update={
+            "micro_batch_size": batch.micro_batch_samples,
+            "max_tokens_per_micro_batch": batch.micro_batch_tokens,
+        }
+    )

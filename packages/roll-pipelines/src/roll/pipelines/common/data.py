@@ -1,0 +1,145 @@
+"""Rows for the offline training modes: load, tokenize, clean, and turn index lists into batches.
+
+Data is small enough to hold in memory as lists of token ids (offline SFT/DPO/RM sets are; a streaming source
+is read once into memory). The training split is read by a :class:`~roll.pipelines.common.feed.RowFeeder`,
+the held-out split whole at evaluation.
+
+Batch layouts (column names carry their axes; ``labels_BT`` is unshifted, ``-100`` where no loss is taken, so
+``labels_BT[b, t] != -100`` marks exactly the tokens whose ``logp_BT[b, t]`` the loss uses):
+
+- SFT: :data:`INPUT_IDS`, :data:`ATTENTION_MASK` and :data:`LABELS` ``[B, T]``, right-padded.
+- pairs (DPO, reward model): the same three columns with chosen and rejected *interleaved* (row ``2i`` chosen,
+  ``2i + 1`` rejected of pair ``i``), so any even split of the rows (data-parallel, micro-batches) keeps every
+  pair on one worker. 
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import datasets
+import torch
+
+from roll.core.batch import Batch
+from roll.data.collate import collate_sft
+from roll.data.config import DataConfig, TokenizeConfig
+from roll.data.loading import AnyDataset, load_data
+from roll.data.tokenize import IGNORE_INDEX, Kind, LengthReport, tokenize_dataset
+from roll.pipelines.common.columns import LABELS
+from roll.workers.roles.columns import ATTENTION_MASK, INPUT_IDS
+
+logger = logging.getLogger(__name__)
+
+Row = dict[str, Any]
+
+
+
+@dataclass
+class PreparedData:
+    """Tokenized training and held-out rows, and what cleaning did to them."""
+
+    train: list[Row]
+    eval: list[Row]
+    report: LengthReport
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+def load_tokenizer(model_path: str) -> Any:
+    """The tokenizer saved with the model (a tiny preset's folder holds the offline tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from roll.data.tiny import resolve_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_path))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def prepare_data(data: DataConfig, tokenize: TokenizeConfig, *, kind: Kind, tokenizer: Any) -> PreparedData:
+    """Load every source, tokenize both splits for ``kind`` and, for pairs, skip those that teach nothing."""
+    splits = load_data(data)
+    train, report = _tokenized_rows(splits.train, kind, tokenizer, tokenize)
+    held_out = _tokenized_rows(splits.eval, kind, tokenizer, tokenize)[0] if splits.eval is not None else []
+    prepared = PreparedData(train=train, eval=held_out, report=report)
+    if kind == "preference":
+        prepared.train, prepared.skipped["identical_pairs"] = drop_identical_pairs(train, split="train")
+        prepared.eval, prepared.skipped["identical_pairs_eval"] = drop_identical_pairs(held_out, split="eval")
+    return prepared
+
+
+def _tokenized_rows(ds: AnyDataset, kind: Kind, tokenizer: Any, cfg: TokenizeConfig) -> tuple[list[Row], LengthReport]:
+    mapped, report = tokenize_dataset(ds, kind=kind, tokenizer=tokenizer, cfg=cfg)
+    if isinstance(mapped, datasets.IterableDataset):
+        return [dict(row) for row in mapped], report
+    return mapped.to_list(), report
+
+
+def drop_identical_pairs(rows: Sequence[Row], *, split: str) -> tuple[list[Row], int]:
+    """Rows whose chosen and rejected continuations differ; a pair with equal ones has no preference signal
+    (its DPO gradient is zero and a reward model could only learn noise), so it is counted and skipped."""
+    kept = [r for r in rows if list(r["chosen_ids"]) != list(r["rejected_ids"])]
+    skipped = len(rows) - len(kept)
+    if skipped:
+        logger.warning("%s: skipped %d preference pair(s) whose chosen equals rejected", split, skipped)
+    return kept, skipped
+
+
+# --------------------------------------------------------------------------------------------- batches
+
+
+def sft_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
+    """Right-padded SFT batch (see the module docstring)."""
+    tensors = collate_sft(rows, pad_id=pad_id)
+    return Batch(
+        {
+            INPUT_IDS: tensors["input_ids"],
+            ATTENTION_MASK: tensors["attention_mask"],
+            LABELS: tensors["labels"],
+        }
+    )
+
+
+def pair_sequences(row: Row) -> tuple[list[int], list[int], int]:
+    """``(chosen sequence, rejected sequence, prompt length)`` of one tokenized preference row."""
+    prompt = list(row["prompt_ids"])
+    return prompt + list(row["chosen_ids"]), prompt + list(row["rejected_ids"]), len(prompt)
+
+
+def pair_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
+    """Interleaved chosen/rejected batch of ``2 * len(rows)`` sequences (see the module docstring)."""
+    seqs: list[list[int]] = []
+    labels: list[list[int]] = []
+    for row in rows:
+        chosen, rejected, n_prompt = pair_sequences(row)
+        for seq in (chosen, rejected):
+            seqs.append(seq)
+            labels.append([IGNORE_INDEX] * n_prompt + seq[n_prompt:])
+    width = max(len(s) for s in seqs)
+    input_ids = _pad(seqs, pad_id, width)  # [2B, T]
+    return Batch(
+        {
+            INPUT_IDS: input_ids,
+            ATTENTION_MASK: _pad([[1] * len(s) for s in seqs], 0, width),  # [2B, T]
+            LABELS: _pad(labels, IGNORE_INDEX, width),  # [2B, T]
+        }
+    )
+
+
+def _pad(seqs: Sequence[Sequence[int]], value: int, width: int) -> torch.Tensor:
+    out = torch.full((len(seqs), width), value, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+    return out
+
+
+def select(rows: Sequence[Row], indices: Sequence[int]) -> list[Row]:
+    return [rows[i] for i in indices]
+
+
+def chunks(rows: Sequence[Row], size: int) -> list[list[Row]]:
+    """``rows`` in consecutive chunks of at most ``size`` (evaluation batches)."""
+    return [list(rows[i : i + size]) for i in range(0, len(rows), size)]

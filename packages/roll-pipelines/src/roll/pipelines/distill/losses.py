@@ -1,0 +1,179 @@
+"""Distillation as a :class:`~roll.workers.types.LossFn`: :func:`~roll.pipelines.algorithms.divergence.distill_loss`
+on micro-batches, exactly equal to it on the whole optimizer step.
+
+The student needs its logits, not only log-probs, so its strategy runs :func:`student_forward`, which returns a
+:class:`StudentOutput` with ``logits_BTV`` *aligned like the log-probs*: ``logits_BTV[b, t]`` is the distribution
+of token ``t`` given ``ids[b, :t]`` (row ``t - 1`` of the model's output; row 0 is zeros). That is the alignment of
+the teacher's ``topk_values_BTK`` (see :mod:`roll.workers.roles.teacher`) and of the unshifted ``labels_BT``, so
+all three line up column by column and ``labels_BT[b, t]`` is the cross-entropy target of ``logits_BTV[b, t]``.
+
+Exactness across micro-batches and ranks: the step's loss is ``w * mean_kd(div) + (1 - w) * mean_ce(nll)`` where
+the two means run over *different* token sets when prompt tokens are distilled (``distill_prompt``: the
+divergence on every predicted token, the cross-entropy on the response only). The pipeline binds the global
+token counts of the optimizer step (:meth:`DistillLoss.bind`); each micro-batch returns its share of both means
+(the divergence through ``distill_loss`` with ``kd_weight=1``, the cross-entropy through ``sft_cross_entropy``,
+each summed and divided by its global count), and :meth:`DistillLoss.count_units` returns the micro-batch's
+fraction of the step's distilled tokens, so the strategy's global unit count is 1 and its division is a no-op.
+The sum over all micro-batches is then exactly ``distill_loss(..., kd_weight=w, agg=TOKEN_MEAN)`` on the whole
+batch when both token sets agree (response-only distillation), and the two separately normalized means otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from roll.core.errors import WorkerError
+from roll.pipelines.algorithms.aggregate import Aggregation
+from roll.pipelines.algorithms.choices import DivergenceName
+from roll.pipelines.algorithms.divergence import distill_loss
+from roll.pipelines.algorithms.preference import sft_cross_entropy
+from roll.pipelines.common.columns import IGNORE_INDEX, LABELS
+from roll.workers.logprobs import has_prev_from_mask, position_ids_from_mask
+from roll.workers.roles import columns as C
+from roll.workers.types import ForwardOutput, MicroBatch
+
+
+@dataclass(frozen=True)
+class StudentOutput(ForwardOutput):
+    """:class:`ForwardOutput` plus ``logits_BTV``, aligned with ``logp_BT`` (see the module docstring)."""
+
+    logits_BTV: torch.Tensor | None = None
+
+
+def student_forward(
+    model: torch.nn.Module,
+    ids_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    with_entropy: bool,
+    temperature: float,
+) -> StudentOutput:
+    """The fsdp2 strategy's ``forward=`` for a distilled student: aligned logits plus ``logp_BT``."""
+    logits = model(
+        input_ids=ids_BT,
+        attention_mask=mask_BT,
+        position_ids=position_ids_from_mask(mask_BT),
+        use_cache=False,
+    ).logits
+    logits_BTV = torch.cat([torch.zeros_like(logits[:, :1]), logits[:, :-1]], dim=1)
+    has_prev_BT = has_prev_from_mask(mask_BT)
+    logp_BTV = torch.log_softmax(logits_BTV.float() / temperature, dim=-1)
+    logp_BT = logp_BTV.gather(-1, ids_BT.unsqueeze(-1)).squeeze(-1) * has_prev_BT
+    return StudentOutput(logp_BT=logp_BT, logits_BTV=logits_BTV)
+
+
+def trained_labels(micro_batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``labels_BT`` with ``-100`` also where a token has no prediction (a row's first token)."""
+    has_prev_BT = has_prev_from_mask(micro_batch[C.ATTENTION_MASK])
+    return micro_batch[LABELS].masked_fill(~has_prev_BT, IGNORE_INDEX)
+
+
+def kd_mask(micro_batch: Mapping[str, torch.Tensor], *, distill_prompt: bool) -> torch.Tensor:
+    """Positions distilled: the trained (label) tokens, or with ``distill_prompt`` every predicted token."""
+    if distill_prompt:
+        return has_prev_from_mask(micro_batch[C.ATTENTION_MASK])
+    return trained_labels(micro_batch) != IGNORE_INDEX
+
+
+@dataclass
+class _Sink:
+    """Token-weighted running means of loss metrics, read (and reset) by :meth:`DistillLoss.metrics`."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    weight: float = 0.0
+
+    def add(self, values: Mapping[str, torch.Tensor], weight: float) -> None:
+        for name, value in values.items():
+            self.sums[name] = self.sums.get(name, 0.0) + float(value) * weight
+        self.weight += weight
+
+    def means(self) -> dict[str, float]:
+        return {k: v / max(self.weight, 1e-12) for k, v in self.sums.items()}
+
+
+@dataclass
+class DistillLoss:
+    """``kd_weight * divergence + (1 - kd_weight) * cross-entropy`` on the teacher's top-k (see module docstring).
+
+    Reads ``topk_values_BTK``, ``topk_indices_BTK``, ``labels_BT`` and ``attention_mask``; needs a
+    :class:`StudentOutput`. Call :meth:`bind` with the optimizer step's batch before training on it.
+    """
+
+    divergence: DivergenceName = "forward_kl"
+    kd_weight: float = 1.0
+    student_temperature: float = 1.0
+    teacher_temperature: float = 1.0
+    alpha: float = 0.1
+    beta: float = 0.5
+    mu: float = 0.5
+    distill_prompt: bool = False
+    num_kd_tokens: float | None = None
+    num_ce_tokens: float | None = None
+    needs_entropy: bool = False
+    _sink: _Sink = field(default_factory=_Sink, repr=False)
+
+    def bind(self, batch: Mapping[str, torch.Tensor]) -> DistillLoss:
+        """A copy that knows the global token counts of ``batch`` (the whole optimizer step, all ranks)."""
+        n_kd = float(kd_mask(batch, distill_prompt=self.distill_prompt).sum())
+        n_ce = float((trained_labels(batch) != IGNORE_INDEX).sum())
+        return replace(self, num_kd_tokens=max(n_kd, 1.0), num_ce_tokens=max(n_ce, 1.0), _sink=_Sink())
+
+    def count_units(self, micro_batch: MicroBatch) -> float:
+        n_kd = float(kd_mask(micro_batch, distill_prompt=self.distill_prompt).sum())
+        return n_kd / self._counts()[0]
+
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+        logits_BTV = getattr(output, "logits_BTV", None)
+        if logits_BTV is None:
+            raise WorkerError(
+                "DistillLoss needs the student's logits: train it with DistillStudentWorker "
+                "(its strategy runs roll.pipelines.distill.losses.student_forward)"
+            )
+        n_kd, n_ce = self._counts()
+        device = logits_BTV.device
+        mask_BT = kd_mask(micro_batch, distill_prompt=self.distill_prompt).to(device)
+        kd, metrics = distill_loss(
+            logits_BTV,
+            micro_batch[C.TOPK_VALUES].to(device),
+            micro_batch[C.TOPK_INDICES].to(device),
+            mask_BT,
+            divergence=self.divergence,
+            student_temperature=self.student_temperature,
+            teacher_temperature=self.teacher_temperature,
+            alpha=self.alpha,
+            beta=self.beta,
+            mu=self.mu,
+            agg=Aggregation("token-mean", num_global_tokens=n_kd),
+        )
+        loss = kd if self.kd_weight == 1 else self.kd_weight * kd
+        if self.kd_weight < 1:
+            ce = sft_cross_entropy(
+                logits_BTV, trained_labels(micro_batch).to(device), agg=Aggregation(num_global_tokens=n_ce)
+            )
+            loss = loss + (1 - self.kd_weight) * ce
+            metrics = {**metrics, "ce_sum": ce.detach() * n_ce}
+        self._sink.add(self._local_metrics(metrics, micro_batch), float(mask_BT.sum()))
+        return loss
+
+    def _counts(self) -> tuple[float, float]:
+        if self.num_kd_tokens is None or self.num_ce_tokens is None:
+            raise WorkerError(
+                "DistillLoss has no global token counts: call loss.bind(batch) before train_step"
+            )
+        return self.num_kd_tokens, self.num_ce_tokens
+
+    def _local_metrics(
+        self, metrics: Mapping[str, torch.Tensor], micro_batch: MicroBatch
+    ) -> dict[str, torch.Tensor]:
+        out = {"kd_mean": metrics["kd_mean"]}
+        if "ce_sum" in metrics:  # per trained token of this micro-batch
+            n_ce = float((trained_labels(micro_batch) != IGNORE_INDEX).sum())
+            out["ce_mean"] = metrics["ce_sum"] / max(n_ce, 1.0)
+        return out
+
+    def metrics(self) -> dict[str, float]:
+        """Token-weighted means since the last call (``kd_mean``: the divergence per distilled token)."""
+        out, self._sink = self._sink.means(), _Sink()
+        return out

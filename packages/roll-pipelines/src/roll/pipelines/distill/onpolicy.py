@@ -1,0 +1,187 @@
+"""On-policy distillation, run through the RLVR machinery as a mode (not a copy of it).
+
+The student samples (RLVR's generate and score steps, rewards included), one or more frozen teachers score the
+student's own tokens, and the per-token advantage is the negative log-ratio (Agarwal et al. 2024, "On-Policy
+Distillation of Language Models"; Lu & Thinking Machines 2025, "On-Policy Distillation")::
+
+    A_t = distill_coef * -(log pi_student(y_t | y_<t) - log pi_teacher(y_t | y_<t)) + rl_coef * A_t^RL
+
+With the policy-gradient loss, ``E[-A_t grad log pi]`` at ``rl_coef = 0`` is the gradient of the per-token reverse
+KL ``KL(pi_student || pi_teacher)`` on the student's own samples (mode seeking: the student learns from the
+teacher where the student actually goes). ``rl_coef > 0`` adds the RL advantage of the configured preset.
+
+Pieces:
+
+- :func:`distill_advantages` and :func:`route_by_tag` are pure (tensors and lists in, tensors and indices out);
+  any pipeline can call them.
+- :class:`TeacherPanel` holds the teacher clusters and returns ``teacher_logp_BT`` for a batch, each row scored by
+  the teacher its ``tag`` routes to.
+- :class:`OnPolicyDistillPipeline` is :class:`~roll.pipelines.rlvr.pipeline.RLVRPipeline` with teacher roles added
+  and its ``advantages`` step extended; generation, rewards, the loss, weight sync, evaluation and checkpoints are
+  RLVR's.
+
+The student's log-probs are the sampler's (``infer_logp_BT``): on-policy, the inference workers serve the
+trainer's weights, so they are the student's (up to kernel differences); with several optimizer steps per step
+RLVR's ``old_logp_BT`` (a trainer forward) is used instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from roll.core.batch import Batch
+from roll.core.cluster import Cluster
+from roll.core.config.sections import RoleConfig
+from roll.core.errors import DataError
+from roll.pipelines.common.data import prepare_data
+from roll.pipelines.distill.checks import check_same_tokenizer
+from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
+from roll.pipelines.distill.warmup import warm_up_teacher
+from roll.pipelines.distill.worker import DistillTeacherWorker
+from roll.pipelines.rlvr.data import training_view
+from roll.pipelines.rlvr.losses import ADVANTAGES, OLD_LOGP
+from roll.pipelines.rlvr.pipeline import RLVRPipeline
+from roll.workers.roles import columns as C
+
+logger = logging.getLogger(__name__)
+
+TEACHER_LOGP = "teacher_logp_BT"
+"""The routed teacher's log-prob of each token (0 outside the response)."""
+
+
+def distill_advantages(
+    student_logp_BT: torch.Tensor,
+    teacher_logp_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    *,
+    distill_coef: float = 1.0,
+    rl_advantages_BT: torch.Tensor | None = None,
+    rl_coef: float = 0.0,
+    clip: float | None = None,
+) -> torch.Tensor:
+    """``distill_coef * -(logp_s - logp_t) + rl_coef * A_rl`` per token, 0 where ``mask_BT`` is 0.
+
+    ``clip`` bounds the log-ratio term to ``[-clip, clip]`` before the coefficient. ``rl_advantages_BT`` is
+    required when ``rl_coef > 0``.
+    """
+    neg_log_ratio_BT = -(student_logp_BT.float() - teacher_logp_BT.float())
+    if clip is not None:
+        neg_log_ratio_BT = neg_log_ratio_BT.clamp(-clip, clip)
+    adv_BT = distill_coef * neg_log_ratio_BT
+    if rl_coef:
+        if rl_advantages_BT is None:
+            raise ValueError("rl_coef > 0 adds the RL advantage: pass rl_advantages_BT")
+        adv_BT = adv_BT + rl_coef * rl_advantages_BT.float()
+    return adv_BT * mask_BT.to(adv_BT.dtype)
+
+
+def route_by_tag(tags: Sequence[Any], routes: Mapping[str, Sequence[str] | None]) -> dict[str, list[int]]:
+    """Row indices per teacher: a row goes to the teacher listing its tag, else to the one with ``None`` tags.
+
+    A tag no teacher takes raises :class:`DataError` naming it and the routes.
+    """
+    by_tag = {tag: name for name, tags_ in routes.items() for tag in tags_ or []}
+    default = next((name for name, tags_ in routes.items() if tags_ is None), None)
+    rows: dict[str, list[int]] = {name: [] for name in routes}
+    for i, tag in enumerate(tags):
+        name = by_tag.get(str(tag), default)
+        if name is None:
+            known = {n: list(t) if t is not None else "*" for n, t in routes.items()}
+            raise DataError(f"sample tag {tag!r} has no teacher; teachers and their tags: {known}")
+        rows[name].append(i)
+    return rows
+
+
+class TeacherPanel:
+    """Teacher clusters by name, each scoring the rows whose tag routes to it."""
+
+    def __init__(self, clusters: Mapping[str, Cluster], routes: Mapping[str, Sequence[str] | None]) -> None:
+        self.clusters, self.routes = dict(clusters), dict(routes)
+
+    def logprobs(self, batch: Batch, tags: Sequence[Any], temperature: float = 1.0) -> torch.Tensor:
+        """``teacher_logp_BT`` of ``batch`` (``input_ids_BT``/``attention_mask_BT``), teachers called in parallel."""
+        rows = route_by_tag(tags, self.routes)
+        pending = {
+            name: self.clusters[name].compute_logprobs.submit(batch.select(idx), temperature)
+            for name, idx in rows.items()
+            if idx
+        }
+        out_BT = torch.zeros(batch.tensors[C.INPUT_IDS].shape, dtype=torch.float32)
+        for name, call in pending.items():
+            out_BT[torch.tensor(rows[name])] = call.result().tensors[C.LOGP].float()
+        return out_BT
+
+
+class OnPolicyDistillPipeline(RLVRPipeline):
+    """RLVR with teacher roles and the distillation advantage (see the module docstring)."""
+
+    config: OnPolicyDistillConfig
+
+    def roles(self) -> Mapping[str, RoleConfig]:
+        return {**super().roles(), **{f"teacher_{n}": t for n, t in self.config.teachers.items()}}
+
+    def _start_clusters(self) -> None:
+        models = {name: self._teacher_model(name) for name in self.config.teachers}
+        super()._start_clusters()
+        clusters = {
+            name: self.make_cluster(f"teacher_{name}", DistillTeacherWorker, init_args=(model,))
+            for name, model in models.items()
+        }
+        for call in [c.setup.submit() for c in clusters.values()]:
+            call.result()
+        self.teachers = TeacherPanel(clusters, {n: t.tags for n, t in self.config.teachers.items()})
+
+    def _teacher_model(self, name: str) -> Any:
+        """The teacher's model after its optional warm-up; its tokenizer is checked against the student's."""
+        teacher = self.config.teachers[name]
+        self._check_tokenizer(name, teacher.model.tokenizer or teacher.model.path)
+        if teacher.warmup is None:
+            return teacher.model
+        data = teacher.warmup.data or (self.config.warmup.data if self.config.warmup else None)
+        if data is None:
+            raise DataError(f"teachers.{name}.warmup needs data: set teachers.{name}.warmup.data (SFT rows)")
+        rows = prepare_data(data, self.config.tokenize, kind="sft", tokenizer=self.tokenizer).train
+        pad_id = self.tokenizer.pad_token_id
+        return warm_up_teacher(self, f"teacher_{name}", teacher, teacher.warmup, rows=rows, pad_id=pad_id)
+
+    def _check_tokenizer(self, name: str, reference: str) -> None:
+        from roll.pipelines.common.data import load_tokenizer
+
+        model = self.config.model
+        key = "model.tokenizer" if model.tokenizer else "model.path"
+        t_key = (
+            f"teachers.{name}.model.{'tokenizer' if self.config.teachers[name].model.tokenizer else 'path'}"
+        )
+        check_same_tokenizer(
+            self.tokenizer, load_tokenizer(reference), student_ref=model.tokenizer or model.path,
+            teacher_ref=reference, student_key=key, teacher_key=t_key,
+        )  # fmt: skip
+
+    def advantages(self, batch: Batch) -> Batch:
+        """RLVR's advantages (rewards, KL, old log-probs), then the teachers' log-ratio mixed in."""
+        batch = super().advantages(batch)
+        s = self.config.onpolicy
+        mask_BT = batch.tensors[C.RESPONSE_MASK].float()
+        seqs = training_view(batch, (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK))
+        teacher_BT = (
+            self.teachers.logprobs(seqs, list(batch["tag"]), self.config.rollout.temperature) * mask_BT
+        )
+        student_BT = batch.tensors[OLD_LOGP] if OLD_LOGP in batch else batch.tensors[C.INFER_LOGP]
+        batch[TEACHER_LOGP] = teacher_BT
+        batch[ADVANTAGES] = distill_advantages(
+            student_BT * mask_BT, teacher_BT, mask_BT, distill_coef=s.distill_coef,
+            rl_advantages_BT=batch.tensors[ADVANTAGES], rl_coef=s.rl_coef, clip=s.clip,
+        )  # fmt: skip
+        self._reverse_kl = float((student_BT * mask_BT - teacher_BT).sum() / mask_BT.sum().clamp(min=1))
+        return batch
+
+    def log(
+        self, rollout: Any, batch: Batch, train: Mapping[str, float], timings: Mapping[str, float]
+    ) -> dict[str, float]:
+        out = super().log(rollout, batch, train, timings)
+        out["distill/reverse_kl"] = getattr(self, "_reverse_kl", 0.0)
+        return out

@@ -1,0 +1,83 @@
+"""Config of on-policy distillation: the RLVR config plus teachers (routed by sample tag) and the advantage mix.
+
+Light: pydantic only. See :mod:`roll.pipelines.distill.onpolicy` for the algorithm.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from pydantic import Field, model_validator
+
+from roll.core.config.base import RollModel
+from roll.core.config.validate import issues_error
+from roll.core.errors import ConfigIssue
+from roll.core.types import Pipeline, PipelineSpec
+from roll.pipelines.common.config import TrainRoleConfig
+from roll.pipelines.distill import TeacherWarmupConfig
+from roll.pipelines.rlvr.config import RLVRConfig
+
+
+class OnPolicyTeacherConfig(TrainRoleConfig):
+    """One teacher: its placement and model, the sample tags it scores (``None``: every tag no other teacher
+    claims), and an optional SFT warm-up (its ``strategy`` is used only there)."""
+
+    tags: list[str] | None = None
+    warmup: TeacherWarmupConfig | None = None
+
+
+class OnPolicyDistillSettings(RollModel):
+    """``advantage_BT = distill_coef * -(logp_student - logp_teacher) + rl_coef * rl_advantage_BT``.
+
+    ``rl_coef = 0`` is pure on-policy distillation (the reward still gets logged); ``clip`` bounds the
+    per-token log-ratio term (``None``: unbounded).
+    """
+
+    distill_coef: float = Field(1.0, ge=0)
+    rl_coef: float = Field(0.0, ge=0)
+    clip: float | None = Field(None, gt=0)
+
+
+class OnPolicyDistillConfig(RLVRConfig):
+    """Config of ``distill_onpolicy``: everything of ``rlvr`` plus ``teachers`` (role ``teacher_<name>`` each)
+    and ``onpolicy``."""
+
+    pipeline: str = "distill_onpolicy"
+    teachers: dict[str, OnPolicyTeacherConfig] = Field(min_length=1)
+    onpolicy: OnPolicyDistillSettings = Field(default_factory=OnPolicyDistillSettings)
+
+    @model_validator(mode="after")
+    def _routes(self) -> Self:
+        issues: list[ConfigIssue] = []
+        seen: dict[str, str] = {}
+        defaults = [name for name, t in self.teachers.items() if t.tags is None]
+        if len(defaults) > 1:
+            message = f"teachers {defaults} all have tags: null (the default teacher); at most one may"
+            issues.append(ConfigIssue("teachers", message, "give every teacher but one a list of tags"))
+        for name, teacher in self.teachers.items():
+            for tag in teacher.tags or []:
+                if tag in seen:
+                    message = f"tag {tag!r} is routed to both teachers {seen[tag]!r} and {name!r}"
+                    issues.append(
+                        ConfigIssue(f"teachers.{name}.tags", message, "each tag goes to one teacher")
+                    )
+                seen[tag] = name
+        if self.onpolicy.distill_coef == 0 and self.onpolicy.rl_coef == 0:
+            issues.append(ConfigIssue("onpolicy", "distill_coef and rl_coef are both 0: nothing to learn"))
+        if issues:
+            raise issues_error(issues)
+        return self
+
+
+def _build(config: Any) -> Pipeline:
+    from roll.pipelines.distill.onpolicy import OnPolicyDistillPipeline
+
+    return OnPolicyDistillPipeline(config)
+
+
+SPEC = PipelineSpec(
+    name="distill_onpolicy",
+    config_model=OnPolicyDistillConfig,
+    build=_build,
+    description="on-policy distillation: RLVR rollouts, per-token advantage -(logp_student - logp_teacher)",
+)

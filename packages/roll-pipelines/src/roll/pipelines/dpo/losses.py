@@ -1,0 +1,72 @@
+"""DPO-family losses as :class:`~roll.workers.types.LossFn` objects over interleaved pair batches.
+
+A micro-batch holds pairs interleaved (row ``2i`` chosen, ``2i + 1`` rejected, see
+:mod:`roll.pipelines.common.data`) and the reference's summed response log-probs in ``ref_logp`` ``[2B]``. The
+loss of a pair is :func:`~roll.pipelines.algorithms.preference.dpo_loss` (sigmoid; conservative DPO with
+``label_smoothing``) or :func:`~roll.pipelines.algorithms.preference.ipo_loss`; the LossFn returns their *sum*
+over the micro-batch's pairs (one unit per pair), so the strategy's division by the global pair count gives the
+published mean over the whole batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from roll.pipelines.algorithms.preference import PreferenceOutput, dpo_loss, ipo_loss, sequence_logp
+from roll.pipelines.common.columns import IGNORE_INDEX, LABELS, REF_LOGP
+from roll.workers.types import ForwardOutput, MicroBatch
+
+
+DPOLossType = Literal["sigmoid", "ipo"]
+
+
+def response_logp(logp_BT: torch.Tensor, labels_BT: torch.Tensor, *, average: bool = False) -> torch.Tensor:
+    """Each row's response log-prob (sum, or per-token mean when ``average``) ``[B]``."""
+    return sequence_logp(logp_BT, labels_BT.to(logp_BT.device) != IGNORE_INDEX, average=average)
+
+
+def preference_output(
+    logp_B: torch.Tensor,
+    ref_logp_B: torch.Tensor,
+    *,
+    loss_type: DPOLossType,
+    beta: float,
+    label_smoothing: float = 0.0,
+) -> PreferenceOutput:
+    """The chosen loss on interleaved rows: even rows chosen, odd rows rejected."""
+    ref_logp_B = ref_logp_B.to(logp_B.device, logp_B.dtype)
+    args = (logp_B[0::2], logp_B[1::2], ref_logp_B[0::2], ref_logp_B[1::2])
+    if loss_type == "ipo":
+        return ipo_loss(*args, beta=beta)
+    return dpo_loss(*args, beta=beta, label_smoothing=label_smoothing)
+
+
+@dataclass(frozen=True)
+class DPOLoss:
+    """Sum over pairs of the DPO (sigmoid / conservative) or IPO loss; one unit per pair.
+
+    ``average_logp`` uses per-token mean response log-probs (what IPO's authors do) instead of sums.
+    """
+
+    loss_type: DPOLossType = "sigmoid"
+    beta: float = 0.1
+    label_smoothing: float = 0.0
+    average_logp: bool = False
+    needs_entropy: bool = False
+
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+        logp_B = response_logp(output.logp_BT, micro_batch[LABELS], average=self.average_logp)
+        result = preference_output(
+            logp_B,
+            micro_batch[REF_LOGP],
+            loss_type=self.loss_type,
+            beta=self.beta,
+            label_smoothing=self.label_smoothing,
+        )
+        return result.loss * (logp_B.shape[0] // 2)
+
+    def count_units(self, micro_batch: MicroBatch) -> float:
+        return float(micro_batch[LABELS].shape[0] // 2)

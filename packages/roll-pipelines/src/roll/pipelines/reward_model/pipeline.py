@@ -1,0 +1,104 @@
+"""Implementation of the ``reward_model`` pipeline (see the package docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from roll.core.batch import Batch
+from roll.core.config.sections import RoleConfig
+from roll.core.pipeline import BasePipeline
+from roll.pipelines.algorithms.preference import bradley_terry_loss
+from roll.pipelines.common import data as D
+from roll.pipelines.common.config import strategy_for
+from roll.pipelines.common.export import export_hf
+from roll.pipelines.common.feed import RowFeeder
+from roll.pipelines.common.loop import optimizer_chunks, train_chunks
+from roll.pipelines.reward_model import RewardModelConfig
+from roll.pipelines.reward_model.losses import BradleyTerryLoss
+from roll.workers.roles import columns as C
+from roll.workers.roles.reward_model import RewardModelWorker
+
+MODEL_DIR = "reward_model"
+
+
+class RewardModelPipeline(BasePipeline):
+    """Bradley-Terry training of a scalar-head model on ``actor_train``."""
+
+    config: RewardModelConfig
+
+    def __init__(self, config: RewardModelConfig) -> None:
+        super().__init__(config, name="reward_model")
+        self.loss_fn = BradleyTerryLoss()
+
+    def roles(self) -> Mapping[str, RoleConfig]:
+        return {"actor_train": self.config.actor_train}
+
+    def setup(self) -> None:
+        cfg = self.config
+        self.tokenizer = D.load_tokenizer(cfg.actor_train.model.path)
+        self.data = D.prepare_data(cfg.data, cfg.tokenize, kind="preference", tokenizer=self.tokenizer)
+        self.feeder = RowFeeder(len(self.data.train), cfg.batch.prompts_per_step, seed=cfg.seed)
+        total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
+        strategy = strategy_for(cfg.actor_train, cfg.batch)
+        self.model = self.make_cluster(
+            "actor_train", RewardModelWorker, init_args=(cfg.actor_train.model, strategy, total, strategy.type)
+        )
+        self.model.setup()
+
+    # ------------------------------------------------------------------------------------------ one step
+
+    def train_step(self, step: int) -> Mapping[str, float]:
+        rows = D.select(self.data.train, self.feeder.next_indices())
+        metrics = self.train(rows)
+        return self.step_metrics(metrics)
+
+    def train(self, rows: list[D.Row]) -> dict[str, float]:
+        pad_id = self.tokenizer.pad_token_id
+        chunks = [D.pair_batch(part, pad_id=pad_id) for part in optimizer_chunks(rows, self.config.batch)]
+        return train_chunks(self.model, chunks, self.loss_fn)
+
+    def step_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        out = {f"train/{k}": v for k, v in metrics.items()}
+        out["data/epoch"] = float(self.feeder.epoch)
+        out["data/skipped_identical_pairs"] = float(self.data.skipped.get("identical_pairs", 0))
+        return out
+
+    # ------------------------------------------------------------------------------------------ evaluation
+
+    def evaluate(self, step: int) -> Mapping[str, float]:
+        rows = self.data.eval[: self.config.eval.max_rows]
+        if not rows:
+            return {}
+        scores_B = torch.cat([self.scores(chunk) for chunk in D.chunks(rows, self.config.eval.batch_size)])
+        loss, metrics = bradley_terry_loss(scores_B[0::2], scores_B[1::2])
+        return {"loss": float(loss), "pairwise_accuracy": float(metrics["accuracy"]), "margin": float(metrics["margin"])}
+
+    def scores(self, rows: list[D.Row]) -> torch.Tensor:
+        batch = D.pair_batch(rows, pad_id=self.tokenizer.pad_token_id)
+        inputs = Batch({C.INPUT_IDS: batch[C.INPUT_IDS], C.ATTENTION_MASK: batch[C.ATTENTION_MASK]})
+        scored: torch.Tensor = self.model.score(inputs)[C.SCORES]
+        return scored
+
+    # ------------------------------------------------------------------------------------- checkpoints
+
+    def save_files(self, directory: Path) -> None:
+        self.model.save_checkpoint(str(directory / MODEL_DIR))
+
+    def load_files(self, directory: Path) -> None:
+        self.model.load_checkpoint(str(directory / MODEL_DIR))
+
+    def state(self) -> Mapping[str, Any]:
+        return {"data": self.feeder.state(), "skipped": dict(self.data.skipped)}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.feeder.load_state(state["data"])
+
+    def run(self) -> dict[str, float]:
+        metrics = super().run()
+        if self.config.checkpoint.export_hf:
+            export_hf(self.model, self.output_dir)
+        return metrics

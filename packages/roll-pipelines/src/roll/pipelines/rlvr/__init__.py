@@ -1,0 +1,36 @@
+"""The ``rlvr`` pipeline: RL with verifiable rewards (GRPO, DAPO, RLOO, REINFORCE++, GSPO, TOPR, CISPO ...).
+
+This module is light (config and spec only; no torch, no Ray): ``roll validate`` and ``roll list`` load it in
+milliseconds. :mod:`.pipeline` holds the implementation, :mod:`.losses` the loss objects, :mod:`.reward_worker`
+the reward actors, :mod:`.metrics` and :mod:`.plot` what a run reports. Entry point:
+``rlvr = "roll.pipelines.rlvr:SPEC"`` in the ``roll.pipeline`` group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roll.core.types import Pipeline, PipelineSpec
+from roll.pipelines.rlvr.config import (
+    RewardDomainConfig,
+    RLVRConfig,
+    RolloutConfig,
+    ValidationConfig,
+    WarmupConfig,
+)
+
+
+def _build(config: Any) -> Pipeline:
+    from roll.pipelines.rlvr.pipeline import RLVRPipeline
+
+    return RLVRPipeline(config)
+
+
+SPEC = PipelineSpec(
+    name="rlvr",
+    config_model=RLVRConfig,
+    build=_build,
+    description="RL with verifiable rewards: rollouts, reward workers by domain, any algorithm preset",
+)
+
+__all__ = ["SPEC", "RLVRConfig", "RewardDomainConfig", "RolloutConfig", "ValidationConfig", "WarmupConfig"]

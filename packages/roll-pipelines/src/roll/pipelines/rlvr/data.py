@@ -1,0 +1,81 @@
+"""RLVR's data: prompt rows fed request by request, the held-out prompts, and warm-up SFT batches.
+
+Prompt rows come from :func:`roll.pipelines.common.data.prepare_data` (kind ``prompt``): ``prompt_ids`` plus the
+canonical columns the rewards read (``prompt``, ``ground_truth``, ``tag``). Sources mix by weight in
+``data.sources`` (datasets' ``interleave_datasets``), which is how domains mix in a run.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from roll.core.batch import Batch
+from roll.data.collate import collate_sft
+from roll.workers.roles import columns as C
+
+Row = dict[str, Any]
+PROMPT_COLUMNS = ("prompt", "ground_truth", "tag")
+CARRY_COLUMNS = PROMPT_COLUMNS
+
+
+def prompt_batch(rows: Sequence[Row]) -> Batch:
+    """One row per prompt: ``prompt_ids`` (lists) and the text columns rewards need."""
+    columns: dict[str, list[Any]] = {C.PROMPT_IDS: [list(r["prompt_ids"]) for r in rows]}
+    for name in PROMPT_COLUMNS:
+        columns[name] = [str(r.get(name) or "") for r in rows]
+    return Batch({}, columns)
+
+
+class PromptFeeder:
+    """Endless, epoch-shuffled prompts, ``feeder(n)`` at a time; its position is checkpoint state."""
+
+    def __init__(self, rows: Sequence[Row], *, seed: int) -> None:
+        if not rows:
+            raise ValueError("no training prompts: data.sources produced no rows")
+        self.rows, self.seed = list(rows), seed
+        self.epoch, self.position = 0, 0
+        self._order = self._epoch_order()
+
+    def _epoch_order(self) -> list[int]:
+        order = list(range(len(self.rows)))
+        random.Random(f"{self.seed}:{self.epoch}").shuffle(order)
+        return order
+
+    def __call__(self, n: int) -> Batch:
+        picked: list[Row] = []
+        while len(picked) < n:
+            if self.position == len(self._order):
+                self.epoch, self.position = self.epoch + 1, 0
+                self._order = self._epoch_order()
+            picked.append(self.rows[self._order[self.position]])
+            self.position += 1
+        return prompt_batch(picked)
+
+    def state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._order = self._epoch_order()
+
+
+def sft_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
+    """Right-padded warm-up batch: ``input_ids_BT``, ``attention_mask_BT``, ``labels_BT`` (-100 off target)."""
+    t = collate_sft(rows, pad_id=pad_id)
+    return Batch(
+        {C.INPUT_IDS: t["input_ids"], C.ATTENTION_MASK: t["attention_mask"], "labels_BT": t["labels"]}
+    )
+
+
+def training_view(batch: Batch, columns: Sequence[str]) -> Batch:
+    """Only the tensor ``columns`` the trainer reads (ragged lists and text stay on the driver)."""
+    return Batch({c: batch.tensors[c] for c in columns if c in batch.tensors})
+
+
+def group_view(values_B: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``[B] -> [P, G]`` for prompt-major rows."""
+    return values_B.reshape(-1, group_size)

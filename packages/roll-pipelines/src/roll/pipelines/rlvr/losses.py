@@ -1,0 +1,185 @@
+"""The :class:`~roll.workers.types.LossFn` objects of RLVR: the policy loss (any preset) and the warm-up SFT loss.
+
+A LossFn returns a *sum* over its units and the training strategy divides by the global unit count of the whole
+optimizer step (all micro-batches, all ranks). The aggregation modes of :mod:`roll.pipelines.algorithms.
+aggregate` are turned into that contract by binding their global counts to 1 (``Aggregation(mode,
+num_global_tokens=1, num_global_seqs=1)`` gives the *sum* of what the mode averages) and reporting the mode's
+unit in :meth:`count_units`: tokens for ``token-mean``, sequences for the ``seq-mean-*`` modes. So the loss of a
+step is exactly the mode's global mean, whatever the micro-batching or data parallelism.
+
+Each loss keeps the metrics of the micro-batches it saw (``metrics()``, weighted by units); the RLVR actor
+worker returns them next to the strategy's own.
+
+Batch columns read (names from :mod:`roll.workers.roles.columns`, plus ``advantages_BT``, ``old_logp_BT``,
+``ref_logp_BT`` the pipeline writes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from roll.pipelines.algorithms.aggregate import Aggregation
+from roll.pipelines.algorithms.kl import kl_loss
+from roll.pipelines.algorithms.policy_loss import (
+    cispo_policy_loss,
+    entropy_bonus,
+    gspo_policy_loss,
+    ppo_policy_loss,
+    topr_policy_loss,
+    truncated_is_weight,
+)
+from roll.pipelines.algorithms.presets import AlgorithmConfig
+from roll.workers.roles import columns as C
+from roll.workers.types import ForwardOutput, MicroBatch
+
+ADVANTAGES = "advantages_BT"
+OLD_LOGP = "old_logp_BT"
+REF_LOGP = "ref_logp_BT"
+LABELS = "labels_BT"
+
+
+@dataclass
+class _MetricSink:
+    """Unit-weighted sums of per-micro-batch metrics."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    weight: float = 0.0
+
+    def add(self, values: Mapping[str, torch.Tensor | float], units: float) -> None:
+        for name, value in values.items():
+            self.sums[name] = self.sums.get(name, 0.0) + float(value) * units
+        self.weight += units
+
+    def means(self) -> dict[str, float]:
+        return {name: total / max(self.weight, 1e-12) for name, total in self.sums.items()}
+
+
+class PolicyLoss:
+    """Policy-gradient loss of an :class:`AlgorithmConfig`: surrogate + optional KL, entropy bonus and TIS.
+
+    ``norm_len`` is Dr. GRPO's constant (``loss_agg_norm_len`` or the rollout's max new tokens).
+    ``use_old_logp=False`` treats the current policy as the old one (one optimizer step per rollout, where both
+    are equal), which saves a forward pass; the ratio is then 1 and only its gradient matters.
+    """
+
+    def __init__(self, algo: AlgorithmConfig, *, norm_len: int, use_old_logp: bool, kl_coef: float) -> None:
+        self.algo = algo
+        self.kl_coef = kl_coef
+        self.use_old_logp = use_old_logp
+        self.needs_entropy = True  # logged every step; cheap next to the forward pass
+        self.agg = Aggregation(
+            algo.loss_agg_mode,
+            num_global_tokens=1.0,
+            num_global_seqs=1.0,
+            norm_len=algo.loss_agg_norm_len or norm_len,
+        )
+        self._sink = _MetricSink()
+
+    def count_units(self, micro_batch: MicroBatch) -> float:
+        mask_BT = micro_batch[C.RESPONSE_MASK]
+        if self.algo.loss_agg_mode == "token-mean":
+            return float(mask_BT.sum())
+        return float(mask_BT.shape[0])
+
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+        logp_BT = output.logp_BT
+        mask_BT = micro_batch[C.RESPONSE_MASK].to(logp_BT.dtype)
+        old_BT = micro_batch[OLD_LOGP].to(logp_BT) if self.use_old_logp else logp_BT.detach()
+        adv_BT = micro_batch[ADVANTAGES].to(logp_BT)
+        is_weight_BT, metrics = self._tis(old_BT, micro_batch, mask_BT)
+        loss, pg_metrics = self._surrogate(logp_BT, old_BT, adv_BT, mask_BT, is_weight_BT)
+        metrics.update(pg_metrics)
+        if self.algo.kl_mode == "loss":
+            kl, kl_metrics = kl_loss(
+                logp_BT, micro_batch[REF_LOGP].to(logp_BT), mask_BT,
+                coef=self.kl_coef, estimator=self.algo.kl_estimator, agg=self.agg,
+            )  # fmt: skip
+            loss, metrics = loss + kl, {**metrics, **kl_metrics}
+        if output.entropy_BT is not None:
+            bonus, ent_metrics = entropy_bonus(
+                output.entropy_BT, mask_BT, coef=self.algo.entropy_coef, agg=self.agg
+            )
+            loss = loss + bonus if self.algo.entropy_coef > 0 else loss
+            metrics.update(ent_metrics)
+        self._sink.add(metrics, self.count_units(micro_batch))
+        return loss
+
+    def _tis(
+        self, old_BT: torch.Tensor, micro_batch: MicroBatch, mask_BT: torch.Tensor
+    ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        if self.algo.tis_cap is None or C.INFER_LOGP not in micro_batch:
+            return None, {}
+        infer_BT = micro_batch[C.INFER_LOGP].to(old_BT)
+        return truncated_is_weight(
+            old_BT, infer_BT, mask_BT, cap=self.algo.tis_cap, level=self.algo.tis_level
+        )
+
+    def _surrogate(
+        self,
+        logp_BT: torch.Tensor,
+        old_BT: torch.Tensor,
+        adv_BT: torch.Tensor,
+        mask_BT: torch.Tensor,
+        is_weight_BT: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        a, w, agg = self.algo, is_weight_BT, self.agg
+        if a.loss_type == "gspo":
+            return gspo_policy_loss(
+                logp_BT,
+                old_BT,
+                adv_BT,
+                mask_BT,
+                clip_low=a.clip_low,
+                clip_high=a.clip_high,
+                is_weight_BT=w,
+                agg=agg,
+            )
+        if a.loss_type == "cispo":
+            return cispo_policy_loss(
+                logp_BT,
+                old_BT,
+                adv_BT,
+                mask_BT,
+                clip_low=a.clip_low,
+                clip_high=a.clip_high,
+                is_weight_BT=w,
+                agg=agg,
+            )
+        if a.loss_type == "topr":
+            return topr_policy_loss(
+                logp_BT, old_BT, adv_BT, mask_BT, level=a.topr_level, is_weight_BT=w, agg=agg
+            )
+        return ppo_policy_loss(
+            logp_BT, old_BT, adv_BT, mask_BT,
+            clip_low=a.clip_low, clip_high=a.clip_high, dual_clip_c=a.dual_clip_c, is_weight_BT=w, agg=agg,
+        )  # fmt: skip
+
+    def metrics(self) -> dict[str, float]:
+        """Unit-weighted means of every metric since the last call (then reset)."""
+        out, self._sink = self._sink.means(), _MetricSink()
+        return out
+
+
+class SFTLoss:
+    """Token cross-entropy on the positions whose ``labels_BT`` is not -100 (the warm-up's loss)."""
+
+    needs_entropy = False
+
+    def __init__(self) -> None:
+        self._sink = _MetricSink()
+
+    def count_units(self, micro_batch: MicroBatch) -> float:
+        return float((micro_batch[LABELS] != -100).sum())
+
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+        mask_BT = (micro_batch[LABELS] != -100).to(output.logp_BT.dtype)
+        nll_sum = -(output.logp_BT * mask_BT).sum()
+        self._sink.add({"nll": nll_sum.detach() / mask_BT.sum().clamp(min=1)}, float(mask_BT.sum()))
+        return nll_sum
+
+    def metrics(self) -> dict[str, float]:
+        out, self._sink = self._sink.means(), _MetricSink()
+        return out

@@ -1,0 +1,68 @@
+"""Per-step RLVR metrics: rewards and accuracy per domain, lengths, truncation, policy-version lag, throughput.
+
+Pure functions of a rollout batch (after :func:`roll.workers.roles.sequences.to_sequences`) and timings; the
+pipeline merges them with the trainer's metrics (loss, clip fraction, KL, entropy, grad norm) and the
+scheduler's counts (dropped groups, stale groups, requests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from roll.core.batch import Batch
+from roll.pipelines.rlvr.reward_worker import CORRECT
+from roll.workers.roles import columns as C
+
+
+def rollout_metrics(batch: Batch, *, trainer_version: int, domain_of: Mapping[str, str]) -> dict[str, float]:
+    """Reward/accuracy (overall and ``reward/<domain>/...``), response length, truncation and version lag."""
+    scores_B = _t(batch, C.SCORES).float()
+    lengths_B = _t(batch, C.RESPONSE_MASK).sum(-1).float()
+    truncated_B = torch.tensor([r == "length" for r in batch[C.FINISH_REASON]], dtype=torch.float32)
+    lag_B = (trainer_version - _t(batch, C.POLICY_VERSION)).float()
+    out = {
+        "reward/mean": float(scores_B.mean()),
+        "reward/std": float(scores_B.std(correction=0)),
+        "reward/accuracy": float(batch[CORRECT].mean()),
+        "response/length_mean": float(lengths_B.mean()),
+        "response/length_max": float(lengths_B.max()),
+        "response/truncation_rate": float(truncated_B.mean()),
+        "rollout/version_lag_mean": float(lag_B.mean()),
+        "rollout/version_lag_max": float(lag_B.max()),
+    }
+    out.update(domain_metrics(batch, domain_of))
+    return out
+
+
+def domain_metrics(batch: Batch, domain_of: Mapping[str, str], prefix: str = "reward") -> dict[str, float]:
+    """``<prefix>/<domain>/mean``, ``/std``, ``/accuracy``, ``/count`` for every domain present."""
+    domains = np.array([domain_of.get(str(t), str(t)) for t in batch["tag"]], dtype=object)
+    out: dict[str, float] = {}
+    for domain in sorted(set(domains.tolist())):
+        rows = torch.from_numpy(np.flatnonzero(domains == domain))
+        scores = _t(batch, C.SCORES)[rows].float()
+        out[f"{prefix}/{domain}/mean"] = float(scores.mean())
+        out[f"{prefix}/{domain}/std"] = float(scores.std(correction=0))
+        out[f"{prefix}/{domain}/accuracy"] = float(_t(batch, CORRECT)[rows].float().mean())
+        out[f"{prefix}/{domain}/count"] = float(len(rows))
+    return out
+
+
+def throughput(tokens: float, seconds: float, phase: str) -> dict[str, float]:
+    """``time/<phase>_s`` and ``throughput/<phase>_tokens_per_s``."""
+    return {f"time/{phase}_s": seconds, f"throughput/{phase}_tokens_per_s": tokens / max(seconds, 1e-9)}
+
+
+def generated_tokens(batch: Batch) -> float:
+    return float(batch[C.RESPONSE_MASK].sum())
+
+
+def total_tokens(batch: Batch) -> float:
+    return float(batch[C.ATTENTION_MASK].sum())
+
+
+def _t(batch: Batch, name: str) -> torch.Tensor:
+    return batch.tensors[name]

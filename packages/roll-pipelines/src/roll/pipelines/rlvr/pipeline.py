@@ -1,0 +1,410 @@
+"""The RLVR pipeline: reinforcement learning with verifiable rewards, on Ray actors.
+
+One training step reads top to bottom (:meth:`RLVRPipeline.train_step`)::
+
+    generate -> score -> advantages -> train -> sync_weights -> log      (checkpoint: BasePipeline's cadence)
+
+- ``generate``: the :class:`~roll.core.scheduler.GenerateScheduler` hands back ``P`` whole groups of ``G``
+  samples, generated request by request on ``actor_infer`` and already scored by the reward workers (scoring
+  overlaps generation), dynamic-sampling-filtered when the algorithm asks, and never staler than the bound.
+- ``score``: ragged samples -> padded ``[B, T]`` sequences; reward shaping (DAPO overlong penalty, clipping,
+  normalization) and the reward metrics per domain.
+- ``advantages``: reference log-probs (KL), old log-probs (several optimizer steps per rollout), the estimator of
+  the preset, KL in the reward when asked.
+- ``train``: the :class:`~roll.pipelines.rlvr.losses.PolicyLoss` on ``actor_train``, one call per optimizer step.
+- ``sync_weights``: :class:`~roll.workers.model_update.ModelUpdateGroup` pushes the new weights, versioned.
+
+Simplifications, on purpose: GAE needs a critic role that roll-workers does not ship yet (the config is rejected
+with that reason); the KL controller is updated once per step with the step's mean KL.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from roll.core.batch import Batch
+from roll.core.config.sections import RoleConfig
+from roll.core.errors import ConfigError
+from roll.core.pipeline import BasePipeline
+from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler, RolloutBatch
+from roll.core.tracking import reduce_metrics
+from roll.pipelines.algorithms import advantages as adv
+from roll.pipelines.algorithms.dapo import dynamic_sampling_filter, overlong_filter, soft_overlong_penalty
+from roll.pipelines.algorithms.kl import build_kl_controller, kl_estimate
+from roll.pipelines.common.data import load_tokenizer, prepare_data
+from roll.pipelines.rlvr import metrics as M
+from roll.pipelines.rlvr.config import RLVRConfig
+from roll.pipelines.rlvr.data import CARRY_COLUMNS, PromptFeeder, prompt_batch, sft_batch, training_view
+from roll.pipelines.rlvr.losses import ADVANTAGES, OLD_LOGP, REF_LOGP, PolicyLoss, SFTLoss
+from roll.pipelines.rlvr.reward_worker import RewardWorker
+from roll.pipelines.rlvr.workers import RLVRActorWorker
+from roll.workers.config import SamplingParams
+from roll.workers.model_update import ModelUpdateGroup
+from roll.workers.roles import columns as C
+from roll.workers.roles.infer import ActorInferWorker
+from roll.workers.roles.sequences import to_sequences
+
+logger = logging.getLogger(__name__)
+ACTOR_FILES = "actor"
+TRAIN_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.INFER_LOGP, ADVANTAGES, OLD_LOGP, REF_LOGP)
+
+
+class RLVRPipeline(BasePipeline):
+    """See the module docstring."""
+
+    config: RLVRConfig
+
+    def __init__(self, config: RLVRConfig) -> None:
+        if config.needs_critic:
+            raise ConfigError(
+                "algorithm.use_critic / adv_estimator=gae needs a critic worker, which roll-workers does not ship "
+                "yet; use a critic-free preset (grpo, dr_grpo, rloo, reinforce_pp, dapo, gspo, topr, cispo)"
+            )
+        super().__init__(config, name="rlvr")
+        algo = config.algorithm
+        self.kl = build_kl_controller(algo.kl_coef, target=algo.kl_target, horizon=algo.kl_horizon)
+        self.running = adv.RunningMeanStd() if algo.reward_norm == "running" else None
+        self.domain_of = {tag: name for name, d in config.rewards.items() for tag in d.tags}
+        self.scheduler: GenerateScheduler | None = None
+
+    # ------------------------------------------------------------------------------------------- roles
+
+    def roles(self) -> Mapping[str, RoleConfig]:
+        cfg = self.config
+        roles = {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer}
+        if cfg.needs_reference:
+            roles["reference"] = cfg.reference
+        roles.update({f"reward_{name}": domain.workers for name, domain in cfg.rewards.items()})
+        return roles
+
+    def setup(self) -> None:
+        cfg = self.config
+        self.tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+        data = prepare_data(cfg.data, cfg.tokenize, kind="prompt", tokenizer=self.tokenizer)
+        self.feeder = PromptFeeder(data.train, seed=cfg.seed)
+        self.eval_prompts = prompt_batch(data.eval[: cfg.validation.num_prompts]) if data.eval else None
+        self._start_clusters()
+        self.updater = ModelUpdateGroup(self.actor, self.infer, bucket_mb=cfg.bucket_mb)
+        self.ref_updater = (
+            ModelUpdateGroup(self.actor, self.reference, bucket_mb=cfg.bucket_mb)
+            if cfg.needs_reference
+            else None
+        )
+        self.rewards = RewardScheduler(self.reward_clusters, self.domain_of, method="score")
+        self.scheduler = self._make_scheduler()
+
+    def _start_clusters(self) -> None:
+        cfg = self.config
+        env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
+        train_cfg = self._train_strategy_config()
+        total = cfg.max_steps * cfg.batch.optimizer_steps_per_step + (cfg.warmup.steps if cfg.warmup else 0)
+        self.actor = self.make_cluster(
+            "actor_train", RLVRActorWorker, init_args=(cfg.model, train_cfg, total, cfg.train_strategy),
+            init_kwargs={"threads": cfg.cpu_threads}, runtime_env=env,
+        )  # fmt: skip
+        infer_args = (cfg.model, self._infer_strategy_config(), cfg.infer_strategy)
+        self.infer = self.make_cluster("actor_infer", ActorInferWorker, init_args=infer_args, runtime_env=env)
+        self.reference = (
+            self.make_cluster("reference", ActorInferWorker, init_args=infer_args, runtime_env=env)
+            if cfg.needs_reference
+            else None
+        )
+        self.reward_clusters = {
+            name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
+            for name, d in cfg.rewards.items()
+        }
+        pending = [c.setup.submit() for c in (self.actor, self.infer, self.reference) if c is not None]
+        for call in pending:
+            call.result()
+
+    def _train_strategy_config(self) -> Any:
+        b = self.config.batch
+        update = {
+            "micro_batch_size": b.micro_batch_samples,
+            "max_tokens_per_micro_batch": b.micro_batch_tokens,
+        }
+        return self.config.train.model_copy(update=update)
+
+    def _infer_strategy_config(self) -> Any:
+        from roll.core import plugins
+
+        spec = plugins.load("roll.strategy", self.config.infer_strategy)
+        return spec.config_model.model_validate(self.config.infer)
+
+    def _make_scheduler(self) -> GenerateScheduler:
+        cfg, r = self.config, self.config.rollout
+        options = GenerateOptions(
+            group_size=cfg.batch.samples_per_prompt,
+            request_prompts=r.request_prompts,
+            max_inflight_per_rank=r.max_inflight_per_rank,
+            max_rounds=r.max_rounds,
+            async_ratio=r.async_generation_ratio,
+            max_staleness=r.max_staleness,
+            version_column=C.POLICY_VERSION,
+            carry_columns=CARRY_COLUMNS,
+        )
+        group_filter = self._group_filter if cfg.algorithm.dynamic_sampling else None
+        params = self._sampling(n=cfg.batch.samples_per_prompt, temperature=r.temperature)
+        return GenerateScheduler(
+            self.infer,
+            self.feeder,
+            options,
+            gen_args=(params,),
+            scorer=self.rewards,
+            group_filter=group_filter,
+        )
+
+    def _sampling(self, *, n: int, temperature: float, max_new_tokens: int | None = None) -> SamplingParams:
+        r = self.config.rollout
+        return SamplingParams(
+            n=n, temperature=temperature, top_p=r.top_p, top_k=r.top_k,
+            max_new_tokens=max_new_tokens or r.max_new_tokens,
+        )  # fmt: skip
+
+    def _group_filter(self, scored: Batch, group_size: int) -> tuple[torch.Tensor, dict[str, float]]:
+        a = self.config.algorithm
+        result = dynamic_sampling_filter(
+            scored.tensors[C.SCORES].reshape(-1, group_size),
+            min_std=a.dynamic_sampling_min_std,
+            max_std=a.dynamic_sampling_max_std if a.dynamic_sampling_max_std is not None else math.inf,
+        )
+        return result.keep_P, {
+            "all_equal": result.num_all_equal,
+            "std_out_of_range": result.num_std_out_of_range,
+        }
+
+    # --------------------------------------------------------------------------------------- the run
+
+    def run(self) -> dict[str, float]:
+        try:
+            return super().run()
+        finally:
+            self._plot()
+
+    def _resume_or_warmup(self) -> None:
+        if self.step == 0 and self.config.warmup is not None and self.updater.version == 0:
+            self.warmup()
+
+    def train_step(self, step: int) -> Mapping[str, float]:
+        self._resume_or_warmup()
+        timings: dict[str, float] = {}
+        rollout = self._timed(timings, "generate", lambda: self.generate())
+        batch = self._timed(timings, "score", lambda: self.score(rollout))
+        batch = self._timed(timings, "advantages", lambda: self.advantages(batch))
+        train_metrics = self._timed(timings, "train", lambda: self.train(batch))
+        self._timed(timings, "sync", lambda: self.sync_weights())
+        return self.log(rollout, batch, train_metrics, timings)
+
+    def generate(self) -> RolloutBatch:
+        """``P`` scored groups from the scheduler (see :mod:`roll.core.scheduler.generate`)."""
+        assert self.scheduler is not None  # built in setup()
+        return self.scheduler.get_batch(self.config.batch.prompts_per_step, self.updater.version)
+
+    def score(self, rollout: RolloutBatch) -> Batch:
+        """Padded sequences, plus ``rewards_B``: the scores after overlong penalty and clipping."""
+        batch = to_sequences(rollout.batch, self.tokenizer.pad_token_id)
+        a = self.config.algorithm
+        rewards_B = batch.tensors[C.SCORES].float()
+        if a.overlong_penalty:
+            max_len = self.config.rollout.max_new_tokens
+            cache = a.overlong_cache_len or max(1, max_len // 5)
+            lengths_B = batch.tensors[C.RESPONSE_MASK].sum(-1)
+            rewards_B = rewards_B + soft_overlong_penalty(
+                lengths_B, max_len=max_len, cache_len=cache, penalty_factor=a.overlong_penalty_factor
+            )
+        if a.reward_clip is not None:
+            rewards_B = adv.clip_rewards(rewards_B, max_abs=a.reward_clip)
+        batch["rewards_B"] = rewards_B
+        return batch
+
+    def advantages(self, batch: Batch) -> Batch:
+        """Reference and old log-probs as needed, then the preset's advantage estimator."""
+        a, G = self.config.algorithm, self.config.batch.samples_per_prompt
+        mask_BT = batch.tensors[C.RESPONSE_MASK].float()
+        if a.overlong_filter:
+            truncated_B = torch.tensor([r == "length" for r in batch[C.FINISH_REASON]])
+            mask_BT = overlong_filter(mask_BT, truncated_B)
+            batch[C.RESPONSE_MASK] = mask_BT.long()
+        seqs = training_view(batch, (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK))
+        if self.reference is not None:
+            batch[REF_LOGP] = self.reference.compute_logprobs(seqs)[C.LOGP] * mask_BT
+        if self._use_old_logp():
+            batch[OLD_LOGP] = self.actor.compute_logprobs(seqs)[C.LOGP] * mask_BT
+        rewards_PG = adv.normalize_rewards(
+            batch.tensors["rewards_B"].reshape(-1, G), mode=a.reward_norm, running=self.running
+        )
+        advantages_BT = self._estimate(batch, rewards_PG, mask_BT)
+        if a.advantage_clip is not None:
+            advantages_BT = adv.clip_advantages(advantages_BT, max_abs=a.advantage_clip)
+        batch[ADVANTAGES] = advantages_BT * mask_BT
+        return batch
+
+    def _estimate(self, batch: Batch, rewards_PG: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+        a = self.config.algorithm
+        kl_in_reward = a.kl_mode == "reward"
+        if a.adv_estimator == "reinforce_pp":
+            token_rewards_BT = adv.outcome_to_token_rewards(rewards_PG.reshape(-1), mask_BT)
+            if kl_in_reward:
+                token_rewards_BT = token_rewards_BT - self.kl.value * self._kl_BT(batch, mask_BT)
+            return adv.reinforce_pp_advantages(token_rewards_BT, mask_BT, gamma=a.gamma)[0]
+        if kl_in_reward:  # outcome estimators: the sequence's summed KL comes off its reward
+            rewards_PG = rewards_PG - self.kl.value * self._kl_BT(batch, mask_BT).sum(-1).reshape(
+                rewards_PG.shape
+            )
+        if a.adv_estimator == "reinforce_pp_baseline":
+            return adv.reinforce_pp_baseline_advantages(rewards_PG, mask_BT)
+        if a.adv_estimator == "rloo":
+            adv_PG = adv.rloo_advantages(rewards_PG)
+        elif a.adv_estimator == "dr_grpo":
+            adv_PG = adv.dr_grpo_advantages(rewards_PG)
+        else:
+            adv_PG = adv.grpo_advantages(rewards_PG)
+        return adv.expand_to_tokens(adv_PG.reshape(-1), mask_BT)
+
+    def _kl_BT(self, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
+        """Per-token KL of the sampling policy to the reference (KL in the reward), 0 off the response."""
+        logp_BT = batch.tensors[OLD_LOGP] if OLD_LOGP in batch else batch.tensors[C.INFER_LOGP]
+        kl_BT = kl_estimate(logp_BT, batch.tensors[REF_LOGP], estimator=self.config.algorithm.kl_estimator)
+        return kl_BT * mask_BT
+
+    def _use_old_logp(self) -> bool:
+        # With one optimizer step per rollout the old policy *is* the current one: its log-probs come from the
+        # training forward itself (detached), saving a forward pass.
+        return self.config.batch.optimizer_steps_per_step > 1
+
+    def train(self, batch: Batch) -> dict[str, float]:
+        """One ``train_with_metrics`` call per optimizer step (mini-batches in a seeded shuffled order)."""
+        loss = PolicyLoss(
+            self.config.algorithm,
+            norm_len=self.config.rollout.max_new_tokens,
+            use_old_logp=self._use_old_logp(),
+            kl_coef=self.kl.value,
+        )
+        view = training_view(batch, TRAIN_COLUMNS)
+        steps = self.config.batch.optimizer_steps_per_step
+        order = torch.randperm(
+            len(view), generator=torch.Generator().manual_seed(self.config.seed + self.step)
+        )
+        per_rank: list[dict[str, float]] = []
+        for part in view.select(order).chunk(steps) if steps > 1 else [view]:
+            per_rank += self.actor.train_with_metrics(part, loss, self.config.rollout.temperature)
+        metrics = reduce_metrics(per_rank, how={"tokens": "sum"})
+        self.kl.update(metrics.get("actor/kl", 0.0), len(view))
+        return metrics
+
+    def sync_weights(self) -> None:
+        """Push the trained weights to the inference workers; the new policy version is the step count."""
+        self.updater.sync()
+
+    def log(
+        self, rollout: RolloutBatch, batch: Batch, train: Mapping[str, float], timings: Mapping[str, float]
+    ) -> dict[str, float]:
+        out = {**rollout.metrics, **{f"actor/{k}" if "/" not in k else k: v for k, v in train.items()}}
+        out.update(
+            M.rollout_metrics(batch, trainer_version=self.updater.version - 1, domain_of=self.domain_of)
+        )
+        gen_tokens, all_tokens = M.generated_tokens(batch), M.total_tokens(batch)
+        out.update(M.throughput(gen_tokens, timings["generate"], "generate"))
+        out.update(M.throughput(all_tokens, timings["train"], "train"))
+        out.update(M.throughput(all_tokens, timings["advantages"], "advantages"))
+        out.update(
+            M.throughput(gen_tokens, rollout.metrics.get("time/reward_request_s", 0.0) or 1e-9, "reward")
+        )
+        out["time/sync_s"] = timings["sync"]
+        out["time/score_s"] = timings["score"]
+        out["actor/kl_coef"] = self.kl.value
+        out["policy_version"] = float(self.updater.version)
+        return out
+
+    @staticmethod
+    def _timed(timings: dict[str, float], phase: str, fn: Any) -> Any:
+        start = time.perf_counter()
+        result = fn()
+        timings[phase] = time.perf_counter() - start
+        return result
+
+    # ------------------------------------------------------------------------------------------ warm-up
+
+    def warmup(self) -> None:
+        """SFT on ``warmup.data`` with the same trainer, then push the weights to inference (and reference)."""
+        wu = self.config.warmup
+        assert wu is not None
+        sft = prepare_data(wu.data, self.config.tokenize, kind="sft", tokenizer=self.tokenizer).train
+        lr = self.config.train.optimizer.lr
+        if wu.lr is not None:
+            self.actor.set_lr(wu.lr)
+        loss, start = SFTLoss(), time.perf_counter()
+        order = torch.randperm(len(sft), generator=torch.Generator().manual_seed(self.config.seed))
+        for i in range(wu.steps):
+            rows = [sft[int(order[(i * wu.batch_size + j) % len(sft)])] for j in range(wu.batch_size)]
+            metrics = reduce_metrics(
+                self.actor.train_with_metrics(sft_batch(rows, pad_id=self.tokenizer.pad_token_id), loss)
+            )
+            self.tracker.log({f"warmup/{k}": v for k, v in metrics.items()}, i - wu.steps)
+        self.actor.set_lr(lr)
+        self.sync_weights()
+        if self.ref_updater is not None:
+            self.ref_updater.sync(self.updater.version)
+        logger.info(
+            "warm-up: %d steps in %.1fs, last nll %.3f",
+            wu.steps,
+            time.perf_counter() - start,
+            metrics.get("actor/nll", float("nan")),
+        )
+
+    # ------------------------------------------------------------------------------------------- evaluation
+
+    def evaluate(self, step: int) -> Mapping[str, float]:
+        """Greedy answers on held-out prompts: reward and accuracy, overall and per domain."""
+        if self.eval_prompts is None or self.scheduler is None:
+            return {}
+        v = self.config.validation
+        params = self._sampling(n=1, temperature=v.temperature, max_new_tokens=v.max_new_tokens)
+        params = params.model_copy(update={"temperature": v.temperature})
+        samples = self.scheduler.generate_all(self.eval_prompts, params)
+        scored = self.rewards.score(samples)
+        from roll.pipelines.rlvr.reward_worker import CORRECT
+
+        out = {"reward": float(scored[C.SCORES].mean()), "accuracy": float(scored[CORRECT].mean())}
+        out.update(M.domain_metrics(scored, self.domain_of, prefix="domain"))
+        return out
+
+    # ------------------------------------------------------------------------------------------- checkpoints
+
+    def save_files(self, directory: Path) -> None:
+        self.actor.save_checkpoint(str(directory / ACTOR_FILES))
+
+    def load_files(self, directory: Path) -> None:
+        self.actor.load_checkpoint(str(directory / ACTOR_FILES))
+
+    def state(self) -> Mapping[str, Any]:
+        return {"feeder": self.feeder.state(), "version": self.updater.version, "kl": self.kl.state_dict()}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.feeder.load_state(state["feeder"])
+        self.kl.load_state_dict(dict(state["kl"]))
+        self.updater.sync(int(state["version"]))
+        if self.ref_updater is not None and self.config.warmup is not None:
+            self.ref_updater.sync(int(state["version"]))
+
+    def shutdown(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.close()
+        super().shutdown()
+
+    def _plot(self) -> None:
+        if not self.config.plot or not (self.output_dir / "metrics.jsonl").exists():
+            return
+        try:
+            from roll.pipelines.rlvr.plot import plot_run
+
+            logger.info("plot: %s", plot_run(self.output_dir))
+        except Exception:  # a missing font or backend must not fail a finished run
+            logger.warning("could not draw the reward plot", exc_info=True)

@@ -1,0 +1,80 @@
+"""``SFTWorker``: the actor with two forward-only evaluation methods SFT needs (token accuracy needs logits).
+
+Both run on every rank (DP_SPLIT), so a sharded (FSDP) model takes part in each forward on every rank; rows that
+dispatch added as padding are weighted 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from roll.core.batch import PAD_COLUMN, Batch
+from roll.core.cluster import Dispatch, register
+from roll.pipelines.algorithms.aggregate import Aggregation
+from roll.pipelines.algorithms.preference import sft_cross_entropy
+from roll.pipelines.common.columns import IGNORE_INDEX, LABELS
+from roll.workers.logprobs import position_ids_from_mask
+from roll.workers.roles import columns as C
+from roll.workers.roles.actor import ActorTrainWorker
+
+RESPONSE_IDS = "generated_ids_BN"
+"""Greedy continuation tokens, ``[B, N]`` with ``N = max_new_tokens`` (stop tokens included, not cut)."""
+
+TOKEN_SUM = Aggregation("token-mean", num_global_tokens=1.0)
+"""A token *sum*: token-mean over a global count of 1."""
+
+
+class SFTWorker(ActorTrainWorker):
+    """:class:`ActorTrainWorker` plus :meth:`eval_step` and :meth:`generate_greedy`."""
+
+    @register(Dispatch.DP_SPLIT)
+    @torch.no_grad()
+    def eval_step(self, batch: Batch) -> list[dict[str, float]]:
+        """Summed NLL, correctly predicted and trained tokens of this rank's real rows (``*_sum``: add them up)."""
+        model = self.strategy.model
+        device = self.strategy.device
+        ids_BT = batch[C.INPUT_IDS].to(device)
+        mask_BT = batch[C.ATTENTION_MASK].to(device)
+        labels_BT = batch[LABELS].to(device).clone()
+        if PAD_COLUMN in batch.tensors:
+            labels_BT[batch.tensors[PAD_COLUMN].to(device).bool()] = IGNORE_INDEX
+        logits_BTV = model(
+            input_ids=ids_BT, attention_mask=mask_BT, position_ids=position_ids_from_mask(mask_BT), use_cache=False
+        ).logits.float()
+        # logits at t predict token t + 1: shift the unshifted labels left by one.
+        target_BT = torch.full_like(labels_BT, IGNORE_INDEX)
+        target_BT[:, :-1] = labels_BT[:, 1:]
+        trained_BT = target_BT != IGNORE_INDEX
+        nll_sum = sft_cross_entropy(logits_BTV, target_BT, agg=TOKEN_SUM)
+        correct = (logits_BTV.argmax(-1) == target_BT) & trained_BT
+        return [
+            {
+                "nll_sum": float(nll_sum),
+                "correct_sum": float(correct.sum()),
+                "tokens_sum": float(trained_BT.sum()),
+            }
+        ]
+
+    @register(Dispatch.DP_SPLIT)
+    @torch.no_grad()
+    def generate_greedy(self, batch: Batch, max_new_tokens: int) -> Batch:
+        """Greedy continuations of left-padded prompts, a fixed ``max_new_tokens`` steps on every rank (so a
+        sharded model's collectives pair up; answers are cut at the stop token by the caller)."""
+        model = self.strategy.model
+        device = self.strategy.device
+        ids_BT = batch[C.INPUT_IDS].to(device)
+        mask_BT = batch[C.ATTENTION_MASK].to(device)
+        pos_BT = position_ids_from_mask(mask_BT)
+        out = model(input_ids=ids_BT, attention_mask=mask_BT, position_ids=pos_BT, use_cache=True)
+        tokens: list[torch.Tensor] = []
+        for i in range(max_new_tokens):
+            next_B1 = out.logits[:, -1:].argmax(-1)
+            tokens.append(next_B1)
+            if i == max_new_tokens - 1:
+                break
+            mask_BT = torch.cat([mask_BT, torch.ones_like(next_B1)], dim=1)
+            pos_BT = pos_BT[:, -1:] + 1
+            out = model(
+                input_ids=next_B1, attention_mask=mask_BT, position_ids=pos_BT, cache=out.cache, use_cache=True
+            )
+        return Batch({RESPONSE_IDS: torch.cat(tokens, dim=1).cpu()}, meta=batch.meta)

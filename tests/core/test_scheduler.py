@@ -1,0 +1,185 @@
+"""GenerateScheduler and RewardScheduler against real Ray actors (small Worker subclasses, no model).
+
+``Rollout`` stands in for an inference worker: ``generate`` returns ``G`` rows per prompt stamped with the
+worker's policy version, ``update_weights`` bumps it. Its ``score`` stands in for a reward worker: the reward of
+sample ``g`` of prompt ``x`` is ``(x + g) % 2`` for odd ``x`` (a mixed group) and ``1`` for even ``x`` (all
+equal, which dynamic sampling drops). One 2-rank cluster plays both roles (Ray runs an actor's calls in order,
+so the two kinds interleave correctly); a 1-rank cluster is the second reward domain of the routing test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+import torch
+
+from roll.core.batch import Batch
+from roll.core.cluster import Cluster, Dispatch, Worker, WorkerContext, register
+from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
+from roll.core.testing import tiny_role
+
+G = 4
+
+
+class Rollout(Worker):
+    def __init__(self, ctx: WorkerContext, bonus: float = 0.0, delay_s: float = 0.0) -> None:
+        super().__init__(ctx)
+        self.version = 0
+        self.bonus = bonus
+        self.delay_s = delay_s
+
+    @register(Dispatch.DP_SPLIT)
+    def generate(self, prompts: Batch, n: int) -> Batch:
+        time.sleep(self.delay_s)
+        x_P = prompts["x_P"]
+        rows = x_P.repeat_interleave(n)
+        return Batch(
+            {
+                "x_B": rows,
+                "g_B": torch.arange(n).repeat(len(x_P)),
+                "policy_version_B": torch.full((len(rows),), self.version),
+                "rank_B": torch.full((len(rows),), self.rank),
+            }
+        )
+
+    @register(Dispatch.ONE_TO_ALL)
+    def update_weights(self, version: int) -> None:
+        self.version = version
+
+    @register(Dispatch.DP_SPLIT)
+    def score(self, batch: Batch) -> Batch:
+        x_B, g_B = batch["x_B"], batch["g_B"]
+        reward_B = torch.where(x_B % 2 == 1, ((x_B + g_B) % 2).float(), torch.ones_like(x_B).float())
+        return Batch({"reward_B": reward_B + self.bonus})
+
+
+@pytest.fixture(scope="module")
+def rollout(ray_local: Any) -> Iterator[Cluster]:
+    with Cluster("rollout", Rollout, tiny_role(num_workers=2), init_args=(0.0, 0.05)) as cluster:
+        yield cluster
+
+
+class Counter:
+    """A prompt source: consecutive integers; tags alternate between ``a`` and ``b``."""
+
+    def __init__(self) -> None:
+        self.next = itertools.count()
+
+    def __call__(self, n: int) -> Batch:
+        xs = [next(self.next) for _ in range(n)]
+        return Batch({"x_P": torch.tensor(xs)}, {"tag": ["a" if x % 2 else "b" for x in xs]})
+
+
+def drop_all_equal(scored: Batch, group_size: int) -> tuple[torch.Tensor, Mapping[str, float]]:
+    rewards_PG = scored["reward_B"].reshape(-1, group_size)
+    keep_P = ~(rewards_PG == rewards_PG[:, :1]).all(-1)
+    return keep_P, {"all_equal": float((~keep_P).sum())}
+
+
+def make(rollout: Cluster, **options: Any) -> GenerateScheduler:
+    opts = GenerateOptions(**{"group_size": G, "request_prompts": 2, "carry_columns": ("tag",), **options})
+    scorer = RewardScheduler({"r": rollout}, {"a": "r", "b": "r"})
+    return GenerateScheduler(rollout, Counter(), opts, gen_args=(G,), scorer=scorer)
+
+
+def test_sync_batch_is_whole_groups_from_many_requests_on_both_ranks(rollout: Cluster) -> None:
+    with make(rollout) as scheduler:
+        out = scheduler.get_batch(8, trainer_version=0)
+    batch = out.batch
+    assert len(batch) == 8 * G
+    x_PG = batch["x_B"].reshape(8, G)
+    assert (x_PG == x_PG[:, :1]).all()  # prompt-major groups
+    assert sorted(x_PG[:, 0].tolist()) == list(range(8))
+    assert "reward_B" in batch and list(batch["tag"][:G]) == ["b"] * G  # scored, carried columns
+    assert out.metrics["rollout/requests"] == 4
+    assert set(batch["rank_B"].tolist()) == {0, 1}
+    assert out.versions == [0] * 8
+
+
+def test_dynamic_sampling_fills_the_batch_and_counts_drops(rollout: Cluster) -> None:
+    with make(rollout, max_rounds=6) as scheduler:
+        scheduler.group_filter = drop_all_equal
+        out = scheduler.get_batch(6, trainer_version=0)
+    x_P = out.batch["x_B"].reshape(6, G)[:, 0]
+    assert (x_P % 2 == 1).all(), "every kept group has mixed rewards"
+    assert out.metrics["rollout/groups_dropped"] >= 6
+    assert out.metrics["rollout/rounds"] >= 2
+    assert out.metrics["rollout/filter_all_equal"] >= 6
+    assert out.metrics["rollout/groups_filled"] == 0
+
+
+def test_bounded_retries_fill_with_dropped_groups(rollout: Cluster) -> None:
+    def drop_everything(scored: Batch, group_size: int) -> tuple[torch.Tensor, Mapping[str, float]]:
+        return torch.zeros(len(scored) // group_size, dtype=torch.bool), {}
+
+    with make(rollout, max_rounds=2) as scheduler:
+        scheduler.group_filter = drop_everything
+        out = scheduler.get_batch(4, trainer_version=0)
+    assert len(out.batch) == 4 * G
+    assert out.metrics["rollout/rounds"] == 2
+    assert out.metrics["rollout/groups_filled"] == 4
+
+
+def test_sync_mode_version_equals_trainer_after_every_sync(rollout: Cluster) -> None:
+    with make(rollout) as scheduler:
+        for version in range(3):
+            rollout.update_weights(version)
+            out = scheduler.get_batch(4, trainer_version=version)
+            assert set(out.batch["policy_version_B"].tolist()) == {version}
+    rollout.update_weights(0)
+
+
+def test_async_never_trains_on_samples_staler_than_the_bound(rollout: Cluster) -> None:
+    lags: list[int] = []
+    with make(rollout, async_ratio=1.0) as scheduler:
+        for version in range(5):
+            out = scheduler.get_batch(4, trainer_version=version)
+            lag_B = version - out.batch["policy_version_B"]
+            assert int(lag_B.max()) <= 1, f"step {version}: lag {lag_B.tolist()}"
+            lags += lag_B.tolist()
+            time.sleep(0.3)  # "training": the thread generates the next step meanwhile
+            rollout.update_weights(version + 1)
+        stats = scheduler.state()
+    rollout.update_weights(0)
+    assert 1 in lags, "async generation ran ahead (some samples came from the previous policy)"
+    assert stats["rollout/prompts_generated"] >= 20
+
+
+def test_async_with_zero_staleness_drops_stale_groups(rollout: Cluster) -> None:
+    with make(rollout, async_ratio=1.0, max_staleness=0) as scheduler:
+        scheduler.get_batch(4, trainer_version=0)
+        time.sleep(0.5)  # the buffer fills with version-0 groups
+        rollout.update_weights(1)
+        out = scheduler.get_batch(4, trainer_version=1)
+    rollout.update_weights(0)
+    assert set(out.batch["policy_version_B"].tolist()) == {1}
+    assert out.metrics["rollout/groups_stale"] > 0
+
+
+def test_generate_all_keeps_prompt_order(rollout: Cluster) -> None:
+    scheduler = make(rollout)
+    prompts = Batch({"x_P": torch.arange(7)}, {"tag": ["a"] * 7})
+    out = scheduler.generate_all(prompts, G)
+    assert out["x_B"].tolist() == torch.arange(7).repeat_interleave(G).tolist()
+    assert list(out["tag"]) == ["a"] * 7 * G
+
+
+def test_reward_scheduler_routes_tags_to_domains_and_keeps_order(rollout: Cluster, ray_local: Any) -> None:
+    with Cluster("reward_b", Rollout, tiny_role(), init_args=(10.0,)) as other:
+        rewards = RewardScheduler({"main": rollout, "other": other}, {"a": "main", "b": "other"})
+        x_B = torch.arange(10)
+        batch = Batch({"x_B": x_B, "g_B": torch.zeros(10, dtype=torch.long)}, {"tag": ["a", "b"] * 5})
+        scored = rewards.score(batch)
+    assert scored["x_B"].tolist() == x_B.tolist()
+    bonus_B = scored["reward_B"] >= 10
+    assert bonus_B.tolist() == [tag == "b" for tag in scored["tag"]]
+
+
+def test_reward_scheduler_names_an_unrouted_tag(rollout: Cluster) -> None:
+    rewards = RewardScheduler({"main": rollout}, {"a": "main"})
+    with pytest.raises(ValueError, match="no reward domain for tag 'zzz'"):
+        rewards.submit(Batch({"x_B": torch.arange(1)}, {"tag": ["zzz"]}))
