@@ -12,6 +12,7 @@ imports neither torch nor wandb at import time, so listing plugins stays fast: T
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import sys
@@ -109,11 +110,13 @@ class StdoutTracker:
     being torn.
     """
 
-    def __init__(self, max_steps: int | None = None) -> None:
+    def __init__(self, max_steps: int | None = None, patterns: Sequence[str] = ("*",)) -> None:
         self.max_steps = max_steps
+        self.patterns = tuple(patterns)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        _write_line(format_metrics_line(metrics, step, self.max_steps))
+        shown = {k: v for k, v in metrics.items() if any(fnmatch.fnmatchcase(k, p) for p in self.patterns)}
+        _write_line(format_metrics_line(shown, step, self.max_steps))
 
     def close(self) -> None:
         pass
@@ -275,7 +278,7 @@ class Progress:
 
 def _build_stdout(output_dir: Path, config: TrackingConfig, run_config: Mapping[str, Any] | None) -> Tracker:
     max_steps = (run_config or {}).get("max_steps")
-    return StdoutTracker(max_steps=int(max_steps) if max_steps else None)
+    return StdoutTracker(max_steps=int(max_steps) if max_steps else None, patterns=config.stdout_metrics)
 
 
 def _build_jsonl(output_dir: Path, config: TrackingConfig, run_config: Mapping[str, Any] | None) -> Tracker:

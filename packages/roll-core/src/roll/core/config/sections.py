@@ -39,6 +39,10 @@ class TrackingConfig(RollModel):
 
     backends: list[str] = Field(default_factory=lambda: ["stdout", "jsonl", "tensorboard"])
     log_every: int = Field(1, ge=1)
+    stdout_metrics: list[str] = Field(
+        default_factory=lambda: ["*"],
+        description="fnmatch patterns of the metrics the stdout line shows (files always get all of them)",
+    )
     project: str = "roll"
     progress: bool = True
 

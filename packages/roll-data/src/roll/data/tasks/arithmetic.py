@@ -24,6 +24,7 @@ _INTEGER = re.compile(r"-?\d+")
 
 # (digits, num_ops, operators, parentheses) per level; level 2 is the default the built-in runs train on.
 _LEVELS: dict[int, tuple[int, int, str, bool]] = {
+    0: (1, 1, "+", False),  # the 100 one-digit sums: small enough for a ~1M model to learn in minutes
     1: (1, 1, "+-", False),
     2: (2, 1, "+-", False),
     3: (2, 1, "+-*", False),
@@ -112,7 +113,7 @@ class ArithmeticTask:
 
     @classmethod
     def level(cls, level: int) -> ArithmeticTask:
-        """A named difficulty: 1 (one-digit +/-) ... 6 (three digits, three operators, parentheses)."""
+        """A named difficulty: 0 (one-digit sums), 1 (one-digit +/-) ... 6 (three digits, three operators, parentheses)."""
         if level not in _LEVELS:
             raise DataError(f"unknown arithmetic level {level}; known levels are {sorted(_LEVELS)}")
         digits, num_ops, operators, parentheses = _LEVELS[level]
