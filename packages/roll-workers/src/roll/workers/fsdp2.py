@@ -71,9 +71,15 @@ class FSDP2TrainStrategy:
     """
 
     def __init__(
-        self, model: torch.nn.Module, config: FSDP2Config | None = None, *, total_steps: int = 1
+        self,
+        model: torch.nn.Module,
+        config: FSDP2Config | None = None,
+        *,
+        total_steps: int = 1,
+        forward: ForwardFn | None = None,
     ) -> None:
         self.config = config or FSDP2Config()
+        self._forward_fn = forward
         self.world_size, self.rank = _world()
         self.device = resolve_device(self.config.device)
         self.bf16 = self.config.mixed_precision == "bf16" or (
@@ -166,6 +172,8 @@ class FSDP2TrainStrategy:
     def _forward(self, mb: MicroBatch, with_entropy: bool, temperature: float) -> ForwardOutput:
         ids = mb["input_ids"].to(self.device)
         mask = mb["attention_mask"].to(self.device)
+        if self._forward_fn is not None:
+            return self._forward_fn(self.model, ids, mask, with_entropy, temperature)
         logp_BT, ent_BT = forward_scores(
             self.model,
             ids,
@@ -201,20 +209,30 @@ class FSDP2TrainStrategy:
         with_entropy: bool = False,
     ) -> TokenScores:
         """Forward-only scores of this rank's rows, micro-batched like training (e.g. old or reference log-probs)."""
+        out = self.forward_only(input_ids, attention_mask, temperature=temperature, with_entropy=with_entropy)
+        return TokenScores(logp_BT=out.logp_BT, entropy_BT=out.entropy_BT)
+
+    @torch.no_grad()
+    def forward_only(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> ForwardOutput:
+        """The forward's outputs (log-probs, or values/scores with a custom ``forward``) for all rows, float32.
+
+        Collective when sharded: every rank runs the same number of micro-batch forwards.
+        """
         batch = {"input_ids": input_ids, "attention_mask": attention_mask}
-        logp_parts: list[torch.Tensor] = []
-        ent_parts: list[torch.Tensor] = []
-        real = self.split(batch)
-        for mb, weight in self._equalized(real):
+        parts: list[ForwardOutput] = []
+        for mb, weight in self._equalized(self.split(batch)):
             with self._autocast():
                 out = self._forward(mb, with_entropy, temperature)
             if weight > 0:
-                logp_parts.append(out.logp_BT.float())
-                if out.entropy_BT is not None:
-                    ent_parts.append(out.entropy_BT.float())
-        return TokenScores(
-            logp_BT=torch.cat(logp_parts), entropy_BT=torch.cat(ent_parts) if ent_parts else None
-        )
+                parts.append(out)
+        return _concat_outputs(parts)
 
     # ---- state -----------------------------------------------------------------------------------------------
 
@@ -296,6 +314,21 @@ class FSDP2TrainStrategy:
     def _barrier(self) -> None:
         if self.world_size > 1:
             dist.barrier()
+
+
+ForwardFn = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, bool, float], ForwardOutput]
+"""``(model, input_ids_BT, attention_mask_BT, with_entropy, temperature) -> ForwardOutput``: replaces the causal-LM
+forward, e.g. for a value head (critic) or a sequence-score head (reward model)."""
+
+
+def _concat_outputs(parts: Sequence[ForwardOutput]) -> ForwardOutput:
+    def cat(name: str) -> torch.Tensor | None:
+        tensors = [getattr(p, name) for p in parts]
+        return torch.cat([t.float() for t in tensors]) if tensors and tensors[0] is not None else None
+
+    logp_BT = cat("logp_BT")
+    assert logp_BT is not None  # logp_BT is a required field of every part
+    return ForwardOutput(logp_BT, cat("entropy_BT"), cat("values_BT"), cat("scores_B"))
 
 
 def _set_grad_sync(model: torch.nn.Module, sync: bool) -> None:

@@ -290,7 +290,10 @@ class HFInferStrategy:
 
         Unknown names raise :class:`WorkerError` naming them, so a trainer/inference name mismatch fails loudly.
         """
-        params: dict[str, torch.Tensor] = dict(self.model.named_parameters())
+        # state_dict(keep_vars=True) also lists tied aliases (``lm_head.weight`` of tied embeddings), which a full
+        # trainer state dict contains but named_parameters() drops; copying into an alias writes the shared tensor.
+        params: dict[str, torch.Tensor] = dict(self.model.state_dict(keep_vars=True))
+        params.update(dict(self.model.named_parameters()))
         params.update(dict(self.model.named_buffers()))
         unknown = sorted(set(named_tensors) - set(params))
         if unknown:

@@ -72,10 +72,17 @@ class TokenScores:
 
 @dataclass(frozen=True)
 class ForwardOutput:
-    """What a :class:`LossFn` receives for one micro-batch, in the micro-batch's padded ``[B, T]`` layout."""
+    """What a :class:`LossFn` receives for one micro-batch, in the micro-batch's padded ``[B, T]`` layout.
+
+    A causal LM fills ``logp_BT`` (and ``entropy_BT`` when asked). A value head (critic) fills ``values_BT`` and a
+    sequence-score head (reward model) ``scores_B``; those leave ``logp_BT`` as an empty ``[B, 0]`` tensor, so a
+    log-prob loss given to them fails on the shape instead of training on zeros.
+    """
 
     logp_BT: torch.Tensor
     entropy_BT: torch.Tensor | None = None
+    values_BT: torch.Tensor | None = None
+    scores_B: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ functions: ``split`` (the cluster call's arguments -> a :class:`CallPlan` with p
 - ``DP_SPLIT``: the first positional argument is split across ranks (other arguments go to every rank). It must be
   a :class:`Shardable` (``roll.core.batch.Batch`` is one) or a list. It is first padded to a multiple of the world
   size, so every rank gets the same number of rows (collectives inside the method need equal shapes), and the
-  padding is removed again from the gathered result. Results that are Shardables are joined with ``concat``,
+  padding is removed again from the gathered result. Results that are Shardables are joined with ``concat``
+  (a Batch result with a different row count than was sent, e.g. ``n`` samples per prompt, must carry the
+  ``is_pad_B`` column copied from its input rows: the marked rows are dropped),
   lists by list concatenation, anything else comes back as the per-rank list (padding cannot be removed from
   those; a method that returns per-rank metrics should expect the padded rows to have been seen).
 - ``RANK_ZERO``: only rank 0 is called; the result is its result.
@@ -38,6 +40,7 @@ __all__ = [
 ]
 
 SPEC_ATTR = "__roll_dispatch__"
+_PAD_COLUMN = "is_pad_B"  # roll.core.batch.PAD_COLUMN; this module imports no torch
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -173,11 +176,22 @@ def _chunk_list(data: list[Any], world_size: int) -> tuple[list[list[Any]], int]
 def _collect_dp(results: list[Any], plan: CallPlan) -> Any:
     if results and all(isinstance(r, Shardable) for r in results):
         joined: Any = type(results[0]).concat(results)
+        if len(joined) != plan.padded_len and _PAD_COLUMN in getattr(joined, "tensors", {}):
+            return _drop_marked_rows(joined)
         return _unpad(joined, plan, lambda n: joined.unpad(n))
     if results and all(isinstance(r, list) for r in results):
         flat = [item for r in results for item in r]
         return _unpad(flat, plan, lambda n: flat[: len(flat) - n])
     return results
+
+
+def _drop_marked_rows(joined: Any) -> Any:
+    """Rows not marked in the pad column, without the column: for methods that return several rows per input
+    row (``generate`` with ``n`` samples per prompt) and copy each input row's pad mark onto its outputs."""
+    keep_B = ~joined.tensors[_PAD_COLUMN].bool()
+    kept = joined.select(keep_B.nonzero().reshape(-1))
+    del kept.tensors[_PAD_COLUMN]
+    return kept
 
 
 def _unpad(joined: Any, plan: CallPlan, drop_last: Callable[[int], Any]) -> Any:

@@ -1,0 +1,360 @@
+"""Training weights to inference workers: in buckets, versioned, by object store, in-process or collective.
+
+Three transports, one wire format (named tensors packed into flat ``uint8`` buckets of at most ``bucket_mb``):
+
+- **object store** (colocated roles: the trainer and the inference workers share a node/device group): trainer
+  rank 0 gathers the full state dict once (``stage_weights``, collective over the trainer's ranks), then puts *one
+  bucket at a time* into Ray's shared-memory object store (``weight_bucket``); inference workers read it with
+  ``ray.get``, which on the same node maps the bucket's numpy buffer without copying, load it, and the driver
+  drops the ref before asking for the next. Peak extra memory is one bucket in the object store.
+- **in process** (one actor hosts both a train and an infer strategy, e.g. a ``HybridActorWorker`` that
+  time-shares one GPU): :func:`sync_in_process` feeds the trainer's state dict, bucket by bucket, to the infer
+  strategy's ``load_weights``; nothing but tensors is shared.
+- **collective** (disaggregated roles): a standalone ``torch.distributed`` group of trainer rank 0 plus every
+  inference worker, built from its own ``TCPStore`` (hosted by trainer rank 0) and a ``ProcessGroupGloo`` (CPU) or
+  ``ProcessGroupNCCL`` (GPU) made directly from that store. It is independent of each role's default process
+  group (``new_group`` cannot span two default groups, and ``init_process_group`` may only run once per
+  process). The bucket plan (names, dtypes, shapes, version) goes through the store; each bucket is one
+  ``broadcast`` from rank 0.
+
+Every update carries a ``policy_version``; inference strategies record it and stamp it on every sample. LoRA: the
+fsdp2 strategy's ``state_dict`` merges the adapters into the base weights (``W + B A alpha / r``), and the
+trainer sends only the merged weights of adapted modules (the rest of the base model never changes), so a LoRA
+update costs the adapted matrices, not the whole model, and the inference side needs no peft.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from roll.core.errors import WorkerError
+
+__all__ = [
+    "BucketMeta",
+    "CollectiveGroup",
+    "Mode",
+    "ModelUpdateGroup",
+    "TensorBucket",
+    "UpdateReport",
+    "free_port",
+    "pack_bucket",
+    "plan_buckets",
+    "receive_weights",
+    "send_weights",
+    "sync_in_process",
+    "unpack_bucket",
+    "weights_checksum",
+]
+
+Mode = Literal["auto", "object_store", "collective"]
+
+
+# ---- buckets -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BucketMeta:
+    """Where each tensor of a packed bucket lives: ``(name, dtype name, shape, byte offset, byte length)``."""
+
+    entries: tuple[tuple[str, str, tuple[int, ...], int, int], ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e[4] for e in self.entries)
+
+
+class TensorBucket:
+    """A packed bucket that travels through Ray as a numpy buffer (stored out of band, read back without copy)."""
+
+    def __init__(self, flat_N: torch.Tensor, meta: BucketMeta) -> None:
+        self.flat_N = flat_N
+        self.meta = meta
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_bucket, (self.flat_N.numpy(), self.meta))
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return unpack_bucket(self.flat_N, self.meta)
+
+
+def _rebuild_bucket(array: np.ndarray, meta: BucketMeta) -> TensorBucket:
+    return TensorBucket(torch.from_numpy(array.copy() if not array.flags.writeable else array), meta)
+
+
+def plan_buckets(named: Mapping[str, torch.Tensor], bucket_mb: float) -> list[list[str]]:
+    """Names grouped in order into buckets of at most ``bucket_mb`` MiB; a larger tensor gets a bucket alone."""
+    limit = max(1, int(bucket_mb * 2**20))
+    buckets: list[list[str]] = [[]]
+    used = 0
+    for name, tensor in named.items():
+        size = tensor.numel() * tensor.element_size()
+        if buckets[-1] and used + size > limit:
+            buckets.append([])
+            used = 0
+        buckets[-1].append(name)
+        used += size
+    return [b for b in buckets if b]
+
+
+def pack_bucket(named: Mapping[str, torch.Tensor], device: torch.device | None = None) -> TensorBucket:
+    """Concatenate the tensors' bytes into one flat ``uint8`` tensor (any dtypes mixed)."""
+    entries, parts, offset = [], [], 0
+    for name, tensor in named.items():
+        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+        entries.append(
+            (name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), offset, raw.numel())
+        )
+        parts.append(raw.to(device) if device is not None else raw)
+        offset += raw.numel()
+    flat_N = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.uint8)
+    return TensorBucket(flat_N, BucketMeta(tuple(entries)))
+
+
+def unpack_bucket(flat_N: torch.Tensor, meta: BucketMeta) -> dict[str, torch.Tensor]:
+    """Views into ``flat_N`` with the original names, dtypes and shapes."""
+    out: dict[str, torch.Tensor] = {}
+    for name, dtype, shape, offset, length in meta.entries:
+        out[name] = flat_N[offset : offset + length].view(getattr(torch, dtype)).reshape(shape)
+    return out
+
+
+def iter_buckets(named: Mapping[str, torch.Tensor], bucket_mb: float) -> Iterator[dict[str, torch.Tensor]]:
+    """``named`` as consecutive dicts of at most ``bucket_mb`` MiB."""
+    for names in plan_buckets(named, bucket_mb):
+        yield {n: named[n] for n in names}
+
+
+def weights_checksum(named: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> str:
+    """SHA-256 over names, dtypes, shapes and bytes in name order: equal iff the weights are bit-identical.
+
+    ``dtype`` casts first, to compare an fp32 trainer with a bf16 inference copy.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(named):
+        t = named[name].detach().cpu()
+        t = t.to(dtype) if dtype is not None else t
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def sync_in_process(
+    train_strategy: Any, infer_strategy: Any, policy_version: int, bucket_mb: float = 256.0
+) -> int:
+    """Load the trainer's full weights into an infer strategy of the same process, bucket by bucket.
+
+    For one actor holding both strategies (time-sharing a device). Returns the number of buckets.
+    """
+    state = train_strategy.state_dict()
+    count = 0
+    for bucket in iter_buckets(state, bucket_mb):
+        infer_strategy.load_weights(bucket, policy_version)
+        count += 1
+    return count
+
+
+# ---- the collective transport ------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (the usual race is acceptable: the store fails loudly on a clash)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+class CollectiveGroup:
+    """A process group of its own: a ``TCPStore`` plus a gloo/NCCL backend built directly from it.
+
+    Rank 0 hosts the store at ``(addr, port)``. Works next to (and independently of) the default group a role
+    may have joined. ``store`` also carries small metadata (bucket plans) as pickles, which keeps the data path
+    a plain tensor broadcast.
+    """
+
+    def __init__(
+        self,
+        addr: str,
+        port: int,
+        rank: int,
+        world_size: int,
+        backend: str = "gloo",
+        timeout_s: float = 300.0,
+    ) -> None:
+        timeout = timedelta(seconds=timeout_s)
+        self.rank, self.world_size, self.backend = rank, world_size, backend
+        self.store = dist.TCPStore(  # type: ignore[attr-defined]
+            addr, port, world_size, rank == 0, timeout=timeout
+        )
+        if backend == "nccl":
+            self.device = torch.device("cuda", torch.cuda.current_device())
+            self.pg: Any = dist.ProcessGroupNCCL(self.store, rank, world_size)  # type: ignore[call-arg]
+        else:
+            self.device = torch.device("cpu")
+            self.pg = dist.ProcessGroupGloo(self.store, rank, world_size, timeout)
+
+    def broadcast(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
+        """In-place broadcast of ``tensor`` (on :attr:`device`) from rank ``src``; returns it."""
+        opts = dist.BroadcastOptions()
+        opts.rootRank = src
+        self.pg.broadcast([tensor], opts).wait()
+        return tensor
+
+    def put(self, key: str, value: Any) -> None:
+        self.store.set(key, pickle.dumps(value))  # type: ignore[arg-type]  # bytes work; the stub says str
+
+    def get(self, key: str) -> Any:
+        """The value ``put`` under ``key`` (blocks until some rank puts it, up to the store's timeout)."""
+        return pickle.loads(self.store.get(key))  # written by our own ranks only
+
+
+def send_weights(
+    group: CollectiveGroup, named: Mapping[str, torch.Tensor], bucket_mb: float, policy_version: int
+) -> tuple[int, int]:
+    """Rank 0 of ``group``: publish the bucket plan, then broadcast each bucket. Returns ``(buckets, bytes)``."""
+    buckets = [pack_bucket({n: named[n] for n in names}) for names in plan_buckets(named, bucket_mb)]
+    group.put(f"weights/{policy_version}", [b.meta for b in buckets])
+    for bucket in buckets:
+        group.broadcast(bucket.flat_N.to(group.device), src=0)
+    return len(buckets), sum(b.meta.nbytes for b in buckets)
+
+
+def receive_weights(
+    group: CollectiveGroup, policy_version: int, load: Callable[[dict[str, torch.Tensor], int], None]
+) -> int:
+    """A receiving rank: read the plan of ``policy_version``, receive each bucket and ``load(tensors, version)``."""
+    metas: list[BucketMeta] = group.get(f"weights/{policy_version}")
+    for meta in metas:
+        flat_N = torch.empty(meta.nbytes, dtype=torch.uint8, device=group.device)
+        group.broadcast(flat_N, src=0)
+        load(unpack_bucket(flat_N, meta), policy_version)
+    return len(metas)
+
+
+# ---- the driver-side orchestrator --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpdateReport:
+    """What one :meth:`ModelUpdateGroup.sync` did."""
+
+    policy_version: int
+    mode: str
+    buckets: int
+    bytes: int
+    seconds: float
+
+
+class ModelUpdateGroup:
+    """Pushes ``train`` (an :class:`~roll.workers.roles.ActorTrainWorker` Cluster) weights to ``infer`` (an
+    :class:`~roll.workers.roles.ActorInferWorker` Cluster); see the module docstring for the transports.
+
+    ``mode="auto"`` picks ``object_store`` when both roles name the same ``device_group`` (colocated) or all
+    actors share one node, and ``collective`` otherwise. ``backend`` (collective only): ``None`` = nccl when the
+    trainer has GPUs, else gloo. Versions count up from ``start_version`` unless :meth:`sync` is given one.
+    """
+
+    def __init__(
+        self,
+        train: Any,
+        infer: Any,
+        *,
+        bucket_mb: float = 256.0,
+        mode: Mode = "auto",
+        backend: str | None = None,
+        start_version: int = 0,
+    ) -> None:
+        self.train, self.infer = train, infer
+        self.bucket_mb = bucket_mb
+        self.mode: str = _pick_mode(train, infer) if mode == "auto" else mode
+        gpus = train.role_cfg.gpus_per_worker > 0
+        self.backend = backend or ("nccl" if gpus else "gloo")
+        self.version = start_version
+        self._group_name = f"update-{id(self)}"
+        self._joined = False
+
+    def sync(self, policy_version: int | None = None) -> UpdateReport:
+        """Send the trainer's current weights to every inference worker, tagged ``policy_version`` (default:
+        the last version + 1). Blocks until every inference worker has loaded them."""
+        self.version = self.version + 1 if policy_version is None else policy_version
+        start = time.monotonic()
+        if self.mode == "object_store":
+            buckets, nbytes = self._sync_object_store()
+        else:
+            buckets, nbytes = self._sync_collective()
+        return UpdateReport(self.version, self.mode, buckets, nbytes, time.monotonic() - start)
+
+    def verify(self) -> None:
+        """Raise :class:`WorkerError` unless every inference worker serves ``self.version`` with weights
+        bit-identical to the trainer's."""
+        want = self.train.weights_checksum()[0]
+        got = self.infer.weights_checksum()
+        versions = self.infer.policy_version()
+        bad = [r for r, (c, v) in enumerate(zip(got, versions)) if c != want or v != self.version]
+        if bad:
+            raise WorkerError(
+                f"{self.infer.role} ranks {bad} do not serve the trainer's weights at policy version "
+                f"{self.version} (versions {versions})"
+            )
+
+    def _sync_object_store(self) -> tuple[int, int]:
+        count = self.train.stage_weights(self.bucket_mb)[0]
+        total = 0
+        for i in range(count):
+            ref, nbytes = self.train.weight_bucket(i)
+            self.infer.update_weights([ref], self.version)
+            total += nbytes
+            del ref  # the bucket leaves the object store before the next one is put
+        self.train.release_weights()
+        return count, total
+
+    def _sync_collective(self) -> tuple[int, int]:
+        if not self._joined:
+            self._join()
+        sending = self.train.broadcast_weights.submit(self._group_name, self.bucket_mb, self.version)
+        receiving = self.infer.receive_weights.submit(self._group_name, self.version)
+        receiving.result()
+        buckets, nbytes = next(r for r in sending.result() if r is not None)
+        return int(buckets), int(nbytes)
+
+    def _join(self) -> None:
+        addr, port = self.train.update_endpoint()
+        world = 1 + self.infer.world_size
+        sender = self.train.join_update_group.submit(self._group_name, addr, port, world, 0, self.backend)
+        receivers = self.infer.join_update_group.submit(self._group_name, addr, port, world, 1, self.backend)
+        sender.result()
+        receivers.result()
+        self._joined = True
+
+
+def _pick_mode(train: Any, infer: Any) -> str:
+    group = train.role_cfg.device_group
+    if group is not None and group == infer.role_cfg.device_group:
+        return "object_store"
+    nodes = {info.node_id for info in [*train.infos, *infer.infos]}
+    return "object_store" if len(nodes) == 1 and train.role_cfg.gpus_per_worker == 0 else "collective"
+
+
+def merged_lora_names(model: torch.nn.Module) -> set[str] | None:
+    """Base-model names of the weights a peft LoRA adapter changes (``None`` for a model without LoRA)."""
+    names = {
+        n.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        for n, _ in model.named_parameters()
+        if ".base_layer." in n
+    }
+    return names or None
+
+
+def select_names(named: Mapping[str, torch.Tensor], keep: Sequence[str] | set[str] | None) -> dict[str, Any]:
+    """``named`` restricted to ``keep`` (all of it when ``keep`` is None)."""
+    return dict(named) if keep is None else {n: t for n, t in named.items() if n in keep}

@@ -1,0 +1,62 @@
+"""Worker roles: Ray actors (``roll.core.cluster.Worker`` subclasses) that hold one strategy each.
+
+Every role builds its strategy through the ``roll.strategy`` plugin group (``strategy_name``), so vllm/megatron
+plug in without changes here. Build a role with ``Cluster(role, WorkerCls, role_cfg, init_kwargs=...)`` and call
+``cluster.setup()`` first (it joins the role's process group when it has several ranks and loads the model).
+Column names are in :mod:`roll.workers.roles.columns`.
+
+Registered methods (dispatch mode) by role:
+
+- :class:`ActorTrainWorker` ``(model: ModelConfig, strategy: FSDP2Config, total_steps=1, strategy_name="fsdp2")``:
+  ``setup()`` ALL; ``train_step(batch, loss_fn, temperature=1.0) -> list[dict]`` DP (per-rank metrics: loss,
+  grad_norm, lr, tokens, units); ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch``
+  DP (``logp_BT``, ``entropy_BT``); ``save_checkpoint(path)`` / ``load_checkpoint(path)`` / ``export_hf(path)`` /
+  ``offload()`` / ``reload()`` ALL; ``weights_checksum(dtype=None) -> list[str]`` ALL (rank 0's is the one);
+  model update: ``stage_weights`` / ``weight_bucket`` / ``release_weights`` / ``update_endpoint`` /
+  ``join_update_group`` / ``broadcast_weights`` (driven by :class:`~roll.workers.model_update.ModelUpdateGroup`);
+  distillation: ``join_transfer_group`` ALL, ``receive_topk(batch, name, num_sources, k) -> Batch`` DP.
+- :class:`ActorInferWorker` ``(model, infer: HFInferConfig, strategy_name="hf")``: ``setup()`` ALL;
+  ``generate(prompts, params: SamplingParams) -> Batch`` DP (n rows per prompt; see
+  :func:`~roll.workers.roles.sequences.to_sequences`); ``compute_logprobs(batch, temperature=1.0,
+  with_entropy=False) -> Batch`` DP; ``update_weights(bucket_refs, policy_version)`` / ``join_update_group`` /
+  ``receive_weights(name, policy_version)`` ALL; ``policy_version() -> list[int]`` ALL;
+  ``weights_checksum(dtype=None) -> list[str]`` ALL; ``offload()`` / ``reload()`` ALL.
+- :class:`ReferenceWorker` ``(model, strategy=None, strategy_name="hf")``: ``setup()``,
+  ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch`` DP, ``offload``/``reload``.
+- :class:`CriticWorker` ``(model, strategy: FSDP2Config, total_steps=1, strategy_name="fsdp2")``: ``setup()``,
+  ``compute_values(batch) -> Batch`` DP (``values_BT``), ``train_step(batch, loss_fn)`` DP (the loss reads
+  ``ForwardOutput.values_BT``), ``save_checkpoint``/``load_checkpoint``/``offload``/``reload``.
+- :class:`RewardModelWorker` (same arguments): ``setup()``, ``score(batch) -> Batch`` DP (``scores_B``),
+  ``train_step(batch, loss_fn)`` DP (the loss reads ``ForwardOutput.scores_B``), ``export_hf`` and checkpoints.
+- :class:`TeacherWorker` ``(model, strategy=None, strategy_name="hf")``: ``setup()``,
+  ``compute_logprobs`` DP, ``topk_logits(batch, k) -> Batch`` DP (``topk_values_BTK``, ``topk_indices_BTK``),
+  ``transfer_endpoint()`` RANK_ZERO, ``join_transfer_group`` ALL, ``send_topk(batch, k, name, num_sources)`` DP.
+
+DP = ``Dispatch.DP_SPLIT`` (rows split evenly, padding removed from the result), ALL = ``Dispatch.ONE_TO_ALL``
+(result: list by rank). Importing this package imports torch (the roles' modules do); configs live in the light
+:mod:`roll.workers.roles.config`.
+"""
+
+from roll.workers.roles.actor import ActorTrainWorker
+from roll.workers.roles.config import ModelConfig
+from roll.workers.roles.critic import CriticWorker
+from roll.workers.roles.infer import ActorInferWorker
+from roll.workers.roles.model import load_causal_lm, load_model, load_tokenizer
+from roll.workers.roles.reference import ReferenceWorker
+from roll.workers.roles.reward_model import RewardModelWorker
+from roll.workers.roles.sequences import to_sequences
+from roll.workers.roles.teacher import TeacherWorker
+
+__all__ = [
+    "ActorInferWorker",
+    "ActorTrainWorker",
+    "CriticWorker",
+    "ModelConfig",
+    "ReferenceWorker",
+    "RewardModelWorker",
+    "TeacherWorker",
+    "load_causal_lm",
+    "load_model",
+    "load_tokenizer",
+    "to_sequences",
+]

@@ -1,0 +1,103 @@
+"""Helpers shared by the roles: building strategies through the plugin seam, Batch <-> micro-batch, pad rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from roll.core import plugins
+from roll.core.batch import PAD_COLUMN, Batch
+from roll.core.cluster import Worker
+from roll.core.errors import ConfigError, DataError
+from roll.workers.roles import columns as C
+from roll.workers.types import ForwardOutput, LossFn, MicroBatch
+
+
+def strategy_spec(name: str, kind: str, role: str) -> Any:
+    """The ``roll.strategy`` plugin ``name``, checked to be of ``kind`` (train/infer)."""
+    spec = plugins.load("roll.strategy", name)
+    if spec.kind != kind:
+        raise ConfigError(
+            f"{role}: strategy {name!r} is a {spec.kind} strategy; this role needs a {kind} one"
+        )
+    return spec
+
+
+def join_default_group(worker: Worker) -> None:
+    """Join the role's own torch.distributed group when there is more than one rank (FSDP needs it)."""
+    if worker.world_size > 1:
+        worker.init_process_group()
+
+
+def micro_batch(batch: Batch) -> dict[str, torch.Tensor]:
+    """Tensor columns under their Batch names plus the strategies' ``input_ids`` / ``attention_mask``."""
+    require(batch, C.INPUT_IDS, C.ATTENTION_MASK)
+    tensors = {k: v for k, v in batch.tensors.items() if k != PAD_COLUMN}
+    tensors["input_ids"] = batch.tensors[C.INPUT_IDS]
+    tensors["attention_mask"] = batch.tensors[C.ATTENTION_MASK]
+    return tensors
+
+
+def require(batch: Batch, *names: str) -> None:
+    missing = [n for n in names if n not in batch]
+    if missing:
+        raise DataError(f"batch lacks columns {missing}; it has {batch.keys()}")
+
+
+def real_rows(batch: Batch) -> Batch:
+    """The rows DP_SPLIT did not add as padding (all rows when there is no pad column)."""
+    if PAD_COLUMN not in batch.tensors:
+        return batch
+    keep_B = ~batch.tensors[PAD_COLUMN].bool()
+    return batch.select(keep_B.nonzero().reshape(-1))
+
+
+class ZeroWeight:
+    """A :class:`LossFn` that contributes nothing: lets a rank with only padding rows join the collectives."""
+
+    def __init__(self, inner: LossFn) -> None:
+        self.needs_entropy = inner.needs_entropy
+        self._inner = inner
+
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+        return self._inner(output, micro_batch) * 0.0
+
+    def count_units(self, micro_batch: MicroBatch) -> float:
+        return 0.0
+
+
+def train_on(strategy: Any, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
+    """One optimizer step on this rank's real rows; DP padding rows are not trained on.
+
+    A rank that received only padding runs its forwards with a zero-weighted loss, because FSDP's collectives
+    need every rank to take part; the global unit count comes from the other ranks.
+    """
+    real = real_rows(batch)
+    if len(real) == 0:
+        real, loss_fn = batch.slice(0, 1), ZeroWeight(loss_fn)
+    mbs = strategy.split(micro_batch(real))
+    loss, units = strategy.forward_backward(mbs, loss_fn, temperature=temperature)
+    lr = float(strategy.optimizer.param_groups[0]["lr"])
+    grad_norm = strategy.optimizer_step()
+    tokens = float(real.tensors[C.ATTENTION_MASK].sum()) if not isinstance(loss_fn, ZeroWeight) else 0.0
+    return {"loss": loss, "grad_norm": grad_norm, "lr": lr, "tokens": tokens, "units": units}
+
+
+def check_micro_batch_fits(batch: Batch, limit: int | None, role: str, key: str) -> None:
+    """Reject a single sequence longer than a per-micro-batch token budget, naming the role and key."""
+    if limit is None or C.ATTENTION_MASK not in batch.tensors:
+        return
+    lengths_B = batch.tensors[C.ATTENTION_MASK].sum(-1)
+    if len(lengths_B) and int(lengths_B.max()) > limit:
+        longest = int(lengths_B.max())
+        raise ConfigError(
+            f"{role}: a sample has {longest} tokens but {role}.{key} = {limit}; one sequence cannot be split "
+            f"across micro-batches. Raise {role}.{key} to at least {longest} or truncate the data"
+        )
+
+
+def scores_batch(batch: Batch, **columns: torch.Tensor | None) -> Batch:
+    """A batch of ``columns`` (None dropped) on the CPU, keeping the input's ``meta``."""
+    tensors = {k: v.detach().float().cpu() for k, v in columns.items() if v is not None}
+    return Batch(tensors, meta=batch.meta)

@@ -1,0 +1,190 @@
+"""``ActorTrainWorker``: the policy being trained (fsdp2 by default, any ``roll.strategy`` train plugin)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+
+from roll.core.batch import Batch
+from roll.core.cluster import Dispatch, Worker, WorkerContext, register
+from roll.workers import logits_transfer
+from roll.workers.model_update import (
+    CollectiveGroup,
+    free_port,
+    merged_lora_names,
+    pack_bucket,
+    plan_buckets,
+    select_names,
+    send_weights,
+    weights_checksum,
+)
+from roll.workers.roles import _common, checkpoint
+from roll.workers.roles import columns as C
+from roll.workers.roles.config import ModelConfig
+from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
+from roll.workers.types import LossFn
+
+
+class ActorTrainWorker(Worker):
+    """One data-parallel rank of the trained policy. Call :meth:`setup` on the cluster before anything else.
+
+    ``strategy`` is the config model of ``strategy_name`` (``FSDP2Config`` for ``fsdp2``); ``total_steps`` sizes
+    the LR schedule.
+    """
+
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        model: ModelConfig,
+        strategy: Any,
+        total_steps: int = 1,
+        strategy_name: str = "fsdp2",
+    ) -> None:
+        super().__init__(ctx)
+        self.model_cfg, self.strategy_cfg = model, strategy
+        self.total_steps, self.strategy_name = total_steps, strategy_name
+        self.strategy: Any = None
+        self.tokenizer: Any = None
+        self._groups: dict[str, CollectiveGroup] = {}
+        self._staged: dict[str, torch.Tensor] = {}
+        self._bucket_names: list[list[str]] = []
+
+    @register(Dispatch.ONE_TO_ALL)
+    def setup(self) -> None:
+        """Join the role's process group (world size > 1), load model and tokenizer, build the strategy."""
+        _common.join_default_group(self)
+        spec = _common.strategy_spec(self.strategy_name, "train", self.role)
+        model = load_causal_lm(self.model_cfg, self.role)
+        self.tokenizer = load_tokenizer(self.model_cfg, self.role)
+        check_vocab(self.tokenizer, model, self.model_cfg, self.role)
+        self.strategy = spec.build(self.strategy_cfg, model, total_steps=self.total_steps)
+
+    @register(Dispatch.DP_SPLIT)
+    def train_step(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
+        """One optimizer step over the whole (global) batch; returns this rank's metrics.
+
+        Metrics: ``loss`` (global mean over loss units), ``grad_norm`` (pre-clip), ``lr`` (used by this step),
+        ``tokens`` (valid tokens of this rank's real rows), ``units`` (global loss units). ``loss_fn`` is pickled
+        from the driver; it sees tensor columns under their Batch names plus ``input_ids``/``attention_mask``.
+        """
+        limit = getattr(self.strategy_cfg, "max_tokens_per_micro_batch", None)
+        _common.check_micro_batch_fits(batch, limit, self.role, "strategy.max_tokens_per_micro_batch")
+        return _common.train_on(self.strategy, batch, loss_fn, temperature)
+
+    @register(Dispatch.DP_SPLIT)
+    def compute_logprobs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False) -> Batch:
+        """``logp_BT`` (and ``entropy_BT``) of ``input_ids_BT`` under the current weights, forward only."""
+        mb = _common.micro_batch(batch)
+        scores = self.strategy.compute_logprobs(
+            mb["input_ids"], mb["attention_mask"], temperature=temperature, with_entropy=with_entropy
+        )
+        return _common.scores_batch(batch, **{C.LOGP: scores.logp_BT, C.ENTROPY: scores.entropy_BT})
+
+    # ---- checkpoints and export ----------------------------------------------------------------------------
+
+    @register(Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        """Write model (rank 0, safetensors), optimizer + scheduler (full, rank 0) and each rank's RNG state.
+
+        ``path`` must be on storage every rank can read for :meth:`load_checkpoint`. Collective.
+        """
+        checkpoint.save(self.strategy, Path(path), self.rank)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        """Restore what :meth:`save_checkpoint` wrote (every rank reads the full state, keeps its shard)."""
+        checkpoint.load(self.strategy, Path(path), self.rank)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def export_hf(self, path: str) -> None:
+        """A transformers ``save_pretrained`` folder plus the tokenizer: ``AutoModelForCausalLM`` loads it."""
+        self.strategy.export_hf(path)
+        if self.rank == 0:
+            self.tokenizer.save_pretrained(path)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def offload(self) -> None:
+        """Free the device between phases (weights and optimizer state to CPU)."""
+        self.strategy.offload()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def reload(self) -> None:
+        self.strategy.reload()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The full weights (LoRA merged) from rank 0, ``{}`` from other ranks. Collective; for tests and tools,
+        not for the model update (see ``stage_weights``)."""
+        state: dict[str, torch.Tensor] = self.strategy.state_dict()
+        return state if self.rank == 0 else {}
+
+    @register(Dispatch.ONE_TO_ALL)
+    def weights_checksum(self, dtype: str | None = None) -> str:
+        """SHA-256 of the full weights on rank 0 (``""`` on other ranks). Collective."""
+        state = self.strategy.state_dict()
+        return weights_checksum(state, getattr(torch, dtype) if dtype else None) if self.rank == 0 else ""
+
+    # ---- model update (see roll.workers.model_update) --------------------------------------------------------
+
+    @register(Dispatch.ONE_TO_ALL)
+    def stage_weights(self, bucket_mb: float) -> int:
+        """Gather the weights to send (collective) and plan buckets; returns the bucket count (0 off rank 0)."""
+        state = self.strategy.state_dict()
+        self._staged = select_names(state, merged_lora_names(self.strategy.model)) if self.rank == 0 else {}
+        self._bucket_names = plan_buckets(self._staged, bucket_mb)
+        return len(self._bucket_names)
+
+    @register(Dispatch.RANK_ZERO)
+    def weight_bucket(self, index: int) -> tuple[Any, int]:
+        """Bucket ``index`` of the staged weights, put into the object store: ``(ObjectRef, bytes)``."""
+        bucket = pack_bucket({n: self._staged[n] for n in self._bucket_names[index]})
+        return ray.put(bucket), bucket.meta.nbytes
+
+    @register(Dispatch.ONE_TO_ALL)
+    def release_weights(self) -> None:
+        self._staged, self._bucket_names = {}, []
+
+    @register(Dispatch.RANK_ZERO)
+    def update_endpoint(self) -> tuple[str, int]:
+        """Address and a free port for a collective update group hosted by this rank."""
+        return self.node_ip, free_port()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def join_update_group(
+        self, name: str, addr: str, port: int, world_size: int, rank_offset: int, backend: str
+    ) -> None:
+        """Rank 0 joins the update group ``name`` as its rank ``rank_offset``; other ranks only send via it."""
+        if self.rank == 0:
+            self._groups[name] = CollectiveGroup(addr, port, rank_offset, world_size, backend)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def broadcast_weights(self, name: str, bucket_mb: float, policy_version: int) -> tuple[int, int] | None:
+        """Broadcast the weights over group ``name`` (collective over this role too). Rank 0: (buckets, bytes)."""
+        state = self.strategy.state_dict()
+        if self.rank != 0:
+            return None
+        named = select_names(state, merged_lora_names(self.strategy.model))
+        return send_weights(self._groups[name], named, bucket_mb, policy_version)
+
+    # ---- logits transfer (distillation students; see roll.workers.logits_transfer) ----------------------------
+
+    @register(Dispatch.ONE_TO_ALL)
+    def join_transfer_group(
+        self, name: str, addr: str, port: int, world_size: int, rank_offset: int, backend: str = "gloo"
+    ) -> None:
+        """Join the logits-transfer group ``name`` as rank ``rank_offset + self.rank`` (after the teachers)."""
+        self._groups[name] = CollectiveGroup(addr, port, rank_offset + self.rank, world_size, backend)
+
+    @register(Dispatch.DP_SPLIT)
+    def receive_topk(self, batch: Batch, name: str, num_sources: int, k: int) -> Batch:
+        """Receive the teacher's top-k rows for this rank's ``sample_id_B`` (teachers run ``send_topk`` at the same
+        time); returns them in this rank's row order (``topk_values_BTK``, ``topk_indices_BTK``, ``sample_id_B``)."""
+        _common.require(batch, C.SAMPLE_ID, C.INPUT_IDS)
+        T = batch.tensors[C.INPUT_IDS].shape[1]
+        group = self._groups[name]
+        return logits_transfer.receive_topk(
+            group, batch.tensors[C.SAMPLE_ID], num_sources=num_sources, T=T, k=k
+        )

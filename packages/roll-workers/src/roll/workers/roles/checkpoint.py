@@ -1,0 +1,87 @@
+"""Save and restore a train strategy's full state: model, optimizer, scheduler, RNG.
+
+Layout of a checkpoint folder: ``model.safetensors`` (the module's full, unmerged state dict, written by rank 0;
+with LoRA it holds peft names, so training resumes with the adapter), ``optimizer.pt`` (full optimizer and
+scheduler state, rank 0, see ``FSDP2TrainStrategy.save_optimizer``) and ``rng_rank{r}.pt`` per rank. Full (not
+sharded) states let a run resume on a different number of ranks. Atomic renames are the CheckpointManager's job.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file, save_file
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
+
+from roll.core.errors import CheckpointError
+
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def save(strategy: Any, path: Path, rank: int) -> None:
+    """Collective over the strategy's ranks."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = cast(dict[str, torch.Tensor], get_model_state_dict(strategy.model, options=options))
+    if rank == 0:
+        path.mkdir(parents=True, exist_ok=True)
+        save_file(_unshared(state), str(path / MODEL_FILE))
+    _barrier()
+    strategy.save_optimizer(path / OPTIMIZER_FILE)
+    path.mkdir(parents=True, exist_ok=True)
+    torch.save(_rng_state(), str(path / f"rng_rank{rank}.pt"))
+    _barrier()
+
+
+def load(strategy: Any, path: Path, rank: int) -> None:
+    """Every rank reads the full model state and keeps its shard; then optimizer, scheduler and RNG."""
+    model_file = path / MODEL_FILE
+    if not model_file.exists():
+        raise CheckpointError(f"no {MODEL_FILE} in checkpoint {path}")
+    state: dict[str, Any] = load_file(str(model_file))
+    set_model_state_dict(strategy.model, state, options=StateDictOptions(full_state_dict=True))
+    strategy.load_optimizer(path / OPTIMIZER_FILE)
+    rng_file = path / f"rng_rank{rank}.pt"
+    if rng_file.exists():
+        _set_rng_state(torch.load(str(rng_file), weights_only=False))
+
+
+def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors refuses tensors sharing memory (tied embeddings): clone the second and later aliases."""
+    seen: set[int] = set()
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        ptr = tensor.untyped_storage().data_ptr()
+        out[name] = tensor.clone().contiguous() if ptr in seen else tensor.contiguous()
+        seen.add(ptr)
+    return out
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state()}
+    state["python"] = random.getstate()
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()

@@ -1,0 +1,59 @@
+"""``CriticWorker``: per-token values from a backbone with a one-label token-classification head."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roll.core.batch import Batch
+from roll.core.cluster import Dispatch, Worker, WorkerContext, register
+from roll.workers.roles import _common
+from roll.workers.roles import columns as C
+from roll.workers.roles.config import ModelConfig
+from roll.workers.roles.scalar import ScalarHeadModel
+from roll.workers.types import LossFn
+
+
+class CriticWorker(Worker):
+    """One data-parallel rank of the critic. ``model.path`` may be a causal LM: the value head starts random
+    (seeded by ``model.seed``). The critic's loss receives ``ForwardOutput.values_BT``."""
+
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        model: ModelConfig,
+        strategy: Any,
+        total_steps: int = 1,
+        strategy_name: str = "fsdp2",
+    ) -> None:
+        super().__init__(ctx)
+        self.core = ScalarHeadModel(self, model, strategy, total_steps, strategy_name, head="value")
+
+    @register(Dispatch.ONE_TO_ALL)
+    def setup(self) -> None:
+        self.core.setup()
+
+    @register(Dispatch.DP_SPLIT)
+    def compute_values(self, batch: Batch) -> Batch:
+        """``values_BT`` (float32, 0 on padding) for ``input_ids_BT`` / ``attention_mask_BT``."""
+        return _common.scores_batch(batch, **{C.VALUES: self.core.forward(batch).values_BT})
+
+    @register(Dispatch.DP_SPLIT)
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step; metrics as ``ActorTrainWorker.train_step``."""
+        return self.core.train_step(batch, loss_fn)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        self.core.save(path)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        self.core.load(path)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def offload(self) -> None:
+        self.core.strategy.offload()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def reload(self) -> None:
+        self.core.strategy.reload()

@@ -1,0 +1,72 @@
+"""``ReferenceWorker``: frozen forward-only log-probs (the KL anchor of RL). Any ``roll.strategy`` plugin works:
+an infer strategy (``hf``, default) or a train strategy (``fsdp2``, to shard a large reference); neither trains."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from roll.core import plugins
+from roll.core.batch import Batch
+from roll.core.cluster import Dispatch, Worker, WorkerContext, register
+from roll.workers.roles import _common
+from roll.workers.roles import columns as C
+from roll.workers.roles.config import ModelConfig
+from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
+
+
+class FrozenScorer:
+    """A causal LM behind a strategy, used forward-only (shared by the reference and teacher roles)."""
+
+    def __init__(self, worker: Worker, model: ModelConfig, strategy: Any, strategy_name: str) -> None:
+        self.worker, self.model_cfg, self.strategy_name = worker, model, strategy_name
+        self.strategy_cfg = strategy
+        self.strategy: Any = None
+
+    def setup(self) -> None:
+        spec = plugins.load("roll.strategy", self.strategy_name)
+        if spec.kind == "train":
+            _common.join_default_group(self.worker)
+        config = self.strategy_cfg if self.strategy_cfg is not None else spec.config_model()
+        model = load_causal_lm(self.model_cfg, self.worker.role)
+        tokenizer = load_tokenizer(self.model_cfg, self.worker.role)
+        check_vocab(tokenizer, model, self.model_cfg, self.worker.role)
+        model.requires_grad_(False)
+        kwargs = {"tokenizer": tokenizer} if spec.kind == "infer" else {}
+        self.strategy = spec.build(config, model, **kwargs)
+
+    @torch.no_grad()
+    def logprobs(self, batch: Batch, temperature: float, with_entropy: bool) -> Batch:
+        mb = _common.micro_batch(batch)
+        scores = self.strategy.compute_logprobs(
+            mb["input_ids"], mb["attention_mask"], temperature=temperature, with_entropy=with_entropy
+        )
+        return _common.scores_batch(batch, **{C.LOGP: scores.logp_BT, C.ENTROPY: scores.entropy_BT})
+
+
+class ReferenceWorker(Worker):
+    """One replica of the frozen reference policy. ``strategy=None`` uses the plugin's default config."""
+
+    def __init__(
+        self, ctx: WorkerContext, model: ModelConfig, strategy: Any = None, strategy_name: str = "hf"
+    ) -> None:
+        super().__init__(ctx)
+        self.scorer = FrozenScorer(self, model, strategy, strategy_name)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def setup(self) -> None:
+        self.scorer.setup()
+
+    @register(Dispatch.DP_SPLIT)
+    def compute_logprobs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False) -> Batch:
+        """``logp_BT`` (and ``entropy_BT``) of ``input_ids_BT`` under the reference weights."""
+        return self.scorer.logprobs(batch, temperature, with_entropy)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def offload(self) -> None:
+        self.scorer.strategy.offload()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def reload(self) -> None:
+        self.scorer.strategy.reload()

@@ -1,0 +1,65 @@
+"""``RewardModelWorker``: a scalar score per sequence (``AutoModelForSequenceClassification``, one label)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roll.core.batch import Batch
+from roll.core.cluster import Dispatch, Worker, WorkerContext, register
+from roll.workers.roles import _common
+from roll.workers.roles import columns as C
+from roll.workers.roles.config import ModelConfig
+from roll.workers.roles.scalar import ScalarHeadModel
+from roll.workers.types import LossFn
+
+
+class RewardModelWorker(Worker):
+    """One data-parallel rank of a reward model, for scoring (``score``) and RM training (``train_step``; the
+    loss receives ``ForwardOutput.scores_B``). The score is read at each row's last valid token by attention
+    mask, so left/right padding and pad == eos both work (see :mod:`roll.workers.roles.heads`)."""
+
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        model: ModelConfig,
+        strategy: Any,
+        total_steps: int = 1,
+        strategy_name: str = "fsdp2",
+    ) -> None:
+        super().__init__(ctx)
+        self.core = ScalarHeadModel(self, model, strategy, total_steps, strategy_name, head="score")
+
+    @register(Dispatch.ONE_TO_ALL)
+    def setup(self) -> None:
+        self.core.setup()
+
+    @register(Dispatch.DP_SPLIT)
+    def score(self, batch: Batch) -> Batch:
+        """``scores_B`` (float32) for ``input_ids_BT`` / ``attention_mask_BT``."""
+        return _common.scores_batch(batch, **{C.SCORES: self.core.forward(batch).scores_B})
+
+    @register(Dispatch.DP_SPLIT)
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step; metrics as ``ActorTrainWorker.train_step``."""
+        return self.core.train_step(batch, loss_fn)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        self.core.save(path)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        self.core.load(path)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def export_hf(self, path: str) -> None:
+        """``save_pretrained`` folder loadable by ``AutoModelForSequenceClassification``."""
+        self.core.strategy.export_hf(path)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def offload(self) -> None:
+        self.core.strategy.offload()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def reload(self) -> None:
+        self.core.strategy.reload()

@@ -1,0 +1,170 @@
+"""Distillation pieces without Ray: the LossFn wrapper equals ``distill_loss``, the student forward's alignment,
+the tokenizer check, the config's validation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from roll.core.errors import ConfigError
+from roll.pipelines.algorithms.choices import DIVERGENCES, DivergenceName
+from roll.pipelines.algorithms.divergence import distill_loss
+from roll.pipelines.algorithms.preference import sft_cross_entropy
+from roll.pipelines.common.columns import LABELS
+from roll.pipelines.distill import DistillConfig
+from roll.pipelines.distill.checks import check_same_tokenizer
+from roll.pipelines.distill.losses import DistillLoss, StudentOutput
+from roll.workers.roles import columns as C
+
+B, T, V, K = 4, 9, 13, 5
+
+
+def fixed_batch() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Right-padded rows: 3 prompt tokens (label -100), then answer tokens; row lengths 9, 8, 6, 7."""
+    g = torch.Generator().manual_seed(0)
+    lengths = [9, 8, 6, 7]
+    ids = torch.randint(0, V, (B, T), generator=g)
+    mask = torch.zeros(B, T, dtype=torch.long)
+    labels = torch.full((B, T), -100)
+    for b, n in enumerate(lengths):
+        mask[b, :n] = 1
+        labels[b, 3:n] = ids[b, 3:n]
+    teacher = torch.randn(B, T, V, generator=g) * 2
+    top = teacher.topk(K, dim=-1)
+    logits = torch.randn(B, T, V, generator=g)
+    mb = {
+        C.INPUT_IDS: ids,
+        "input_ids": ids,
+        C.ATTENTION_MASK: mask,
+        "attention_mask": mask,
+        LABELS: labels,
+        C.TOPK_VALUES: top.values,
+        C.TOPK_INDICES: top.indices,
+    }
+    return mb, logits
+
+
+def run_loss(
+    loss: DistillLoss, mb: dict[str, torch.Tensor], logits: torch.Tensor, splits: list[int]
+) -> torch.Tensor:
+    """Sum of the bound loss over micro-batches of ``splits`` rows: what the strategy backpropagates."""
+    bound = loss.bind(mb)
+    total, units, lo = torch.zeros(()), 0.0, 0
+    for n in splits:
+        part = {k: v[lo : lo + n] for k, v in mb.items()}
+        out = StudentOutput(logp_BT=torch.zeros(n, T), logits_BTV=logits[lo : lo + n])
+        total = total + bound(out, part)
+        units += bound.count_units(part)
+        lo += n
+    assert units == pytest.approx(1.0)  # the strategy divides by the global units: a no-op
+    return total
+
+
+@pytest.mark.parametrize("divergence", DIVERGENCES)
+@pytest.mark.parametrize("kd_weight", [1.0, 0.7])
+def test_wrapper_equals_distill_loss(divergence: DivergenceName, kd_weight: float) -> None:
+    mb, logits = fixed_batch()
+    loss = DistillLoss(
+        divergence=divergence, kd_weight=kd_weight, student_temperature=1.5, teacher_temperature=0.8
+    )
+    got = run_loss(loss, mb, logits, [1, 3])
+    mask = mb[LABELS] != -100
+    want, _ = distill_loss(
+        logits,
+        mb[C.TOPK_VALUES],
+        mb[C.TOPK_INDICES],
+        mask,
+        divergence=divergence,
+        student_temperature=1.5,
+        teacher_temperature=0.8,
+        kd_weight=kd_weight,
+        labels_BT=mb[LABELS],
+    )
+    torch.testing.assert_close(got, want)
+
+
+def test_wrapper_gradient_equals_distill_loss() -> None:
+    mb, logits = fixed_batch()
+    a = logits.clone().requires_grad_(True)
+    b = logits.clone().requires_grad_(True)
+    run_loss(DistillLoss(divergence="js", kd_weight=0.5), mb, a, [2, 2]).backward()  # type: ignore[no-untyped-call]
+    mask = mb[LABELS] != -100
+    want, _ = distill_loss(
+        b, mb[C.TOPK_VALUES], mb[C.TOPK_INDICES], mask, divergence="js", kd_weight=0.5, labels_BT=mb[LABELS]
+    )
+    want.backward()  # type: ignore[no-untyped-call]
+    torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_prompt_distillation_normalizes_each_term_by_its_own_tokens() -> None:
+    """With ``distill_prompt`` the divergence covers every predicted token and the CE only the answer:
+    ``w * mean_{has_prev}(div) + (1 - w) * mean_{labels}(nll)``."""
+    mb, logits = fixed_batch()
+    got = run_loss(DistillLoss(kd_weight=0.6, distill_prompt=True), mb, logits, [3, 1])
+    has_prev = torch.zeros(B, T, dtype=torch.bool)
+    has_prev[:, 1:] = mb[C.ATTENTION_MASK][:, :-1].bool()
+    has_prev &= mb[C.ATTENTION_MASK].bool()
+    kd, _ = distill_loss(logits, mb[C.TOPK_VALUES], mb[C.TOPK_INDICES], has_prev)
+    ce = sft_cross_entropy(logits, mb[LABELS])
+    torch.testing.assert_close(got, 0.6 * kd + 0.4 * ce)
+
+
+def test_loss_without_bind_or_logits_says_what_to_do() -> None:
+    mb, logits = fixed_batch()
+    with pytest.raises(Exception, match="bind"):
+        DistillLoss()(StudentOutput(logp_BT=torch.zeros(B, T), logits_BTV=logits), mb)
+    with pytest.raises(Exception, match="DistillStudentWorker"):
+        DistillLoss().bind(mb)(StudentOutput(logp_BT=torch.zeros(B, T)), mb)
+
+
+def test_student_forward_aligns_logits_with_logprobs() -> None:
+    """``logits_BTV[b, t]`` scores token ``t``: its log-softmax at the token equals the strategies' ``logp_BT``."""
+    from roll.data.tiny import build_tiny_model
+    from roll.pipelines.distill.losses import student_forward
+    from roll.workers.logprobs import forward_scores
+
+    model = build_tiny_model("tiny-1m")
+    ids = torch.randint(3, 100, (2, 6))
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    with torch.no_grad():
+        out = student_forward(model, ids, mask, False, 1.0)
+        want, _ = forward_scores(model, ids, mask)
+    torch.testing.assert_close(out.logp_BT, want, rtol=1e-5, atol=1e-5)
+    assert out.logits_BTV is not None
+    torch.testing.assert_close(out.logits_BTV[:, 0], torch.zeros_like(out.logits_BTV[:, 0]))
+
+
+def test_tokenizer_mismatch_names_both_models_and_keys() -> None:
+    from roll.data.tokenizer import build_tokenizer
+
+    student, teacher = build_tokenizer(), build_tokenizer()
+    check_same_tokenizer(student, teacher, student_ref="a", teacher_ref="b", student_key="s", teacher_key="t")
+    teacher.add_tokens(["<extra_tool_token>"])
+    with pytest.raises(ConfigError) as err:
+        check_same_tokenizer(
+            student,
+            teacher,
+            student_ref="tiny-1m",
+            teacher_ref="/models/other-teacher",
+            student_key="student.model.path",
+            teacher_key="teacher.model.path",
+        )
+    text = str(err.value)
+    for part in (
+        "student.model.path='tiny-1m'",
+        "teacher.model.path='/models/other-teacher'",
+        "<extra_tool_token>",
+    ):
+        assert part in text
+    assert "vocabulary sizes differ" in text
+
+
+def test_config_defaults_validate_and_batch_errors_name_the_key() -> None:
+    cfg = DistillConfig.model_validate({})
+    assert cfg.teacher.model.path == "tiny-10m" and cfg.student.model.path == "tiny-1m"
+    with pytest.raises(ValueError, match=r"student\.num_workers"):
+        DistillConfig.model_validate(
+            {"student": {"num_workers": 3}, "batch": {"prompts_per_step": 32, "micro_batch_samples": 16}}
+        )
+    with pytest.raises(ValueError, match="divergence"):
+        DistillConfig.model_validate({"distill": {"divergence": "kl"}})

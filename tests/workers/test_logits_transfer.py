@@ -1,0 +1,91 @@
+"""Teacher top-k logits reach the student ranks holding the same samples, exactly: by object store (re-split by
+sample id) and point to point over a standalone gloo group."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _roles_helpers import MODEL, fsdp2, sequences
+
+from roll.core.cluster import Cluster
+from roll.core.testing import tiny_role
+from roll.workers.logits_transfer import align_to, student_shards
+from roll.workers.roles import ActorTrainWorker, TeacherWorker
+from roll.workers.roles import columns as C
+
+K = 4
+
+
+@pytest.fixture(scope="module")
+def roles(ray_local: object) -> Iterator[tuple[Cluster, Cluster]]:
+    teacher = Cluster("teacher", TeacherWorker, tiny_role(num_workers=2), init_kwargs={"model": MODEL})
+    # Students only receive here, so they are never set up (no model load, no process group).
+    student = Cluster(
+        "actor_train",
+        ActorTrainWorker,
+        tiny_role(num_workers=2),
+        init_kwargs={"model": MODEL, "strategy": fsdp2()},
+    )
+    try:
+        teacher.setup()
+        yield teacher, student
+    finally:
+        teacher.shutdown()
+        student.shutdown()
+
+
+def test_topk_matches_a_local_forward(roles: tuple[Cluster, Cluster]) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from roll.data.tiny import resolve_model_path
+
+    teacher, _ = roles
+    batch = sequences(rows=3, seed=0)
+    out = teacher.topk_logits(batch, K)
+    assert out[C.TOPK_VALUES].shape == (3, 12, K) and out[C.TOPK_INDICES].dtype == torch.long
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path("tiny-1m"))
+    with torch.no_grad():
+        logits = model(input_ids=batch[C.INPUT_IDS][:1, :5]).logits[0, :4]
+    torch.testing.assert_close(out[C.TOPK_VALUES][0, 1:5], logits.topk(K).values, atol=1e-5, rtol=0)
+
+
+def test_object_store_resplit_by_sample_id(roles: tuple[Cluster, Cluster]) -> None:
+    teacher, _ = roles
+    batch = sequences(rows=6, seed=1)
+    out = teacher.topk_logits(batch, K)
+    student_batch = batch.select([5, 3, 1, 0, 2, 4])  # the student holds the samples in another order
+    shards = [ray.get(ref) for ref in student_shards(out, student_batch, world_size=2)]
+    for rank, shard in enumerate(shards):
+        want = student_batch.slice(3 * rank, 3 * rank + 3).tensors[C.SAMPLE_ID]
+        assert torch.equal(shard.tensors[C.SAMPLE_ID], want)
+        expected = align_to(out, want)
+        assert torch.equal(shard.tensors[C.TOPK_VALUES], expected.tensors[C.TOPK_VALUES])
+        assert torch.equal(shard.tensors[C.TOPK_INDICES], expected.tensors[C.TOPK_INDICES])
+
+
+def test_gloo_point_to_point_transfer_is_exact(roles: tuple[Cluster, Cluster]) -> None:
+    """2 teachers (ranks 0-1) send 5 samples to 2 students (ranks 2-3) that hold them in a shuffled order."""
+    teacher, student = roles
+    batch = sequences(rows=5, seed=2)
+    addr, port = teacher.transfer_endpoint()
+    joins = [
+        teacher.join_transfer_group.submit("distill", addr, port, 4, 0),
+        student.join_transfer_group.submit("distill", addr, port, 4, 2),
+    ]
+    for j in joins:
+        j.result()
+    student_batch = batch.select([4, 2, 0, 1, 3])
+    sending = teacher.send_topk.submit(batch, K, "distill", 2)
+    received = student.receive_topk(student_batch, "distill", 2, K)
+    assert sending.result() == [3, 2]  # 5 rows padded to 6: rank 1's pad row is not sent
+    expected = align_to(teacher.topk_logits(batch, K), student_batch[C.SAMPLE_ID])
+    assert torch.equal(received.tensors[C.SAMPLE_ID], student_batch.tensors[C.SAMPLE_ID])
+    assert torch.equal(received.tensors[C.TOPK_VALUES], expected.tensors[C.TOPK_VALUES])
+    assert torch.equal(received.tensors[C.TOPK_INDICES], expected.tensors[C.TOPK_INDICES])
