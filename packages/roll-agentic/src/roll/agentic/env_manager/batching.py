@@ -1,0 +1,80 @@
+"""Samples to a right-padded :class:`~roll.core.batch.Batch` in the worker roles' column layout.
+
+Columns (``roll.workers.roles.columns`` names where one exists):
+
+- ``input_ids_BT``, ``attention_mask_BT``; ``response_mask_BT``: the loss mask (1 on model-sampled tokens only);
+  ``infer_logp_BT``: the sampler's log-probs there (0 elsewhere);
+- ``rewards_BT``: the sample's reward on its last trained token, 0 elsewhere; ``scores_B``: that reward;
+- ``group_id_B`` (episode group: envs that shared a seed), ``episode_id_B``, ``step_B``, ``anchor_id_B``,
+  ``step_return_B``, ``episode_return_B``; non-tensor ``tag`` and ``success``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import torch
+
+from roll.agentic.env_manager.episode import Sample
+from roll.core.batch import Batch
+from roll.workers.roles import columns as C
+
+__all__ = [
+    "ANCHOR_ID",
+    "EPISODE_ID",
+    "EPISODE_RETURN",
+    "GROUP_ID",
+    "STEP_RETURN",
+    "TOKEN_REWARDS",
+    "to_batch",
+]
+
+TOKEN_REWARDS: Final = "rewards_BT"
+GROUP_ID: Final = "group_id_B"
+EPISODE_ID: Final = "episode_id_B"
+STEP: Final = "step_B"
+ANCHOR_ID: Final = "anchor_id_B"
+STEP_RETURN: Final = "step_return_B"
+EPISODE_RETURN: Final = "episode_return_B"
+TAG: Final = "tag"
+SUCCESS: Final = "success"
+
+
+def to_batch(samples: Sequence[Sample], pad_token_id: int) -> Batch:
+    """Right-padded ``[B, T]`` tensors of ``samples`` (see the module docstring for the columns)."""
+    B, T = len(samples), max((len(s.input_ids) for s in samples), default=0)
+    ids_BT = torch.full((B, T), pad_token_id, dtype=torch.long)
+    attn_BT = torch.zeros((B, T), dtype=torch.long)
+    mask_BT = torch.zeros((B, T), dtype=torch.long)
+    logp_BT = torch.zeros((B, T), dtype=torch.float32)
+    rewards_BT = torch.zeros((B, T), dtype=torch.float32)
+    for b, s in enumerate(samples):
+        n = len(s.input_ids)
+        ids_BT[b, :n] = torch.tensor(s.input_ids, dtype=torch.long)
+        attn_BT[b, :n] = 1
+        mask_BT[b, :n] = torch.tensor(s.loss_mask, dtype=torch.long)
+        logp_BT[b, :n] = torch.tensor(s.logp, dtype=torch.float32)
+        trained = [t for t, m in enumerate(s.loss_mask) if m]
+        if trained:
+            rewards_BT[b, trained[-1]] = s.score
+    tensors = {
+        C.INPUT_IDS: ids_BT,
+        C.ATTENTION_MASK: attn_BT,
+        C.RESPONSE_MASK: mask_BT,
+        C.INFER_LOGP: logp_BT,
+        TOKEN_REWARDS: rewards_BT,
+        C.SCORES: _floats([s.score for s in samples]),
+        GROUP_ID: torch.tensor([s.group for s in samples], dtype=torch.long),
+        EPISODE_ID: torch.tensor([s.episode for s in samples], dtype=torch.long),
+        STEP: torch.tensor([s.step for s in samples], dtype=torch.long),
+        ANCHOR_ID: torch.tensor([s.anchor for s in samples], dtype=torch.long),
+        STEP_RETURN: _floats([s.step_return for s in samples]),
+        EPISODE_RETURN: _floats([s.episode_return for s in samples]),
+    }
+    non_tensors: dict[str, list[Any]] = {TAG: [s.tag for s in samples], SUCCESS: [s.success for s in samples]}
+    return Batch(tensors, non_tensors)
+
+
+def _floats(values: list[float]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)

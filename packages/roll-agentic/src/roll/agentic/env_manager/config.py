@@ -1,0 +1,73 @@
+"""Config of the env managers: which envs, how turns are sampled and cut off. Light: pydantic only.
+
+Group sizes are not here: a rollout batch is ``batch.prompts_per_step`` groups of ``batch.samples_per_prompt``
+envs (the pipeline's :class:`~roll.core.config.batch.BatchConfig` states them once); the G envs of a group share
+one seed, so their episodes start from the same state and form a GRPO group.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from roll.agentic.parsing import ActionParseConfig
+from roll.core.config.base import RollModel
+
+__all__ = ["EnvEntryConfig", "EnvManagerConfig", "ManagerMode"]
+
+ManagerMode = Literal["trajectory", "step"]
+
+
+class EnvEntryConfig(RollModel):
+    """One env of the mix: a ``roll.env`` entry point, its config fields and the tag its metrics carry."""
+
+    type: str = Field(min_length=1, description="roll.env entry point: sokoban, frozen_lake, countdown, ...")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="the env's config fields (its EnvSpec config_model)"
+    )
+    tag: str | None = Field(None, description="metric and reward-normalization tag; default: type")
+    weight: int = Field(1, ge=1, description="share of the groups of a batch that use this env")
+
+    @property
+    def name(self) -> str:
+        return self.tag or self.type
+
+
+class EnvManagerConfig(RollModel):
+    """How episodes are run and turned into training samples.
+
+    ``mode``: ``trajectory`` makes one sample per episode (the whole chat-templated conversation; the loss covers
+    only tokens the model generated; the episode's reward sits on the last of them); ``step`` makes one sample
+    per turn (the prompt holds the system prompt plus the last ``history_window`` turns), with per-step anchor
+    states for GiGPO.
+    """
+
+    mode: ManagerMode = "trajectory"
+    envs: list[EnvEntryConfig] = Field(
+        default_factory=lambda: [EnvEntryConfig(type="guess_direction")], min_length=1
+    )
+    max_turns: int | None = Field(
+        None, ge=1, description="turn cap per episode; default: the env's max_steps"
+    )
+    max_new_tokens: int = Field(32, ge=1, description="tokens the model may generate per turn")
+    max_context_tokens: int = Field(
+        2048, ge=16, description="an episode whose next prompt + turn would not fit is truncated"
+    )
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    format_penalty: float = Field(
+        -0.1, le=0.0, description="added to a turn's reward when the output broke the answer format"
+    )
+    step_timeout_s: float = Field(
+        30.0, gt=0, description="an env whose reset/step takes longer is cut off; its episode is dropped"
+    )
+    extra_groups: int = Field(
+        0, ge=0, description="redundancy: groups started beyond the batch; the first to finish are kept"
+    )
+    history_window: int = Field(2, ge=0, description="step mode: past turns shown in each prompt")
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="step mode: discount of step returns")
+    parse: ActionParseConfig = Field(default_factory=ActionParseConfig)
+    seed_offset: int = Field(
+        0, ge=0, description="added to env seeds (held-out evaluation uses another range)"
+    )

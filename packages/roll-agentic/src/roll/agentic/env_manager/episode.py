@@ -1,0 +1,196 @@
+"""Episodes as token segments, and the two ways of turning them into training samples.
+
+An :class:`Episode` records, for one env, every turn the model took: the observation it acted on, the token ids
+and log-probs it sampled, the parsed action and the reward. In trajectory mode it also grows the conversation's
+token ids turn by turn (which is the next prompt), with a loss mask that is 1 exactly on model-sampled tokens.
+
+- :func:`trajectory_sample`: one :class:`Sample` per episode: the whole conversation; trained positions are the
+  model's tokens (its end-of-turn token included), never the system prompt, observations or template markup;
+  the episode return is the reward on the last trained token.
+- :func:`step_samples`: one :class:`Sample` per turn: the windowed prompt the model saw plus its answer, with
+  the discounted return from that step and an *anchor* id (a hash of the episode group and the observation the
+  step acted on) so GiGPO can group steps taken from the same state by the envs of one group.
+
+Pure Python (no torch): :mod:`roll.agentic.env_manager.batching` turns samples into a Batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from roll.agentic.env_manager.chat import ChatEncoder, Message
+
+__all__ = ["Episode", "EpisodeStatus", "Sample", "Turn", "anchor_id", "step_samples", "trajectory_sample"]
+
+EpisodeStatus = Literal["running", "done", "turn_limit", "context_limit", "timeout", "error"]
+DROPPED: frozenset[str] = frozenset({"timeout", "error"})
+
+
+@dataclass
+class Turn:
+    """One model turn: the observation acted on, what was sampled, and what the env answered."""
+
+    observation: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logp: list[float]
+    text: str
+    action: str | None
+    format_ok: bool
+    reward: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Sample:
+    """One training row: ``input_ids`` with a 0/1 ``loss_mask`` and the sampler's ``logp`` per position."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    logp: list[float]
+    score: float
+    group: int
+    episode: int
+    tag: str
+    success: bool
+    step: int = 0
+    anchor: int = 0
+    step_return: float = 0.0
+    episode_return: float = 0.0
+
+
+@dataclass
+class Episode:
+    """An env's episode. ``ids``/``trained``/``logp`` hold the trajectory-mode conversation."""
+
+    index: int
+    group: int
+    entry: int
+    tag: str
+    seed: int
+    system: str
+    valid_actions: tuple[str, ...] | None = None
+    observation: str = ""
+    status: EpisodeStatus = "running"
+    success: bool = False
+    error: str | None = None
+    finished_turn: int | None = None
+    turns: list[Turn] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    trained: list[int] = field(default_factory=list)
+    logp: list[float] = field(default_factory=list)
+
+    @property
+    def live(self) -> bool:
+        return self.status == "running"
+
+    @property
+    def kept(self) -> bool:
+        """False for episodes cut off by a timeout or an env error: they are dropped from the batch."""
+        return self.status not in DROPPED and bool(self.turns)
+
+    @property
+    def total_reward(self) -> float:
+        return sum(t.reward for t in self.turns)
+
+    def start(self, encoder: ChatEncoder, observation: str) -> None:
+        """The conversation's first prompt: system prompt and first observation, all template (not trained)."""
+        self.observation = observation
+        self.messages = [{"role": "system", "content": self.system}, {"role": "user", "content": observation}]
+        self._append(encoder.prompt_ids(self.messages), trained=False)
+
+    def add_response(self, encoder: ChatEncoder, turn: Turn) -> None:
+        """Append the model's sampled tokens (trained) to the conversation."""
+        self.turns.append(turn)
+        self._append(turn.response_ids, trained=True, logp=turn.response_logp)
+        self.messages.append({"role": "assistant", "content": encoder.decode(_without_eos(encoder, turn))})
+
+    def add_observation(self, encoder: ChatEncoder, observation: str) -> None:
+        """Close the last assistant turn and add the env's answer as the next user turn (template, masked)."""
+        turn = self.turns[-1]
+        history, content = self.messages[:-1], self.messages[-1]["content"]
+        close = encoder.close_ids(history, content, encoder.stopped_on_eos(turn.response_ids))
+        self._append(close + encoder.user_turn_ids(self.messages, observation), trained=False)
+        self.messages.append({"role": "user", "content": observation})
+        self.observation = observation
+
+    def finish(self, status: EpisodeStatus, turn: int, error: str | None = None) -> None:
+        self.status, self.finished_turn, self.error = status, turn, error
+
+    def window_prompt(self, encoder: ChatEncoder, window: int) -> list[int]:
+        """Step mode's prompt: system, the last ``window`` turns (observation and answer), the observation."""
+        messages: list[Message] = [{"role": "system", "content": self.system}]
+        for turn in self.turns[len(self.turns) - window :] if window else []:
+            messages.append({"role": "user", "content": turn.observation})
+            messages.append({"role": "assistant", "content": turn.text})
+        messages.append({"role": "user", "content": self.observation})
+        return encoder.prompt_ids(messages)
+
+    def _append(self, ids: Sequence[int], *, trained: bool, logp: Sequence[float] | None = None) -> None:
+        self.ids += list(ids)
+        self.trained += [int(trained)] * len(ids)
+        self.logp += list(logp) if logp is not None else [0.0] * len(ids)
+
+
+def _without_eos(encoder: ChatEncoder, turn: Turn) -> list[int]:
+    ids = turn.response_ids
+    return ids[:-1] if encoder.stopped_on_eos(ids) else list(ids)
+
+
+def anchor_id(group: int, observation: str) -> int:
+    """A stable 63-bit id of (episode group, state): equal states of one group share it (GiGPO's anchors)."""
+    digest = hashlib.blake2b(f"{group}\x00{observation}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def trajectory_sample(episode: Episode) -> Sample:
+    """The whole conversation as one row; the return lands on the last trained token (see the module doc)."""
+    return Sample(
+        input_ids=list(episode.ids),
+        loss_mask=list(episode.trained),
+        logp=list(episode.logp),
+        score=episode.total_reward,
+        group=episode.group,
+        episode=episode.index,
+        tag=episode.tag,
+        success=episode.success,
+        step=len(episode.turns),
+        episode_return=episode.total_reward,
+    )
+
+
+def step_samples(episode: Episode, gamma: float = 1.0) -> list[Sample]:
+    """One row per turn: its prompt and answer, the discounted return from it and its anchor id."""
+    returns = _discounted([t.reward for t in episode.turns], gamma)
+    samples = []
+    for k, (turn, ret) in enumerate(zip(episode.turns, returns)):
+        prompt, response = turn.prompt_ids, turn.response_ids
+        samples.append(
+            Sample(
+                input_ids=prompt + response,
+                loss_mask=[0] * len(prompt) + [1] * len(response),
+                logp=[0.0] * len(prompt) + list(turn.response_logp),
+                score=episode.total_reward,
+                group=episode.group,
+                episode=episode.index,
+                tag=episode.tag,
+                success=episode.success,
+                step=k,
+                anchor=anchor_id(episode.group, turn.observation),
+                step_return=ret,
+                episode_return=episode.total_reward,
+            )
+        )
+    return samples
+
+
+def _discounted(rewards: Sequence[float], gamma: float) -> list[float]:
+    out, running = [0.0] * len(rewards), 0.0
+    for k in range(len(rewards) - 1, -1, -1):
+        running = rewards[k] + gamma * running
+        out[k] = running
+    return out

@@ -1,0 +1,122 @@
+"""The ``agentic`` pipeline: multi-turn RL on text envs with the RLVR-family algorithms and GiGPO.
+
+One step: roll out ``batch.prompts_per_step`` groups of ``batch.samples_per_prompt`` envs (the env manager),
+normalize rewards (by batch, group or tag), estimate advantages (the ``algorithm`` preset's estimator over episode
+groups, or GiGPO's episode + anchor-state groups in step mode), train ``actor_train``, push the weights to
+``actor_infer``. An optional SFT ``warmup`` first teaches the answer *format* on env prompts with uniformly random
+valid actions, so RL starts from a policy that answers but has learned nothing about the task.
+
+This module holds only the config and ``SPEC`` (no torch, no Ray); :mod:`.pipeline` has the implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from pydantic import Field, model_validator
+
+from roll.agentic.pipeline.config import AgenticRunConfig
+from roll.core.config.base import RollModel
+from roll.core.config.batch import BatchConfig
+from roll.core.config.sections import RoleConfig
+from roll.core.config.validate import issues_error
+from roll.core.errors import ConfigIssue
+from roll.core.types import Pipeline, PipelineSpec
+from roll.pipelines.algorithms.presets import AlgorithmConfig
+from roll.workers.config import FSDP2Config
+
+__all__ = ["SPEC", "AgenticConfig", "GiGPOConfig", "WarmupConfig"]
+
+RewardNormMode = Literal["none", "batch", "group", "tag"]
+SUPPORTED_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
+
+
+class GiGPOConfig(RollModel):
+    """GiGPO (Feng et al. 2025): ``A = A_episode + step_weight * A_step``; needs ``env_manager.mode: step``."""
+
+    step_weight: float = Field(1.0, ge=0)
+    norm_by_std: bool = True
+
+
+class WarmupConfig(RollModel):
+    """SFT on env prompts answered with a uniformly random valid action in the answer format."""
+
+    steps: int = Field(20, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float | None = Field(None, gt=0, description="default: the RL optimizer's lr")
+    answer_template: str = Field("<answer>{action}</answer>", description="how an action is written")
+
+
+def _default_algorithm() -> AlgorithmConfig:
+    return AlgorithmConfig(preset="grpo", kl_mode="none", loss_agg_mode="token-mean")
+
+
+class AgenticConfig(AgenticRunConfig):
+    """Config of the ``agentic`` pipeline. Roles: ``actor_train``, ``actor_infer``, ``env_workers``."""
+
+    pipeline: str = "agentic"
+    actor_train: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=1))
+    train_strategy: str = "fsdp2"
+    train: FSDP2Config = Field(default_factory=FSDP2Config)
+    batch: BatchConfig = Field(
+        default_factory=lambda: BatchConfig(prompts_per_step=8, samples_per_prompt=4, micro_batch_samples=32)
+    )
+    algorithm: AlgorithmConfig = Field(default_factory=_default_algorithm)
+    gigpo: GiGPOConfig | None = None
+    reward_norm: RewardNormMode = Field(
+        "none", description="normalize episode rewards by batch, group or tag"
+    )
+    warmup: WarmupConfig | None = None
+    bucket_mb: float = Field(256.0, gt=0, description="model-update bucket size")
+    plot: bool = Field(True, description="write the success-rate curve (plot.png) at the end of the run")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        issues = self.batch.check(self.actor_train.num_workers, where="actor_train.num_workers")
+        issues += self.algorithm.check(self.batch.samples_per_prompt)
+        issues += self._algorithm_issues() + self._gigpo_issues() + self._infer_issues()
+        if issues:
+            raise issues_error(issues)
+        return self
+
+    def _algorithm_issues(self) -> list[ConfigIssue]:
+        a, issues = self.algorithm, []
+        if a.adv_estimator not in SUPPORTED_ESTIMATORS:
+            message = f"adv_estimator={a.adv_estimator!r} is not available in agentic runs (no critic role)"
+            issues.append(
+                ConfigIssue("algorithm.adv_estimator", message, f"use one of {SUPPORTED_ESTIMATORS}")
+            )
+        if a.kl_mode != "none":
+            message = f"kl_mode={a.kl_mode!r}: the agentic pipeline runs no reference model yet"
+            issues.append(ConfigIssue("algorithm.kl_mode", message, "set algorithm.kl_mode: none"))
+        for key in ("dynamic_sampling", "overlong_filter", "overlong_penalty"):
+            if getattr(a, key):
+                issues.append(
+                    ConfigIssue(f"algorithm.{key}", f"{key} is an RLVR option", f"set {key}: false")
+                )
+        if a.reward_norm != "none":
+            message = (
+                "agentic runs normalize rewards with the top-level reward_norm (none, batch, group, tag)"
+            )
+            issues.append(ConfigIssue("algorithm.reward_norm", message, "move it to reward_norm"))
+        return issues
+
+    def _gigpo_issues(self) -> list[ConfigIssue]:
+        if self.gigpo is not None and self.env_manager.mode != "step":
+            message = "GiGPO's step-level groups need one sample per step"
+            return [ConfigIssue("gigpo", message, "set env_manager.mode: step, or remove gigpo")]
+        return []
+
+
+def _build(config: Any) -> Pipeline:
+    from roll.agentic.pipeline.agentic.pipeline import AgenticPipeline
+
+    return AgenticPipeline(config)
+
+
+SPEC = PipelineSpec(
+    name="agentic",
+    config_model=AgenticConfig,
+    build=_build,
+    description="multi-turn RL on text envs (GRPO-family presets, GiGPO), env workers on Ray",
+)

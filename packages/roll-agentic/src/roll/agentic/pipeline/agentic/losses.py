@@ -1,0 +1,130 @@
+"""The :class:`~roll.workers.types.LossFn` objects of the agentic pipeline, on :mod:`roll.pipelines.algorithms`.
+
+Same contract as every roll loss: ``__call__`` returns a *sum* over units and the strategy divides by the global
+unit count of the optimizer step. An aggregation mode is turned into that contract by binding its global counts
+to 1 (``Aggregation(mode, num_global_tokens=1, num_global_seqs=1)`` is the *sum* of what the mode averages) and
+reporting the mode's unit in :meth:`count_units` (tokens for ``token-mean``, sequences otherwise).
+
+Columns read: ``response_mask_BT`` (the loss mask: model-sampled tokens only), ``advantages_BT`` and, when
+several optimizer steps share one rollout, ``old_logp_BT``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+import torch
+
+from roll.pipelines.algorithms.aggregate import Aggregation
+from roll.pipelines.algorithms.policy_loss import (
+    cispo_policy_loss,
+    entropy_bonus,
+    gspo_policy_loss,
+    ppo_policy_loss,
+    topr_policy_loss,
+)
+from roll.pipelines.algorithms.presets import AlgorithmConfig
+from roll.workers.roles import columns as C
+from roll.workers.types import ForwardOutput, MicroBatch
+
+__all__ = ["ADVANTAGES", "LABELS", "OLD_LOGP", "AgenticPolicyLoss", "MaskedNLLLoss"]
+
+ADVANTAGES: Final = "advantages_BT"
+OLD_LOGP: Final = "old_logp_BT"
+LABELS: Final = "labels_BT"
+
+
+class _Sink:
+    """Unit-weighted means of per-micro-batch metrics."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.weight = 0.0
+
+    def add(self, values: Mapping[str, torch.Tensor | float], units: float) -> None:
+        for name, value in values.items():
+            self.sums[name] = self.sums.get(name, 0.0) + float(value) * units
+        self.weight += units
+
+    def take(self) -> dict[str, float]:
+        out = {k: v / max(self.weight, 1e-12) for k, v in self.sums.items()}
+        self.sums, self.weight = {}, 0.0
+        return out
+
+
+class AgenticPolicyLoss:
+    """The preset's policy-gradient surrogate (PPO, GSPO, CISPO or TOPR) plus its entropy bonus."""
+
+    def __init__(self, algo: AlgorithmConfig, *, norm_len: int, use_old_logp: bool) -> None:
+        self.algo = algo
+        self.use_old_logp = use_old_logp
+        self.needs_entropy = True
+        self.agg = Aggregation(
+            algo.loss_agg_mode,
+            num_global_tokens=1.0,
+            num_global_seqs=1.0,
+            norm_len=algo.loss_agg_norm_len or norm_len,
+        )
+        self._sink = _Sink()
+
+    def count_units(self, micro_batch: MicroBatch) -> float:
+        mask_BT = micro_batch[C.RESPONSE_MASK]
+        return float(mask_BT.sum()) if self.algo.loss_agg_mode == "token-mean" else float(mask_BT.shape[0])
+
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+        logp_BT = output.logp_BT
+        mask_BT = micro_batch[C.RESPONSE_MASK].to(logp_BT.dtype)
+        old_BT = micro_batch[OLD_LOGP].to(logp_BT) if self.use_old_logp else logp_BT.detach()
+        adv_BT = micro_batch[ADVANTAGES].to(logp_BT)
+        loss, metrics = self._surrogate(logp_BT, old_BT, adv_BT, mask_BT)
+        if output.entropy_BT is not None:
+            bonus, ent = entropy_bonus(output.entropy_BT, mask_BT, coef=self.algo.entropy_coef, agg=self.agg)
+            loss = loss + bonus if self.algo.entropy_coef > 0 else loss
+            metrics = {**metrics, **ent}
+        self._sink.add(metrics, self.count_units(micro_batch))
+        return loss
+
+    def _surrogate(
+        self, logp_BT: torch.Tensor, old_BT: torch.Tensor, adv_BT: torch.Tensor, mask_BT: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        a = self.algo
+        if a.loss_type == "gspo":
+            return gspo_policy_loss(
+                logp_BT, old_BT, adv_BT, mask_BT, clip_low=a.clip_low, clip_high=a.clip_high, agg=self.agg
+            )
+        if a.loss_type == "cispo":
+            return cispo_policy_loss(
+                logp_BT, old_BT, adv_BT, mask_BT, clip_low=a.clip_low, clip_high=a.clip_high, agg=self.agg
+            )
+        if a.loss_type == "topr":
+            return topr_policy_loss(logp_BT, old_BT, adv_BT, mask_BT, level=a.topr_level, agg=self.agg)
+        return ppo_policy_loss(
+            logp_BT, old_BT, adv_BT, mask_BT,
+            clip_low=a.clip_low, clip_high=a.clip_high, dual_clip_c=a.dual_clip_c, agg=self.agg,
+        )  # fmt: skip
+
+    def metrics(self) -> dict[str, float]:
+        """Unit-weighted means since the last call (then reset)."""
+        return self._sink.take()
+
+
+class MaskedNLLLoss:
+    """Token cross-entropy on ``response_mask_BT`` (the warm-up's loss: the answer tokens only)."""
+
+    needs_entropy = False
+
+    def __init__(self) -> None:
+        self._sink = _Sink()
+
+    def count_units(self, micro_batch: MicroBatch) -> float:
+        return float(micro_batch[C.RESPONSE_MASK].sum())
+
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+        mask_BT = micro_batch[C.RESPONSE_MASK].to(output.logp_BT.dtype)
+        nll_sum = -(output.logp_BT * mask_BT).sum()
+        self._sink.add({"nll": nll_sum.detach() / mask_BT.sum().clamp(min=1)}, float(mask_BT.sum()))
+        return nll_sum
+
+    def metrics(self) -> dict[str, float]:
+        return self._sink.take()

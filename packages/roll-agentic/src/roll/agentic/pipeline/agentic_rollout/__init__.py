@@ -1,0 +1,52 @@
+"""The ``agentic_rollout`` pipeline: evaluation only. Plays envs with a fixed policy, reports the success rate per
+env and dumps every trajectory as jsonl.
+
+Each of ``max_steps`` steps plays ``groups`` groups of ``group_size`` envs (one seed per group) and appends the
+episodes to ``<output_dir>/trajectories.jsonl``; ``<output_dir>/success_rates.json`` holds the success rate and
+mean return per env tag over all steps. No trainer runs: roles are ``actor_infer`` and ``env_workers`` only.
+
+This module holds only the config and ``SPEC`` (no torch, no Ray); :mod:`.pipeline` has the implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from pydantic import Field, model_validator
+
+from roll.agentic.pipeline.config import AgenticRunConfig
+from roll.core.config.validate import issues_error
+from roll.core.types import Pipeline, PipelineSpec
+
+__all__ = ["SPEC", "AgenticRolloutConfig"]
+
+
+class AgenticRolloutConfig(AgenticRunConfig):
+    """Config of the ``agentic_rollout`` pipeline."""
+
+    pipeline: str = "agentic_rollout"
+    groups: int = Field(8, ge=1, description="env groups (seeds) per step")
+    group_size: int = Field(1, ge=1, description="envs per seed (>1 estimates pass@k-style spread)")
+    greedy: bool = Field(True, description="greedy decoding; false samples with env_manager.temperature")
+    trajectories_file: str = "trajectories.jsonl"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        issues = self._infer_issues()
+        if issues:
+            raise issues_error(issues)
+        return self
+
+
+def _build(config: Any) -> Pipeline:
+    from roll.agentic.pipeline.agentic_rollout.pipeline import AgenticRolloutPipeline
+
+    return AgenticRolloutPipeline(config)
+
+
+SPEC = PipelineSpec(
+    name="agentic_rollout",
+    config_model=AgenticRolloutConfig,
+    build=_build,
+    description="evaluate a policy on text envs: success rate per env, trajectories as jsonl",
+)

@@ -1,0 +1,67 @@
+"""Implementation of the ``agentic_rollout`` pipeline (see the package docstring)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from roll.agentic.env_manager.episode import Episode
+from roll.agentic.pipeline.agentic_rollout import AgenticRolloutConfig
+from roll.agentic.pipeline.runtime import RolloutRuntime, dump_jsonl
+from roll.core.config.sections import RoleConfig
+from roll.core.pipeline import BasePipeline
+
+SUMMARY_FILE = "success_rates.json"
+
+
+class AgenticRolloutPipeline(BasePipeline):
+    """Plays ``groups`` x ``group_size`` envs per step with the policy of ``model``; trains nothing."""
+
+    config: AgenticRolloutConfig
+
+    def __init__(self, config: AgenticRolloutConfig) -> None:
+        super().__init__(config, name="agentic_rollout")
+        self.episodes: list[Episode] = []
+
+    def roles(self) -> Mapping[str, RoleConfig]:
+        return {"actor_infer": self.config.actor_infer, "env_workers": self.config.env_workers}
+
+    def setup(self) -> None:
+        cfg = self.config
+        self.runtime = RolloutRuntime(cfg, self.make_cluster, cfg.groups, cfg.group_size)
+        self.runtime.setup()
+        self.trajectories = self.output_dir / cfg.trajectories_file
+        if self.step == 0 and self.trajectories.exists():
+            self.trajectories.unlink()
+
+    def train_step(self, step: int) -> Mapping[str, float]:
+        rollout = self.runtime.rollout(
+            batch_seed=self.config.seed * 1_000_003 + step, greedy=self.config.greedy
+        )
+        dump_jsonl(self.trajectories, rollout.started, step)
+        self.episodes += rollout.episodes
+        self._write_summary()
+        return rollout.metrics()
+
+    def _write_summary(self) -> None:
+        by_tag: dict[str, list[Episode]] = {}
+        for e in self.episodes:
+            by_tag.setdefault(e.tag, []).append(e)
+        summary: dict[str, Any] = {
+            tag: {
+                "episodes": len(eps),
+                "success_rate": sum(e.success for e in eps) / len(eps),
+                "return": sum(e.total_reward for e in eps) / len(eps),
+            }
+            for tag, eps in sorted(by_tag.items())
+        }
+        n = max(len(self.episodes), 1)
+        summary["all"] = {
+            "episodes": len(self.episodes),
+            "success_rate": sum(e.success for e in self.episodes) / n,
+        }
+        (self.output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+    def state(self) -> Mapping[str, Any]:
+        return {"episodes": len(self.episodes)}
