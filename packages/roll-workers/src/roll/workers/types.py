@@ -105,7 +105,8 @@ class LossFn(Protocol):
     ``loss_sum / global_units``. ``needs_entropy`` asks the strategy to compute ``entropy_BT``.
     """
 
-    needs_entropy: bool
+    @property
+    def needs_entropy(self) -> bool: ...
 
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor: ...
 

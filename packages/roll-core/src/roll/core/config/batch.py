@@ -29,6 +29,8 @@ from pydantic import Field, model_validator
 
 from roll.core.config.base import RollModel
 from roll.core.config.validate import issues_error
+
+__all__ = ["BatchConfig", "DerivedBatch", "issues_error"]
 from roll.core.config.yaml_tree import join
 from roll.core.errors import ConfigError, ConfigIssue
 
