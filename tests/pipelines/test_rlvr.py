@@ -33,7 +33,7 @@ def load(overrides: list[str]) -> RLVRConfig:
 
 def test_quickstart_config_validates() -> None:
     cfg = load([])
-    assert cfg.algorithm.adv_estimator == "grpo" and cfg.batch.samples_per_step == 128
+    assert cfg.algorithm.adv_estimator == "grpo" and cfg.batch.samples_per_step == 32 * 8
     assert not cfg.needs_reference and cfg.warmup is not None
 
 
@@ -91,9 +91,8 @@ def test_reward_rises_on_arithmetic(ray_local: Any, tmp_path: Path) -> None:
     cfg = load(
         [
             f"output_dir={tmp_path}",
-            "max_steps=12",
+            "max_steps=40",
             "eval_every=0",
-            "warmup.steps=30",
             "tracking.progress=false",
             "ray.address=auto",
             "ray.num_cpus=null",
@@ -106,8 +105,9 @@ def test_reward_rises_on_arithmetic(ray_local: Any, tmp_path: Path) -> None:
         pipeline.shutdown()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r["metrics"] for r in rows if r["step"] > 0]
-    first, last = steps[0]["reward/accuracy"], max(s["reward/accuracy"] for s in steps[-3:])
-    assert last > first + 0.1, f"accuracy did not rise: first {first:.3f}, last three max {last:.3f}"
+    acc = [s["reward/accuracy"] for s in steps]
+    first, last = sum(acc[:8]) / 8, sum(acc[-8:]) / 8  # means over 8 steps of 256 samples each
+    assert last > first + 0.05, f"accuracy did not rise: first 8 steps {first:.3f}, last 8 {last:.3f}"
     assert all(s["rollout/version_lag_max"] == 0 for s in steps), (
         "sync mode trains on the current policy only"
     )
