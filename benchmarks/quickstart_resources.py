@@ -16,15 +16,23 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_grpo_vs_trl import run_measured  # noqa: E402  (same folder; the peer benchmark's process sampler)
+from bench_grpo_vs_trl import run_measured
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
     out = Path(tempfile.mkdtemp(prefix="roll-quickstart-"))
-    cmd = [sys.executable, "-m", "roll.core.cli", "train", str(ROOT / "examples" / "quickstart.yaml"),
-           f"output_dir={out}", "tracking.progress=false", *sys.argv[1:]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "roll.core.cli",
+        "train",
+        str(ROOT / "examples" / "quickstart.yaml"),
+        f"output_dir={out}",
+        "tracking.progress=false",
+        *sys.argv[1:],
+    ]
     wall, peak = run_measured(cmd, dict(os.environ))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rl = [r for r in rows if r["step"] > 0]

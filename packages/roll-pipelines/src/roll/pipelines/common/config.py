@@ -32,7 +32,9 @@ class EvalConfig(RollModel):
     max_rows: int | None = Field(None, ge=1)
 
 
-def batch_issues(batch: BatchConfig, role: TrainRoleConfig, *, role_key: str, pairs: bool) -> list[ConfigIssue]:
+def batch_issues(
+    batch: BatchConfig, role: TrainRoleConfig, *, role_key: str, pairs: bool
+) -> list[ConfigIssue]:
     """Everything that makes ``batch`` impossible for ``role``; ``pairs`` asks for whole chosen/rejected pairs."""
     issues = batch.check(role.num_workers, where=f"{role_key}.num_workers")
     for name in ("micro_batch_size", "max_tokens_per_micro_batch"):

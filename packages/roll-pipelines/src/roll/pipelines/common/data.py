@@ -10,7 +10,7 @@ Batch layouts (column names carry their axes; ``labels_BT`` is unshifted, ``-100
 - SFT: :data:`INPUT_IDS`, :data:`ATTENTION_MASK` and :data:`LABELS` ``[B, T]``, right-padded.
 - pairs (DPO, reward model): the same three columns with chosen and rejected *interleaved* (row ``2i`` chosen,
   ``2i + 1`` rejected of pair ``i``), so any even split of the rows (data-parallel, micro-batches) keeps every
-  pair on one worker. 
+  pair on one worker.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from roll.workers.roles.columns import ATTENTION_MASK, INPUT_IDS
 logger = logging.getLogger(__name__)
 
 Row = dict[str, Any]
-
 
 
 @dataclass
@@ -71,7 +70,9 @@ def prepare_data(data: DataConfig, tokenize: TokenizeConfig, *, kind: Kind, toke
     return prepared
 
 
-def _tokenized_rows(ds: AnyDataset, kind: Kind, tokenizer: Any, cfg: TokenizeConfig) -> tuple[list[Row], LengthReport]:
+def _tokenized_rows(
+    ds: AnyDataset, kind: Kind, tokenizer: Any, cfg: TokenizeConfig
+) -> tuple[list[Row], LengthReport]:
     mapped, report = tokenize_dataset(ds, kind=kind, tokenizer=tokenizer, cfg=cfg)
     if isinstance(mapped, datasets.IterableDataset):
         return [dict(row) for row in mapped], report

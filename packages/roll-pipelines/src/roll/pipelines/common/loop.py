@@ -23,9 +23,7 @@ def optimizer_chunks(rows: Sequence[Any], batch: BatchConfig) -> list[list[Any]]
     return [list(rows[i * size : (i + 1) * size]) for i in range(n)]
 
 
-def train_chunks(
-    cluster: Cluster, chunks: Sequence[Batch], loss_fn: LossFn
-) -> dict[str, float]:
+def train_chunks(cluster: Cluster, chunks: Sequence[Batch], loss_fn: LossFn) -> dict[str, float]:
     """One ``train_step`` per chunk; metrics of the last optimizer step, tokens summed over the step."""
     metrics: dict[str, float] = {}
     tokens = 0.0
@@ -43,4 +41,3 @@ def sum_metrics(per_call: Sequence[Mapping[str, float]]) -> dict[str, float]:
         for name, value in metrics.items():
             total[name] = total.get(name, 0.0) + value
     return total
-

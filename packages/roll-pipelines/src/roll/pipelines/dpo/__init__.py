@@ -69,7 +69,9 @@ class DPOConfig(RunConfig):
         issues = batch_issues(self.batch, self.actor_train, role_key="actor_train", pairs=True)
         if self.loss.type == "ipo" and self.loss.label_smoothing:
             issues.append(
-                ConfigIssue("loss.label_smoothing", "label smoothing is a DPO (sigmoid) option", "set it to 0")
+                ConfigIssue(
+                    "loss.label_smoothing", "label smoothing is a DPO (sigmoid) option", "set it to 0"
+                )
             )
         if issues:
             raise issues_error(issues)

@@ -19,7 +19,6 @@ from roll.pipelines.algorithms.preference import PreferenceOutput, dpo_loss, ipo
 from roll.pipelines.common.columns import IGNORE_INDEX, LABELS, REF_LOGP
 from roll.workers.types import ForwardOutput, MicroBatch
 
-
 DPOLossType = Literal["sigmoid", "ipo"]
 
 

@@ -88,7 +88,7 @@ class DPOPipeline(BasePipeline):
     def pairs(self, rows: list[D.Row], indices: list[int], *, split: str) -> Batch:
         """Interleaved pair batch of ``rows[indices]`` with the reference log-prob of every sequence."""
         batch = D.pair_batch(D.select(rows, indices), pad_id=self.tokenizer.pad_token_id)
-        batch[REF_LOGP] = self.reference_logp(batch, split, indices)
+        batch.tensors[REF_LOGP] = self.reference_logp(batch, split, indices)
         return batch
 
     def reference_logp(self, batch: Batch, split: str, indices: list[int]) -> torch.Tensor:
@@ -115,7 +115,7 @@ class DPOPipeline(BasePipeline):
     def sequence_logp(self, cluster: Cluster, batch: Batch) -> torch.Tensor:
         """Each row's response log-prob (sum or mean, as the loss uses) under ``cluster``'s weights ``[B]``."""
         scored = cluster.compute_logprobs(_model_inputs(batch))
-        return response_logp(scored[C.LOGP], batch[LABELS], average=self.loss_fn.average_logp)
+        return response_logp(scored.tensors[C.LOGP], batch.tensors[LABELS], average=self.loss_fn.average_logp)
 
     def precompute_reference(self) -> dict[str, torch.Tensor]:
         """``[N, 2]`` reference log-probs of every train and eval pair, from the still-untrained actor."""
@@ -123,7 +123,10 @@ class DPOPipeline(BasePipeline):
             raise CheckpointError(
                 f"dpo: reference log-probs are missing at step {self.step}; the checkpoint lacks {REFERENCE_FILE}"
             )
-        return {split: self.score_all(rows) for split, rows in (("train", self.data.train), ("eval", self.data.eval))}
+        return {
+            split: self.score_all(rows)
+            for split, rows in (("train", self.data.train), ("eval", self.data.eval))
+        }
 
     def score_all(self, rows: list[D.Row]) -> torch.Tensor:
         size = self.config.eval.batch_size
@@ -144,7 +147,7 @@ class DPOPipeline(BasePipeline):
             indices = list(range(start, min(start + self.config.eval.batch_size, len(rows))))
             batch = self.pairs(self.data.eval, indices, split="eval")
             logp.append(self.sequence_logp(self.actor, batch))
-            ref.append(batch[REF_LOGP])
+            ref.append(batch.tensors[REF_LOGP])
         return self.preference_metrics(torch.cat(logp), torch.cat(ref))
 
     def preference_metrics(self, logp_B: torch.Tensor, ref_logp_B: torch.Tensor) -> dict[str, float]:
@@ -180,7 +183,7 @@ class DPOPipeline(BasePipeline):
 
 
 def _model_inputs(batch: Batch) -> Batch:
-    return Batch({C.INPUT_IDS: batch[C.INPUT_IDS], C.ATTENTION_MASK: batch[C.ATTENTION_MASK]})
+    return Batch({C.INPUT_IDS: batch.tensors[C.INPUT_IDS], C.ATTENTION_MASK: batch.tensors[C.ATTENTION_MASK]})
 
 
 def load_reference(path: Path) -> dict[str, torch.Tensor]:

@@ -45,7 +45,9 @@ class RewardModelPipeline(BasePipeline):
         total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
         strategy = strategy_for(cfg.actor_train, cfg.batch)
         self.model = self.make_cluster(
-            "actor_train", RewardModelWorker, init_args=(cfg.actor_train.model, strategy, total, strategy.type)
+            "actor_train",
+            RewardModelWorker,
+            init_args=(cfg.actor_train.model, strategy, total, strategy.type),
         )
         self.model.setup()
 
@@ -75,12 +77,18 @@ class RewardModelPipeline(BasePipeline):
             return {}
         scores_B = torch.cat([self.scores(chunk) for chunk in D.chunks(rows, self.config.eval.batch_size)])
         loss, metrics = bradley_terry_loss(scores_B[0::2], scores_B[1::2])
-        return {"loss": float(loss), "pairwise_accuracy": float(metrics["accuracy"]), "margin": float(metrics["margin"])}
+        return {
+            "loss": float(loss),
+            "pairwise_accuracy": float(metrics["accuracy"]),
+            "margin": float(metrics["margin"]),
+        }
 
     def scores(self, rows: list[D.Row]) -> torch.Tensor:
         batch = D.pair_batch(rows, pad_id=self.tokenizer.pad_token_id)
-        inputs = Batch({C.INPUT_IDS: batch[C.INPUT_IDS], C.ATTENTION_MASK: batch[C.ATTENTION_MASK]})
-        scored: torch.Tensor = self.model.score(inputs)[C.SCORES]
+        inputs = Batch(
+            {C.INPUT_IDS: batch.tensors[C.INPUT_IDS], C.ATTENTION_MASK: batch.tensors[C.ATTENTION_MASK]}
+        )
+        scored: torch.Tensor = self.model.score(inputs).tensors[C.SCORES]
         return scored
 
     # ------------------------------------------------------------------------------------- checkpoints

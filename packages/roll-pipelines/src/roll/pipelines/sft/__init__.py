@@ -15,10 +15,10 @@ from typing import Any, Self
 from pydantic import Field, model_validator
 
 from roll.core.config.batch import BatchConfig, issues_error
+from roll.core.config.sections import RunConfig
 from roll.core.types import Pipeline, PipelineSpec
 from roll.data.config import DataConfig, DatasetSourceConfig, TokenizeConfig
 from roll.pipelines.common.config import EvalConfig, TrainRoleConfig, batch_issues
-from roll.core.config.sections import RunConfig
 
 
 def _default_data() -> DataConfig:
@@ -45,7 +45,9 @@ class SFTConfig(RunConfig):
     actor_train: TrainRoleConfig = Field(default_factory=TrainRoleConfig)
     data: DataConfig = Field(default_factory=_default_data)
     tokenize: TokenizeConfig = Field(default_factory=lambda: TokenizeConfig(max_length=128))
-    batch: BatchConfig = Field(default_factory=lambda: BatchConfig(prompts_per_step=32, micro_batch_samples=16))
+    batch: BatchConfig = Field(
+        default_factory=lambda: BatchConfig(prompts_per_step=32, micro_batch_samples=16)
+    )
     eval: SFTEvalConfig = Field(default_factory=SFTEvalConfig)
 
     @model_validator(mode="after")

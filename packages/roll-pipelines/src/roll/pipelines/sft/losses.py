@@ -18,7 +18,6 @@ from roll.pipelines.common.columns import IGNORE_INDEX, LABELS
 from roll.workers.types import ForwardOutput, MicroBatch
 
 
-
 @dataclass(frozen=True)
 class SFTLoss:
     """Token-sum cross-entropy over label tokens; one unit per trained token."""

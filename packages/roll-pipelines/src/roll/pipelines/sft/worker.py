@@ -33,13 +33,16 @@ class SFTWorker(ActorTrainWorker):
         """Summed NLL, correctly predicted and trained tokens of this rank's real rows (``*_sum``: add them up)."""
         model = self.strategy.model
         device = self.strategy.device
-        ids_BT = batch[C.INPUT_IDS].to(device)
-        mask_BT = batch[C.ATTENTION_MASK].to(device)
-        labels_BT = batch[LABELS].to(device).clone()
+        ids_BT = batch.tensors[C.INPUT_IDS].to(device)
+        mask_BT = batch.tensors[C.ATTENTION_MASK].to(device)
+        labels_BT = batch.tensors[LABELS].to(device).clone()
         if PAD_COLUMN in batch.tensors:
             labels_BT[batch.tensors[PAD_COLUMN].to(device).bool()] = IGNORE_INDEX
         logits_BTV = model(
-            input_ids=ids_BT, attention_mask=mask_BT, position_ids=position_ids_from_mask(mask_BT), use_cache=False
+            input_ids=ids_BT,
+            attention_mask=mask_BT,
+            position_ids=position_ids_from_mask(mask_BT),
+            use_cache=False,
         ).logits.float()
         # logits at t predict token t + 1: shift the unshifted labels left by one.
         target_BT = torch.full_like(labels_BT, IGNORE_INDEX)
@@ -62,8 +65,8 @@ class SFTWorker(ActorTrainWorker):
         sharded model's collectives pair up; answers are cut at the stop token by the caller)."""
         model = self.strategy.model
         device = self.strategy.device
-        ids_BT = batch[C.INPUT_IDS].to(device)
-        mask_BT = batch[C.ATTENTION_MASK].to(device)
+        ids_BT = batch.tensors[C.INPUT_IDS].to(device)
+        mask_BT = batch.tensors[C.ATTENTION_MASK].to(device)
         pos_BT = position_ids_from_mask(mask_BT)
         out = model(input_ids=ids_BT, attention_mask=mask_BT, position_ids=pos_BT, use_cache=True)
         tokens: list[torch.Tensor] = []
@@ -75,6 +78,10 @@ class SFTWorker(ActorTrainWorker):
             mask_BT = torch.cat([mask_BT, torch.ones_like(next_B1)], dim=1)
             pos_BT = pos_BT[:, -1:] + 1
             out = model(
-                input_ids=next_B1, attention_mask=mask_BT, position_ids=pos_BT, cache=out.cache, use_cache=True
+                input_ids=next_B1,
+                attention_mask=mask_BT,
+                position_ids=pos_BT,
+                cache=out.cache,
+                use_cache=True,
             )
         return Batch({RESPONSE_IDS: torch.cat(tokens, dim=1).cpu()}, meta=batch.meta)

@@ -1,0 +1,242 @@
+"""The ``sft`` pipeline end to end on the tiny model: learning, data parallelism, export, exact resume after
+SIGKILL, the loss against the published formula, and bad input.
+
+One trained run (two data-parallel Ray actors, 40 steps) is shared by the module; the SIGKILL test runs the same
+config through ``python -m roll.core.cli`` and must reproduce its metrics step for step after resuming.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from roll.core.config.loader import load_config
+from roll.core.errors import CheckpointError, DataError
+from roll.pipelines.sft import SFTConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+SFT_YAML = ROOT / "examples" / "sft.yaml"
+STEPS = 40
+COMMON = [
+    f"max_steps={STEPS}",
+    "eval_every=20",
+    "checkpoint.every_n_steps=10",
+    "checkpoint.export_hf=true",
+    "tracking.progress=false",
+    "tracking.backends=[jsonl]",
+    "actor_train.num_workers=2",
+    "actor_train.cpus_per_worker=0.5",
+    "data.sources.0.max_samples=1024",
+    "eval.max_generate=64",
+]
+
+
+def _config(out: Path, *overrides: str) -> SFTConfig:
+    return load_config(
+        SFT_YAML, [f"output_dir={out}", "ray.num_cpus=null", *COMMON, *overrides], model=SFTConfig
+    )
+
+
+def _metrics(out: Path) -> dict[int, dict[str, float]]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {row["step"]: row["metrics"] for row in rows}
+
+
+@pytest.fixture(scope="module")
+def trained(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from roll.pipelines.sft.pipeline import SFTPipeline
+
+    out = tmp_path_factory.mktemp("sft") / "run"
+    pipeline = SFTPipeline(_config(out))
+    try:
+        pipeline.run()
+    finally:
+        pipeline.shutdown()
+    return out
+
+
+def test_loss_falls_and_accuracy_rises(trained: Path) -> None:
+    metrics = _metrics(trained)
+    assert sorted(metrics) == list(range(1, STEPS + 1))
+    assert metrics[STEPS]["train/loss"] < 0.5 * metrics[1]["train/loss"]
+    assert metrics[40]["eval/loss"] < metrics[20]["eval/loss"]
+    assert metrics[40]["eval/token_accuracy"] > metrics[20]["eval/token_accuracy"]
+    assert metrics[40]["eval/token_accuracy"] > 0.7  # from ~0 at init: the answer format is learnt
+    assert 0.0 <= metrics[40]["eval/answer_accuracy"] <= 1.0
+
+
+def test_export_loads_in_plain_transformers_and_every_parameter_changed(trained: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from roll.data.tiny import tiny_model_path
+
+    export = trained / "hf"
+    assert (export / "model.safetensors").exists()
+    model = AutoModelForCausalLM.from_pretrained(export)
+    tokenizer = AutoTokenizer.from_pretrained(export)
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_path("tiny-1m"))
+    before = dict(initial.named_parameters())
+    for name, param in model.named_parameters():
+        assert not torch.equal(param, before[name]), f"{name} did not change"
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3?"}], tokenize=False, add_generation_prompt=True
+    )
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+    out = model.generate(**ids, max_new_tokens=8, do_sample=False)
+    assert out.shape[1] > ids["input_ids"].shape[1]
+
+
+def _site_with_entry_points(tmp: Path) -> dict[str, str]:
+    """The environment of a `roll train` subprocess (the `sft` entry point comes from roll-pipelines)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def _cli(args: list[str], cwd: Path, env: dict[str, str], log: str) -> subprocess.Popen[str]:
+    out = (cwd / log).open("w")  # a file, not a pipe: nobody drains a pipe while we wait
+    cmd = [sys.executable, "-m", "roll.core.cli", "train", str(SFT_YAML), *args]
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_metrics(trained: Path, tmp_path: Path) -> None:
+    """SIGKILL a real `roll train` after its first checkpoint; `resume=auto` then matches the uninterrupted run."""
+    env = _site_with_entry_points(tmp_path)
+    out = tmp_path / "killed"
+    args = [f"output_dir={out}", "ray.num_cpus=2", *COMMON]
+    proc = _cli(args, tmp_path, env, "killed.log")
+    deadline = time.monotonic() + 300
+    while not list((out / "checkpoints").glob("step_*")):
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "killed.log").read_text()[
+            -3000:
+        ]
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    from roll.core.checkpoint import CheckpointManager
+
+    latest = CheckpointManager(out / "checkpoints", keep_last=2).latest()
+    assert latest is not None
+    resumed_at = int(latest.name.split("_")[1])
+    resumed = _cli([*args, "resume=auto"], tmp_path, env, "resumed.log")
+    assert resumed.wait(timeout=300) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
+    expected, got = _metrics(trained), _metrics(out)  # a step logged twice: the resumed run's line is last
+    assert resumed_at < STEPS
+    for step in range(resumed_at + 1, STEPS + 1):
+        for name, value in expected[step].items():
+            if not name.startswith("time/"):
+                assert got[step][name] == value, (step, name)
+
+
+# ------------------------------------------------------------------------------------------- no Ray needed
+
+
+def test_loss_equals_token_cross_entropy_by_hand() -> None:
+    """SFTLoss / count_units on a fixed batch equals ``mean_t -log softmax(logits_t)[y_t]`` over label tokens,
+    evaluated with an explicit loop, and :func:`sft_cross_entropy` on the shifted labels."""
+    from roll.pipelines.algorithms.preference import sft_cross_entropy
+    from roll.pipelines.common.columns import LABELS
+    from roll.pipelines.sft.losses import SFTLoss
+    from roll.workers.logprobs import forward_scores
+    from roll.workers.types import ForwardOutput
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(11, 16), torch.nn.Linear(16, 11))
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, input_ids: torch.Tensor, **_: Any) -> Any:
+            return type("Out", (), {"logits": self.inner(input_ids)})()
+
+    ids_BT = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 0, 0]])
+    mask_BT = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    labels_BT = torch.tensor([[-100, -100, 3, 4, 5], [-100, 7, 8, -100, -100]])
+    logp_BT, _ = forward_scores(Wrapped(), ids_BT, mask_BT)
+    loss_fn = SFTLoss()
+    batch = {LABELS: labels_BT}
+    mean = loss_fn(ForwardOutput(logp_BT=logp_BT), batch) / loss_fn.count_units(batch)
+    logits_BTV = model(ids_BT)
+    by_hand = [
+        -torch.log_softmax(logits_BTV[b, t - 1], -1)[labels_BT[b, t]]
+        for b in range(2)
+        for t in range(5)
+        if labels_BT[b, t] != -100
+    ]
+    torch.testing.assert_close(mean, torch.stack(by_hand).mean())
+    shifted_BT = torch.full_like(labels_BT, -100)
+    shifted_BT[:, :-1] = labels_BT[:, 1:]
+    torch.testing.assert_close(mean, sft_cross_entropy(logits_BTV, shifted_BT))
+
+
+def _tokenizer() -> Any:
+    from roll.data.tokenizer import build_tokenizer
+
+    return build_tokenizer()
+
+
+def test_missing_field_is_a_clear_data_error(tmp_path: Path) -> None:
+    from roll.data.config import DataConfig, TokenizeConfig
+    from roll.pipelines.common.data import prepare_data
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"question": "1+1", "answer": "2"}) + "\n")
+    data = DataConfig(sources=[{"path": str(path)}])
+    with pytest.raises(DataError, match=r"messages|prompt"):
+        prepare_data(data, TokenizeConfig(), kind="sft", tokenizer=_tokenizer())
+
+
+def test_length_policy_applies_to_long_sequences(tmp_path: Path) -> None:
+    from roll.data.config import DataConfig, TokenizeConfig
+    from roll.pipelines.common.data import prepare_data
+
+    path = tmp_path / "rows.jsonl"
+    rows = [{"prompt": "1+1", "response": "2"}, {"prompt": "2+2", "response": "long " * 50}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    data = DataConfig(sources=[{"path": str(path)}], shuffle=False)
+    dropped = prepare_data(
+        data, TokenizeConfig(max_length=32, length_policy="drop"), kind="sft", tokenizer=_tokenizer()
+    )
+    assert (len(dropped.train), dropped.report.dropped) == (1, 1)
+    cut = prepare_data(
+        data, TokenizeConfig(max_length=32, length_policy="truncate"), kind="sft", tokenizer=_tokenizer()
+    )
+    assert cut.report.truncated == 1 and max(len(r["input_ids"]) for r in cut.train) == 32
+    with pytest.raises(DataError, match="length_policy=error"):
+        prepare_data(
+            data, TokenizeConfig(max_length=32, length_policy="error"), kind="sft", tokenizer=_tokenizer()
+        )
+
+
+def test_resume_from_a_missing_path_or_another_pipeline_is_refused(trained: Path, tmp_path: Path) -> None:
+    from roll.pipelines.dpo import DPOConfig
+    from roll.pipelines.dpo.pipeline import DPOPipeline
+    from roll.pipelines.sft.pipeline import SFTPipeline
+
+    missing = _config(tmp_path / "a", f"resume={tmp_path / 'nope'}")
+    with pytest.raises(CheckpointError, match="nope"):
+        SFTPipeline(missing).checkpoints.resolve_resume(missing.resume, "sft")
+    sft_checkpoint = sorted((trained / "checkpoints").glob("step_*"))[-1]
+    dpo = DPOConfig(output_dir=tmp_path / "dpo", resume=sft_checkpoint)
+    with pytest.raises(CheckpointError, match="sft"):
+        DPOPipeline(dpo).checkpoints.resolve_resume(dpo.resume, "dpo")
+
+
+def test_two_workers_need_a_divisible_batch() -> None:
+    from roll.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"actor_train\.num_workers"):
+        load_config(SFT_YAML, ["actor_train.num_workers=3"], model=SFTConfig)
