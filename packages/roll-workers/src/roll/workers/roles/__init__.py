@@ -33,19 +33,47 @@ Registered methods (dispatch mode) by role:
   ``transfer_endpoint()`` RANK_ZERO, ``join_transfer_group`` ALL, ``send_topk(batch, k, name, num_sources)`` DP.
 
 DP = ``Dispatch.DP_SPLIT`` (rows split evenly, padding removed from the result), ALL = ``Dispatch.ONE_TO_ALL``
-(result: list by rank). Importing this package imports torch (the roles' modules do); configs live in the light
-:mod:`roll.workers.roles.config`.
+(result: list by rank). Importing this package is light: each name below is imported on first use (PEP 562),
+so config modules that import :mod:`roll.workers.roles.config` don't pull in torch and Ray.
 """
 
-from roll.workers.roles.actor import ActorTrainWorker
-from roll.workers.roles.config import ModelConfig
-from roll.workers.roles.critic import CriticWorker
-from roll.workers.roles.infer import ActorInferWorker
-from roll.workers.roles.model import load_causal_lm, load_model, load_tokenizer
-from roll.workers.roles.reference import ReferenceWorker
-from roll.workers.roles.reward_model import RewardModelWorker
-from roll.workers.roles.sequences import to_sequences
-from roll.workers.roles.teacher import TeacherWorker
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from roll.workers.roles.actor import ActorTrainWorker
+    from roll.workers.roles.config import ModelConfig
+    from roll.workers.roles.critic import CriticWorker
+    from roll.workers.roles.infer import ActorInferWorker
+    from roll.workers.roles.model import load_causal_lm, load_model, load_tokenizer
+    from roll.workers.roles.reference import ReferenceWorker
+    from roll.workers.roles.reward_model import RewardModelWorker
+    from roll.workers.roles.sequences import to_sequences
+    from roll.workers.roles.teacher import TeacherWorker
+
+_WHERE = {
+    "ActorTrainWorker": "actor",
+    "ModelConfig": "config",
+    "CriticWorker": "critic",
+    "ActorInferWorker": "infer",
+    "load_causal_lm": "model",
+    "load_model": "model",
+    "load_tokenizer": "model",
+    "ReferenceWorker": "reference",
+    "RewardModelWorker": "reward_model",
+    "to_sequences": "sequences",
+    "TeacherWorker": "teacher",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "ActorInferWorker",
