@@ -12,8 +12,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from roll.agentic.env_manager.chat import ChatEncoder
 from roll.agentic.env_manager.config import EnvManagerConfig
 from roll.agentic.env_manager.episode import Episode
@@ -22,39 +20,19 @@ from roll.agentic.env_manager.worker import ClusterEnvPool, EnvWorker, slots_per
 from roll.agentic.pipeline.config import AgenticRunConfig
 from roll.core import plugins
 from roll.core.batch import Batch
-from roll.core.cluster import Cluster, Dispatch, WorkerContext, register
+from roll.core.cluster import Cluster
 from roll.workers.config import SamplingParams
 from roll.workers.roles import columns as C
 from roll.workers.roles.actor import ActorTrainWorker
 from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.model import load_tokenizer
-from roll.workers.types import LossFn
 
 logger = logging.getLogger(__name__)
 
 MakeCluster = Callable[..., Cluster]
 
 
-class AgenticActorWorker(ActorTrainWorker):
-    """The trained policy, plus the loss's own metrics after a step; ``threads`` sets torch's CPU threads."""
-
-    def __init__(self, ctx: WorkerContext, *args: Any, threads: int | None = None, **kwargs: Any) -> None:
-        if threads:
-            torch.set_num_threads(threads)
-        super().__init__(ctx, *args, **kwargs)
-
-    @register(Dispatch.DP_SPLIT)
-    def train_with_metrics(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
-        out = self.train_step(batch, loss_fn, temperature)
-        collect = getattr(loss_fn, "metrics", None)
-        extra = collect() if callable(collect) else {}
-        return {**out, **{f"actor/{k}": v for k, v in extra.items()}}
-
-    @register(Dispatch.ONE_TO_ALL)
-    def set_lr(self, lr: float) -> None:
-        for group in self.strategy.optimizer.param_groups:
-            group["lr"] = group["initial_lr"] = lr
-        self.strategy.scheduler.base_lrs = [lr for _ in self.strategy.optimizer.param_groups]
+AgenticActorWorker = ActorTrainWorker  # train_with_metrics, set_lr and threads live on the base role
 
 
 class ClusterGenerate:

@@ -32,7 +32,7 @@ class ActorTrainWorker(Worker):
     """One data-parallel rank of the trained policy. Call :meth:`setup` on the cluster before anything else.
 
     ``strategy`` is the config model of ``strategy_name`` (``FSDP2Config`` for ``fsdp2``); ``total_steps`` sizes
-    the LR schedule.
+    the LR schedule; ``threads`` sets torch's intra-op threads (CPU runs where phases alternate).
     """
 
     def __init__(
@@ -42,8 +42,11 @@ class ActorTrainWorker(Worker):
         strategy: Any,
         total_steps: int = 1,
         strategy_name: str = "fsdp2",
+        threads: int | None = None,
     ) -> None:
         super().__init__(ctx)
+        if threads:
+            torch.set_num_threads(threads)
         self.model_cfg, self.strategy_cfg = model, strategy
         self.total_steps, self.strategy_name = total_steps, strategy_name
         self.strategy: Any = None
@@ -61,6 +64,22 @@ class ActorTrainWorker(Worker):
         self.tokenizer = load_tokenizer(self.model_cfg, self.role)
         check_vocab(self.tokenizer, model, self.model_cfg, self.role)
         self.strategy = spec.build(self.strategy_cfg, model, total_steps=self.total_steps)
+
+    @register(Dispatch.DP_SPLIT)
+    def train_with_metrics(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
+        """:meth:`train_step`, plus the loss's own metrics (``loss_fn.metrics()`` if it has one), as ``actor/*``."""
+        out = self.train_step(batch, loss_fn, temperature)
+        collect = getattr(loss_fn, "metrics", None)
+        extra = collect() if callable(collect) else {}
+        return {**out, **{f"actor/{k}": v for k, v in extra.items()}}
+
+    @register(Dispatch.ONE_TO_ALL)
+    def set_lr(self, lr: float) -> None:
+        """Use ``lr`` as the base rate from now on (e.g. a warm-up at its own rate, then RL at another)."""
+        optimizer = self.strategy.optimizer
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"] = lr
+        self.strategy.scheduler.base_lrs = [lr for _ in optimizer.param_groups]
 
     @register(Dispatch.DP_SPLIT)
     def train_step(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
