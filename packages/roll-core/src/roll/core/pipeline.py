@@ -80,6 +80,10 @@ class BasePipeline(ABC):
     def load_files(self, directory: Path) -> None:
         """Restore what :meth:`save_files` wrote."""
 
+    def export(self, output_dir: Path) -> None:
+        """Write the trained model as a ``save_pretrained`` folder under ``output_dir`` (``checkpoint.export_hf``)."""
+        logger.warning("%s: checkpoint.export_hf is set, but this pipeline has no HF export", self.name)
+
     def state(self) -> Mapping[str, Any]:
         """JSON-able pipeline state besides models: data position, scheduler state. Default: empty."""
         return {}
@@ -117,6 +121,8 @@ class BasePipeline(ABC):
                 while self.step < self.config.max_steps:
                     self._one_step(progress)
             self._final_checkpoint()
+            if self.config.checkpoint.export_hf:
+                self.export(self.output_dir)
         return dict(self.last_metrics)
 
     def _start_runtime(self) -> None:

@@ -105,8 +105,5 @@ class RewardModelPipeline(BasePipeline):
     def load_state(self, state: Mapping[str, Any]) -> None:
         self.feeder.load_state(state["data"])
 
-    def run(self) -> dict[str, float]:
-        metrics = super().run()
-        if self.config.checkpoint.export_hf:
-            export_hf(self.model, self.output_dir)
-        return metrics
+    def export(self, output_dir: Path) -> None:
+        export_hf(self.model, output_dir)

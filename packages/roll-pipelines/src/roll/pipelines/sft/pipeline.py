@@ -146,11 +146,8 @@ class SFTPipeline(BasePipeline):
     def load_state(self, state: Mapping[str, Any]) -> None:
         self.feeder.load_state(state["data"])
 
-    def run(self) -> dict[str, float]:
-        metrics = super().run()
-        if self.config.checkpoint.export_hf:
-            export_hf(self.actor, self.output_dir)
-        return metrics
+    def export(self, output_dir: Path) -> None:
+        export_hf(self.actor, output_dir)
 
 
 def prompt_ids(row: D.Row) -> list[int]:
