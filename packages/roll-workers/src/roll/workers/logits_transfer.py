@@ -12,6 +12,13 @@ student clusters may have different world sizes and the student's data-parallel 
   Each student publishes the ids it needs in the group's store; each teacher sends each student, point to point,
   exactly the rows it holds that the student needs (values ``float32`` and indices ``int64``, ``[n, T, K]``).
   Nothing passes through the driver.
+
+  Rounds: a ``TCPStore`` keeps every key, and ``get`` of an existing key returns at once, so a reused key would
+  let a fast teacher read the previous round's request (or a student the previous round's reply). Every call
+  therefore takes the next sequence number of its channel (``key``) on this group, and all store keys of the
+  round carry it. Senders and receivers agree on it without talking, because every rank of the group takes part in
+  every round (a rank with no rows still publishes an empty list). A student deletes its previous round's
+  request when it starts the next one, so the store stays small.
 """
 
 from __future__ import annotations
@@ -47,12 +54,15 @@ def student_shards(teacher_out: Batch, student_batch: Batch, world_size: int) ->
 
 
 def send_topk(group: CollectiveGroup, topk: Batch, *, src: int, num_sources: int, key: str = "topk") -> None:
-    """Teacher ``src``: send each student the rows of ``topk`` it asked for (see :func:`receive_topk`)."""
+    """Teacher ``src``: send each student the rows of ``topk`` it asked for (see :func:`receive_topk`).
+
+    One round of channel ``key`` (see the module docstring); every teacher must call it once per round."""
+    seq = group.next_round(key)
     held = {int(s): i for i, s in enumerate(topk.tensors[C.SAMPLE_ID].tolist())}
     for student in range(num_sources, group.world_size):
-        wanted: list[int] = group.get(f"{key}/want/{student}")
+        wanted: list[int] = group.get(f"{key}/{seq}/want/{student}")
         rows = [held[s] for s in wanted if s in held]
-        group.put(f"{key}/{src}->{student}", [int(topk.tensors[C.SAMPLE_ID][r]) for r in rows])
+        group.put(f"{key}/{seq}/{src}->{student}", [int(topk.tensors[C.SAMPLE_ID][r]) for r in rows])
         if rows:
             part = topk.select(rows)
             group.pg.send([part.tensors[C.TOPK_VALUES].float().contiguous()], student, 0).wait()
@@ -62,11 +72,19 @@ def send_topk(group: CollectiveGroup, topk: Batch, *, src: int, num_sources: int
 def receive_topk(
     group: CollectiveGroup, sample_ids_B: torch.Tensor, *, num_sources: int, T: int, k: int, key: str = "topk"
 ) -> Batch:
-    """Student: publish ``sample_ids_B``, receive its rows from every teacher, return them in that order."""
-    group.put(f"{key}/want/{group.rank}", [int(s) for s in sample_ids_B.tolist()])
+    """Student: publish ``sample_ids_B``, receive its rows from every teacher, return them in that order.
+
+    One round of channel ``key`` (see the module docstring); every student must call it once per round."""
+    seq = group.next_round(key)
+    if seq > 0:
+        # Every teacher replied to the previous round, so each has read that request: nobody needs it now.
+        group.delete(f"{key}/{seq - 1}/want/{group.rank}")
+        for teacher in range(num_sources):
+            group.delete(f"{key}/{seq - 1}/{teacher}->{group.rank}")
+    group.put(f"{key}/{seq}/want/{group.rank}", [int(s) for s in sample_ids_B.tolist()])
     parts: list[Batch] = []
     for teacher in range(num_sources):
-        ids: list[int] = group.get(f"{key}/{teacher}->{group.rank}")
+        ids: list[int] = group.get(f"{key}/{seq}/{teacher}->{group.rank}")
         if not ids:
             continue
         values_BTK = torch.empty(len(ids), T, k, dtype=torch.float32)

@@ -202,6 +202,14 @@ class CollectiveGroup:
         else:
             self.device = torch.device("cpu")
             self.pg = dist.ProcessGroupGloo(self.store, rank, world_size, timeout)
+        self._rounds: dict[str, int] = {}
+
+    def next_round(self, channel: str) -> int:
+        """This rank's next sequence number on ``channel`` (0, 1, ...): ranks that take part in every round of a
+        channel agree on it without talking, so store keys that carry it are never reused."""
+        seq = self._rounds.get(channel, 0)
+        self._rounds[channel] = seq + 1
+        return seq
 
     def broadcast(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
         """In-place broadcast of ``tensor`` (on :attr:`device`) from rank ``src``; returns it."""
@@ -212,6 +220,10 @@ class CollectiveGroup:
 
     def put(self, key: str, value: Any) -> None:
         self.store.set(key, pickle.dumps(value))  # type: ignore[arg-type]  # bytes work; the stub says str
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` from the store (absent keys are fine)."""
+        self.store.delete_key(key)
 
     def get(self, key: str) -> Any:
         """The value ``put`` under ``key`` (blocks until some rank puts it, up to the store's timeout)."""

@@ -198,12 +198,13 @@ class ActorTrainWorker(Worker):
         self._groups[name] = CollectiveGroup(addr, port, rank_offset + self.rank, world_size, backend)
 
     @register(Dispatch.DP_SPLIT)
-    def receive_topk(self, batch: Batch, name: str, num_sources: int, k: int) -> Batch:
-        """Receive the teacher's top-k rows for this rank's ``sample_id_B`` (teachers run ``send_topk`` at the same
-        time); returns them in this rank's row order (``topk_values_BTK``, ``topk_indices_BTK``, ``sample_id_B``)."""
+    def receive_topk(self, batch: Batch, name: str, num_sources: int, k: int, key: str = "topk") -> Batch:
+        """Receive the teacher's top-k rows for this rank's ``sample_id_B`` (teachers run ``send_topk`` with the
+        same ``key`` at the same time); returns them in this rank's row order (``topk_values_BTK``,
+        ``topk_indices_BTK``, ``sample_id_B``). Each call is one round (see :mod:`roll.workers.logits_transfer`)."""
         _common.require(batch, C.SAMPLE_ID, C.INPUT_IDS)
         T = batch.tensors[C.INPUT_IDS].shape[1]
         group = self._groups[name]
         return logits_transfer.receive_topk(
-            group, batch.tensors[C.SAMPLE_ID], num_sources=num_sources, T=T, k=k
+            group, batch.tensors[C.SAMPLE_ID], num_sources=num_sources, T=T, k=k, key=key
         )

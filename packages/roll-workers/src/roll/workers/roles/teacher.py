@@ -66,14 +66,15 @@ class TeacherWorker(Worker):
         self._groups[name] = CollectiveGroup(addr, port, rank_offset + self.rank, world_size, backend)
 
     @register(Dispatch.DP_SPLIT)
-    def send_topk(self, batch: Batch, k: int, name: str, num_sources: int) -> int:
+    def send_topk(self, batch: Batch, k: int, name: str, num_sources: int, key: str = "topk") -> int:
         """Compute top-k for this rank's rows (``sample_id_B`` required) and send each student, over group
-        ``name``, the rows it holds; students call ``receive_topk`` at the same time. Returns the rows computed
-        (the cluster call gives the per-rank counts)."""
+        ``name``, the rows it holds; students call ``receive_topk`` (same ``key``) at the same time. Call it
+        once per step: each call is a new round of channel ``key`` (see :mod:`roll.workers.logits_transfer`).
+        Returns the rows computed (the cluster call gives the per-rank counts)."""
         _common.require(batch, C.SAMPLE_ID)
         real = _common.real_rows(batch)
         topk = self.topk_logits(real, k)
-        logits_transfer.send_topk(self._groups[name], topk, src=self.rank, num_sources=num_sources)
+        logits_transfer.send_topk(self._groups[name], topk, src=self.rank, num_sources=num_sources, key=key)
         return len(real)
 
     @torch.no_grad()
