@@ -168,3 +168,40 @@ def test_config_defaults_validate_and_batch_errors_name_the_key() -> None:
         )
     with pytest.raises(ValueError, match="divergence"):
         DistillConfig.model_validate({"distill": {"divergence": "kl"}})
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_token_logprobs_equal_the_full_log_softmax_with_gradients(temperature: float) -> None:
+    """Chunks of 5 positions over B*T = 36 (the last chunk is short) give the one-shot values and gradients."""
+    from roll.pipelines.distill.losses import token_logprobs
+
+    mb, logits = fixed_batch()
+    ids = mb[C.INPUT_IDS]
+    weights = torch.randn(B, T, generator=torch.Generator().manual_seed(1))
+    full_logits = logits.clone().requires_grad_(True)
+    full = torch.log_softmax(full_logits / temperature, -1).gather(-1, ids[..., None]).squeeze(-1)
+    (full * weights).sum().backward()
+    chunk_logits = logits.clone().requires_grad_(True)
+    chunked = token_logprobs(chunk_logits, ids, temperature=temperature, chunk=5)
+    (chunked * weights).sum().backward()
+    torch.testing.assert_close(chunked, full)
+    torch.testing.assert_close(chunk_logits.grad, full_logits.grad)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            token_logprobs(logits, ids, temperature=temperature, chunk=7), full.detach()
+        )
+
+
+def test_chunked_cross_entropy_equals_sft_cross_entropy() -> None:
+    from roll.pipelines.algorithms.aggregate import Aggregation
+    from roll.pipelines.distill.losses import chunked_cross_entropy
+
+    mb, logits = fixed_batch()
+    agg = Aggregation(num_global_tokens=50.0)
+    a, b = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
+    expected = sft_cross_entropy(a, mb[LABELS], agg=agg)
+    got = chunked_cross_entropy(b, mb[LABELS], agg=agg, chunk=4)
+    expected.backward()
+    got.backward()
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(b.grad, a.grad)

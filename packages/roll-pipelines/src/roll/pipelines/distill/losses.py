@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from roll.core.errors import WorkerError
 from roll.pipelines.algorithms.aggregate import Aggregation
 from roll.pipelines.algorithms.choices import DivergenceName
 from roll.pipelines.algorithms.divergence import distill_loss
-from roll.pipelines.algorithms.preference import sft_cross_entropy
 from roll.pipelines.common.columns import IGNORE_INDEX, LABELS
 from roll.workers.logprobs import has_prev_from_mask, position_ids_from_mask
 from roll.workers.roles import columns as C
@@ -58,10 +58,49 @@ def student_forward(
         use_cache=False,
     ).logits
     logits_BTV = torch.cat([torch.zeros_like(logits[:, :1]), logits[:, :-1]], dim=1)
-    has_prev_BT = has_prev_from_mask(mask_BT)
-    logp_BTV = torch.log_softmax(logits_BTV.float() / temperature, dim=-1)
-    logp_BT = logp_BTV.gather(-1, ids_BT.unsqueeze(-1)).squeeze(-1) * has_prev_BT
+    logp_BT = token_logprobs(logits_BTV, ids_BT, temperature=temperature) * has_prev_from_mask(mask_BT)
     return StudentOutput(logp_BT=logp_BT, logits_BTV=logits_BTV)
+
+
+CHUNK_TOKENS = 1024
+"""Positions per chunk of :func:`token_logprobs` (1024 x a 152k vocabulary: ~0.6 GB of fp32 at a time)."""
+
+
+def token_logprobs(
+    logits_BTV: torch.Tensor, ids_BT: torch.Tensor, *, temperature: float = 1.0, chunk: int = CHUNK_TOKENS
+) -> torch.Tensor:
+    """``log_softmax(logits_BTV / temperature)[b, t, ids_BT[b, t]]`` in fp32, ``chunk`` positions at a time.
+
+    Equal to the one-shot ``log_softmax(...).gather(...)`` (up to float rounding of the log-sum-exp), without
+    its fp32 ``[B, T, V]``: each chunk is ``gather - logsumexp`` under activation checkpointing, so autograd keeps
+    only the (view of the) logits chunk and recomputes the fp32 cast in backward.
+    """
+    B, T, V = logits_BTV.shape
+    flat_NV, ids_N = logits_BTV.reshape(B * T, V), ids_BT.reshape(B * T)
+    parts = []
+    for lo in range(0, B * T, chunk):
+        args = (flat_NV[lo : lo + chunk], ids_N[lo : lo + chunk], temperature)
+        if torch.is_grad_enabled() and flat_NV.requires_grad:
+            parts.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False))
+        else:
+            parts.append(_chunk_logprobs(*args))
+    return torch.cat(parts).view(B, T) if parts else logits_BTV.new_zeros(B, T, dtype=torch.float32)
+
+
+def _chunk_logprobs(logits_NV: torch.Tensor, ids_N: torch.Tensor, temperature: float) -> torch.Tensor:
+    scaled_NV = logits_NV.float() if temperature == 1 else logits_NV.float() / temperature
+    picked_N = scaled_NV.gather(-1, ids_N.unsqueeze(-1)).squeeze(-1)
+    return picked_N - torch.logsumexp(scaled_NV, dim=-1)
+
+
+def chunked_cross_entropy(
+    logits_BTV: torch.Tensor, labels_BT: torch.Tensor, *, agg: Aggregation, chunk: int = CHUNK_TOKENS
+) -> torch.Tensor:
+    """:func:`~roll.pipelines.algorithms.preference.sft_cross_entropy` (``-log softmax(logits)[label]`` over
+    labels other than ``-100``, reduced by ``agg``) through :func:`token_logprobs`: no fp32 ``[B, T, V]``."""
+    mask_BT = labels_BT != IGNORE_INDEX
+    nll_BT = -token_logprobs(logits_BTV, labels_BT.masked_fill(~mask_BT, 0), chunk=chunk)
+    return agg(nll_BT, mask_BT)
 
 
 def trained_labels(micro_batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -149,7 +188,7 @@ class DistillLoss:
         )
         loss = kd if self.kd_weight == 1 else self.kd_weight * kd
         if self.kd_weight < 1:
-            ce = sft_cross_entropy(
+            ce = chunked_cross_entropy(
                 logits_BTV, trained_labels(micro_batch).to(device), agg=Aggregation(num_global_tokens=n_ce)
             )
             loss = loss + (1 - self.kd_weight) * ce
