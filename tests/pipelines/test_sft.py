@@ -1,18 +1,15 @@
 """The ``sft`` pipeline end to end on the tiny model: learning, data parallelism, export, exact resume after
 SIGKILL, the loss against the published formula, and bad input.
 
-One trained run (two data-parallel Ray actors, 40 steps) is shared by the module; the SIGKILL test runs the same
-config through ``python -m roll.core.cli`` and must reproduce its metrics step for step after resuming.
+One trained run (examples/sft.yaml: one-digit sums, two data-parallel Ray actors, 100 steps) is shared by the
+module; the SIGKILL test runs the same config through ``python -m roll.core.cli`` and must reproduce its metrics
+step for step after resuming (the ``kill_and_resume`` fixture of ``conftest.py``, shared with dpo and
+reward_model).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +22,7 @@ from roll.pipelines.sft import SFTConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT_YAML = ROOT / "examples" / "sft.yaml"
-STEPS = 40
+STEPS = 100
 COMMON = [
     f"max_steps={STEPS}",
     "eval_every=20",
@@ -35,8 +32,6 @@ COMMON = [
     "tracking.backends=[jsonl]",
     "actor_train.num_workers=2",
     "actor_train.cpus_per_worker=0.5",
-    "data.sources.0.max_samples=1024",
-    "eval.max_generate=64",
 ]
 
 
@@ -64,14 +59,17 @@ def trained(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_loss_falls_and_accuracy_rises(trained: Path) -> None:
+@pytest.mark.slow
+def test_loss_falls_and_answer_accuracy_rises(trained: Path) -> None:
+    """Held-out one-digit sums (never trained on) answered greedily: 0 of 17 early, several by step 100
+    (measured 0/17 at step 20, 6/17 at step 100 with this seed; the 150-step example reaches 16/17)."""
     metrics = _metrics(trained)
     assert sorted(metrics) == list(range(1, STEPS + 1))
-    assert metrics[STEPS]["train/loss"] < 0.5 * metrics[1]["train/loss"]
-    assert metrics[40]["eval/loss"] < metrics[20]["eval/loss"]
-    assert metrics[40]["eval/token_accuracy"] > metrics[20]["eval/token_accuracy"]
-    assert metrics[40]["eval/token_accuracy"] > 0.7  # from ~0 at init: the answer format is learnt
-    assert 0.0 <= metrics[40]["eval/answer_accuracy"] <= 1.0
+    assert metrics[STEPS]["train/loss"] < 0.2 * metrics[1]["train/loss"]
+    assert metrics[STEPS]["eval/loss"] < 0.5 * metrics[20]["eval/loss"]
+    assert metrics[STEPS]["eval/token_accuracy"] > metrics[20]["eval/token_accuracy"]
+    assert metrics[20]["eval/answer_accuracy"] < 0.1
+    assert metrics[STEPS]["eval/answer_accuracy"] > 0.15
 
 
 def test_export_loads_in_plain_transformers_and_every_parameter_changed(trained: Path) -> None:
@@ -95,48 +93,10 @@ def test_export_loads_in_plain_transformers_and_every_parameter_changed(trained:
     assert out.shape[1] > ids["input_ids"].shape[1]
 
 
-def _site_with_entry_points(tmp: Path) -> dict[str, str]:
-    """The environment of a `roll train` subprocess (the `sft` entry point comes from roll-pipelines)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("RAY_ADDRESS", None)
-    return env
-
-
-def _cli(args: list[str], cwd: Path, env: dict[str, str], log: str) -> subprocess.Popen[str]:
-    out = (cwd / log).open("w")  # a file, not a pipe: nobody drains a pipe while we wait
-    cmd = [sys.executable, "-m", "roll.core.cli", "train", str(SFT_YAML), *args]
-    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
-
-
 @pytest.mark.slow
-def test_killed_run_resumes_to_the_same_metrics(trained: Path, tmp_path: Path) -> None:
+def test_killed_run_resumes_to_the_same_metrics(trained: Path, tmp_path: Path, kill_and_resume: Any) -> None:
     """SIGKILL a real `roll train` after its first checkpoint; `resume=auto` then matches the uninterrupted run."""
-    env = _site_with_entry_points(tmp_path)
-    out = tmp_path / "killed"
-    args = [f"output_dir={out}", "ray.num_cpus=2", *COMMON]
-    proc = _cli(args, tmp_path, env, "killed.log")
-    deadline = time.monotonic() + 300
-    while not list((out / "checkpoints").glob("step_*")):
-        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "killed.log").read_text()[
-            -3000:
-        ]
-        time.sleep(0.1)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    from roll.core.checkpoint import CheckpointManager
-
-    latest = CheckpointManager(out / "checkpoints", keep_last=2).latest()
-    assert latest is not None
-    resumed_at = int(latest.name.split("_")[1])
-    resumed = _cli([*args, "resume=auto"], tmp_path, env, "resumed.log")
-    assert resumed.wait(timeout=300) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
-    expected, got = _metrics(trained), _metrics(out)  # a step logged twice: the resumed run's line is last
-    assert resumed_at < STEPS
-    for step in range(resumed_at + 1, STEPS + 1):
-        for name, value in expected[step].items():
-            if not name.startswith("time/"):
-                assert got[step][name] == value, (step, name)
+    assert kill_and_resume(SFT_YAML, COMMON, _metrics(trained), tmp_path) < STEPS
 
 
 # ------------------------------------------------------------------------------------------- no Ray needed

@@ -29,8 +29,11 @@ class SFTWorker(ActorTrainWorker):
 
     @register(Dispatch.DP_SPLIT)
     @torch.no_grad()
-    def eval_step(self, batch: Batch) -> list[dict[str, float]]:
-        """Summed NLL, correctly predicted and trained tokens of this rank's real rows (``*_sum``: add them up)."""
+    def eval_step(self, batch: Batch) -> dict[str, float]:
+        """Summed NLL, correctly predicted and trained tokens of this rank's real rows (``*_sum``: add them up).
+
+        A dict, not a list: dispatch returns the per-rank dicts as they are (a list would be taken for rows and
+        unpadded, which fails when dispatch padded the batch to split it evenly)."""
         model = self.strategy.model
         device = self.strategy.device
         ids_BT = batch.tensors[C.INPUT_IDS].to(device)
@@ -50,13 +53,11 @@ class SFTWorker(ActorTrainWorker):
         trained_BT = target_BT != IGNORE_INDEX
         nll_sum = sft_cross_entropy(logits_BTV, target_BT, agg=TOKEN_SUM)
         correct = (logits_BTV.argmax(-1) == target_BT) & trained_BT
-        return [
-            {
-                "nll_sum": float(nll_sum),
-                "correct_sum": float(correct.sum()),
-                "tokens_sum": float(trained_BT.sum()),
-            }
-        ]
+        return {
+            "nll_sum": float(nll_sum),
+            "correct_sum": float(correct.sum()),
+            "tokens_sum": float(trained_BT.sum()),
+        }
 
     @register(Dispatch.DP_SPLIT)
     @torch.no_grad()
