@@ -241,6 +241,55 @@ def test_vllm_weight_update_equals_loading_those_weights(model_dirs: tuple[Path,
         reference.shutdown()
 
 
+@pytest.mark.gpu
+def test_vllm_lora_adapter_serves_the_merged_model(model_dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    """Two LoRA updates through ``load_adapter`` (the wire format of a LoRA model update): the engine then serves
+    base + the second adapter, the greedy tokens of a plain engine loading the merged weights."""
+    pytest.importorskip("vllm")
+    from roll.workers.config import LoraConfig
+    from roll.workers.lora import LORA_A, LORA_B, merge_weight
+
+    lora = LoraConfig(r=8, alpha=16, target_modules=["q_proj", "v_proj"])
+    base = _tiny_qwen2(0)  # the weights of model_dirs[0]
+    adapters = []
+    for seed in (1, 2):
+        g = torch.Generator().manual_seed(seed)
+        named: dict[str, torch.Tensor] = {}
+        for name, module in base.named_modules():
+            if name.endswith(("q_proj", "v_proj")):
+                out_features, in_features = module.weight.shape
+                named[name + LORA_A] = torch.randn(lora.r, in_features, generator=g) * 0.2
+                named[name + LORA_B] = torch.randn(out_features, lora.r, generator=g) * 0.2
+        adapters.append(named)
+    state = base.state_dict()
+    for key in list(state):
+        module = key.removesuffix(".weight")
+        if module + LORA_A in adapters[1]:
+            state[key] = merge_weight(
+                state[key], adapters[1][module + LORA_A], adapters[1][module + LORA_B], 2.0
+            )
+    base.load_state_dict(state)
+    merged_dir = _save(base, tmp_path / "merged")
+    strategy = _vllm(model_dirs[0], enable_lora=True, max_lora_rank=8)
+    try:
+        before = _greedy(strategy)
+        strategy.load_adapter(adapters[0], lora, policy_version=1)
+        strategy.load_adapter(adapters[1], lora, policy_version=2)
+        assert strategy.policy_version == 2
+        served = _greedy(strategy)
+    finally:
+        strategy.shutdown()
+    reference = _vllm(merged_dir)
+    try:
+        expected = _greedy(reference)
+    finally:
+        reference.shutdown()
+    assert [tokens for tokens, _ in served] == [tokens for tokens, _ in expected]
+    assert served != before
+    for (_, got), (_, want) in zip(served, expected):
+        torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=0.1, rtol=0)  # bf16 kernels
+
+
 # ---- Megatron on GPU ---------------------------------------------------------------------------------------------
 
 

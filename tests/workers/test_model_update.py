@@ -4,18 +4,16 @@ checksums, versions, and greedy tokens equal to those of the trainer's exported 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _roles_helpers import MODEL, TokenSumNLL, fsdp2, hf_infer, sequences
+from _roles_helpers import ClusterSet, TokenSumNLL, hf_infer, sequences
 
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
-from roll.core.testing import tiny_role
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import (
     Mode,
@@ -25,7 +23,6 @@ from roll.workers.model_update import (
     unpack_bucket,
     weights_checksum,
 )
-from roll.workers.roles import ActorInferWorker, ActorTrainWorker
 from roll.workers.roles import columns as C
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)
@@ -44,24 +41,10 @@ def test_buckets_round_trip_mixed_dtypes() -> None:
 
 
 @pytest.fixture(scope="module")
-def roles(ray_local: object) -> Iterator[tuple[Cluster, Cluster]]:
-    train = Cluster(
-        "actor_train", ActorTrainWorker, tiny_role(),
-        init_kwargs={"model": MODEL, "strategy": fsdp2(), "total_steps": 4},
-    )  # fmt: skip
-    infer = Cluster(
-        "actor_infer",
-        ActorInferWorker,
-        tiny_role(num_workers=2),
-        init_kwargs={"model": MODEL, "infer": hf_infer()},
-    )
-    try:
-        for p in [train.setup.submit(), infer.setup.submit()]:
-            p.result()
-        yield train, infer
-    finally:
-        train.shutdown()
-        infer.shutdown()
+def roles(shared_roles: ClusterSet) -> tuple[Cluster, Cluster]:
+    """The shared one-rank trainer and two inference ranks (each test asserts relative to what it syncs)."""
+    shared = shared_roles.get()
+    return shared["train1"], shared["infer"]
 
 
 @pytest.mark.parametrize("mode", ["object_store", "collective"])

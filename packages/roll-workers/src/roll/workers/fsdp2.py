@@ -30,11 +30,13 @@ from torch.distributed.checkpoint.state_dict import (
     get_optimizer_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.tensor import DTensor
 
 from roll.core.errors import CheckpointError, WorkerError
 from roll.workers.config import FSDP2Config, LoraConfig, SchedulerConfig
 from roll.workers.hf_infer import resolve_device
 from roll.workers.logprobs import forward_scores, split_micro_batches
+from roll.workers.lora import merge_weight, wire_name
 from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
 
 
@@ -236,16 +238,35 @@ class FSDP2TrainStrategy:
 
     # ---- state -----------------------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Full weights on CPU with the base model's names (rank 0; other ranks get ``{}``). Collective.
+    def state_dict(self, all_ranks: bool = False) -> dict[str, torch.Tensor]:
+        """Full weights with the base model's names: on CPU on rank 0, ``{}`` on other ranks; with
+        ``all_ranks``, on every rank, on the training device. Collective.
 
         With LoRA the adapters are merged (``W + B @ A * alpha / r``), which is what an inference worker serves.
         """
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        options = StateDictOptions(full_state_dict=True, cpu_offload=not all_ranks)
         sd = cast(dict[str, torch.Tensor], get_model_state_dict(self.model, options=options))
         if self.config.lora is None or not sd:
             return sd
         return merge_lora_state_dict(sd, self.config.lora)
+
+    @property
+    def lora_config(self) -> LoraConfig | None:
+        """The LoRA adapter this strategy trains (None: full fine-tuning)."""
+        return self.config.lora
+
+    def lora_state_dict(self, all_ranks: bool = False) -> dict[str, torch.Tensor]:
+        """The LoRA adapter alone, on CPU under wire names (:mod:`roll.workers.lora`): on rank 0 (others get
+        ``{}``) or, with ``all_ranks``, on every rank. Collective: gathers the adapter's shards, never the base."""
+        out: dict[str, torch.Tensor] = {}
+        for name, param in self.model.named_parameters():
+            wire = wire_name(name)
+            if wire is None:
+                continue
+            full = param.full_tensor() if isinstance(param, DTensor) else param
+            if self.rank == 0 or all_ranks:
+                out[wire] = full.detach().to("cpu", copy=True)
+        return out
 
     def export_hf(self, path: str | Path) -> None:
         """Write a transformers ``save_pretrained`` folder (safetensors); LoRA writes the adapter only. Collective."""
@@ -383,6 +404,6 @@ def merge_lora_state_dict(sd: dict[str, torch.Tensor], config: LoraConfig) -> di
             base = base.replace(".base_layer.", ".")
             a_key, b_key = f"{prefix}.lora_A.default.weight", f"{prefix}.lora_B.default.weight"
             if name.endswith("weight") and a_key in sd:
-                tensor = tensor + (sd[b_key].float() @ sd[a_key].float() * scaling).to(tensor.dtype)
+                tensor = merge_weight(tensor, sd[a_key], sd[b_key], scaling)
         merged[base] = tensor
     return merged

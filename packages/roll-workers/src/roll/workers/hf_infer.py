@@ -27,8 +27,9 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from roll.core.errors import DataError, WorkerError
-from roll.workers.config import HFInferConfig, SamplingParams
+from roll.workers.config import HFInferConfig, LoraConfig, SamplingParams
 from roll.workers.logprobs import forward_scores, left_pad, split_micro_batches, trim_padding
+from roll.workers.lora import AdapterMerger
 from roll.workers.types import FinishReason, GeneratedSample, TokenScores
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -84,6 +85,7 @@ class HFInferStrategy:
         self.pad_token_id = _pad_id(model, tokenizer, self.eos_token_ids)
         self._policy_version = 0
         self._max_new = 0
+        self._adapters: AdapterMerger | None = None
 
     @property
     def policy_version(self) -> int:
@@ -301,6 +303,19 @@ class HFInferStrategy:
         with torch.no_grad():
             for name, tensor in named_tensors.items():
                 params[name].copy_(tensor.to(device=self.device, dtype=params[name].dtype))
+        if self._adapters is not None:
+            self._adapters.forget(named_tensors)
+        self._policy_version = policy_version
+
+    def load_adapter(
+        self, named_tensors: Mapping[str, torch.Tensor], lora: LoraConfig, policy_version: int
+    ) -> None:
+        """Serve base + this LoRA adapter (wire names of :mod:`roll.workers.lora`; each module's ``A`` and ``B``
+        in the same call) as ``policy_version``: merged into the dense weights from pristine base copies, so a
+        later adapter replaces this one instead of adding to it."""
+        if self._adapters is None:
+            self._adapters = AdapterMerger(self.model)
+        self._adapters.apply(named_tensors, lora)
         self._policy_version = policy_version
 
     def offload(self) -> None:

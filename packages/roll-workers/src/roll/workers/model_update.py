@@ -17,10 +17,13 @@ Three transports, one wire format (named tensors packed into flat ``uint8`` buck
   process). The bucket plan (names, dtypes, shapes, version) goes through the store; each bucket is one
   ``broadcast`` from rank 0.
 
-Every update carries a ``policy_version``; inference strategies record it and stamp it on every sample. LoRA: the
-fsdp2 strategy's ``state_dict`` merges the adapters into the base weights (``W + B A alpha / r``), and the
-trainer sends only the merged weights of adapted modules (the rest of the base model never changes), so a LoRA
-update costs the adapted matrices, not the whole model, and the inference side needs no peft.
+Every update carries a ``policy_version``; inference strategies record it and stamp it on every sample.
+
+LoRA (:mod:`roll.workers.lora`): a trainer with a LoRA adapter sends the adapter alone, ``A`` and ``B`` of each
+adapted module (:func:`update_payload`), as one bucket whose :class:`BucketMeta` carries the
+:class:`~roll.workers.config.LoraConfig` (``r``, ``alpha``, target modules); the base weights never change, so
+they never travel. The inference strategy's ``load_adapter`` applies it (hf merges from pristine base copies,
+vLLM serves it as a ``LoRARequest``); :func:`load_payload` picks ``load_weights`` or ``load_adapter`` by the meta.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import hashlib
 import pickle
 import socket
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -39,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from roll.core.errors import WorkerError
+from roll.workers.config import LoraConfig
 
 __all__ = [
     "BucketMeta",
@@ -48,12 +52,14 @@ __all__ = [
     "TensorBucket",
     "UpdateReport",
     "free_port",
+    "load_payload",
     "pack_bucket",
     "plan_buckets",
     "receive_weights",
     "send_weights",
     "sync_in_process",
     "unpack_bucket",
+    "update_payload",
     "weights_checksum",
 ]
 
@@ -65,9 +71,11 @@ Mode = Literal["auto", "object_store", "collective"]
 
 @dataclass(frozen=True)
 class BucketMeta:
-    """Where each tensor of a packed bucket lives: ``(name, dtype name, shape, byte offset, byte length)``."""
+    """Where each tensor of a packed bucket lives: ``(name, dtype name, shape, byte offset, byte length)``;
+    ``lora`` is set when the bucket is a LoRA adapter (wire names of :mod:`roll.workers.lora`)."""
 
     entries: tuple[tuple[str, str, tuple[int, ...], int, int], ...]
+    lora: LoraConfig | None = None
 
     @property
     def nbytes(self) -> int:
@@ -107,8 +115,11 @@ def plan_buckets(named: Mapping[str, torch.Tensor], bucket_mb: float) -> list[li
     return [b for b in buckets if b]
 
 
-def pack_bucket(named: Mapping[str, torch.Tensor], device: torch.device | None = None) -> TensorBucket:
-    """Concatenate the tensors' bytes into one flat ``uint8`` tensor (any dtypes mixed)."""
+def pack_bucket(
+    named: Mapping[str, torch.Tensor], device: torch.device | None = None, lora: LoraConfig | None = None
+) -> TensorBucket:
+    """Concatenate the tensors' bytes into one flat ``uint8`` tensor (any dtypes mixed); ``lora`` marks an
+    adapter bucket."""
     entries, parts, offset = [], [], 0
     for name, tensor in named.items():
         raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
@@ -118,7 +129,7 @@ def pack_bucket(named: Mapping[str, torch.Tensor], device: torch.device | None =
         parts.append(raw.to(device) if device is not None else raw)
         offset += raw.numel()
     flat_N = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.uint8)
-    return TensorBucket(flat_N, BucketMeta(tuple(entries)))
+    return TensorBucket(flat_N, BucketMeta(tuple(entries), lora))
 
 
 def unpack_bucket(flat_N: torch.Tensor, meta: BucketMeta) -> dict[str, torch.Tensor]:
@@ -149,19 +160,67 @@ def weights_checksum(named: Mapping[str, torch.Tensor], dtype: torch.dtype | Non
     return digest.hexdigest()
 
 
-def sync_in_process(
-    train_strategy: Any, infer_strategy: Any, policy_version: int, bucket_mb: float = 256.0
-) -> int:
-    """Load the trainer's full weights into an infer strategy of the same process, bucket by bucket.
+def update_payload(
+    train_strategy: Any, all_ranks: bool = False
+) -> tuple[dict[str, torch.Tensor], LoraConfig | None]:
+    """What a model update sends: the LoRA adapter alone (and its config) when the strategy trains one (it has a
+    ``lora_config`` that is not None and ``lora_state_dict()``), else the full weights and ``None``.
 
-    For one actor holding both strategies (time-sharing a device). Returns the number of buckets.
+    Collective over the trainer's ranks (every rank must call it); the tensors are on rank 0, ``{}`` elsewhere,
+    unless ``all_ranks`` (every rank gets them; the strategy's methods must take ``all_ranks``, as fsdp2's do).
     """
-    state = train_strategy.state_dict()
-    count = 0
-    for bucket in iter_buckets(state, bucket_mb):
-        infer_strategy.load_weights(bucket, policy_version)
-        count += 1
-    return count
+    kwargs = {"all_ranks": True} if all_ranks else {}
+    lora = getattr(train_strategy, "lora_config", None)
+    if lora is not None:
+        return train_strategy.lora_state_dict(**kwargs), lora
+    return train_strategy.state_dict(**kwargs), None
+
+
+def plan_update(
+    named: Mapping[str, torch.Tensor], bucket_mb: float, lora: LoraConfig | None
+) -> list[list[str]]:
+    """Buckets of an update: an adapter always travels whole, as one bucket (it is small, and vLLM loads an
+    adapter from one folder); full weights in buckets of at most ``bucket_mb`` MiB."""
+    if lora is not None:
+        return [list(named)] if named else []
+    return plan_buckets(named, bucket_mb)
+
+
+def load_payload(
+    infer_strategy: Any, named: Mapping[str, torch.Tensor], lora: LoraConfig | None, policy_version: int
+) -> None:
+    """Apply one bucket to an inference strategy: ``load_adapter`` for an adapter, ``load_weights`` otherwise."""
+    if lora is None:
+        infer_strategy.load_weights(named, policy_version)
+        return
+    load_adapter = getattr(infer_strategy, "load_adapter", None)
+    if load_adapter is None:
+        raise WorkerError(
+            f"{type(infer_strategy).__name__} cannot apply a LoRA update (no load_adapter); use an inference "
+            f"strategy that does (hf, vllm with enable_lora) or train without strategy.lora"
+        )
+    load_adapter(named, lora, policy_version)
+
+
+def sync_in_process(
+    train_strategy: Any,
+    infer_strategy: Any,
+    policy_version: int,
+    bucket_mb: float = 256.0,
+    all_ranks: bool = False,
+) -> int:
+    """Load the trainer's weights (its adapter alone, under LoRA) into an infer strategy of the same process,
+    bucket by bucket: the tensors are handed over as they are, no copy through a buffer or the object store.
+
+    For one actor holding both strategies (time-sharing a device; a ``HybridActorWorker``). Collective over the
+    trainer's ranks; with several ranks pass ``all_ranks`` so that each rank's infer strategy gets the full
+    weights. Returns the number of buckets.
+    """
+    named, lora = update_payload(train_strategy, all_ranks)
+    plan = plan_update(named, bucket_mb, lora)
+    for names in plan:
+        load_payload(infer_strategy, {n: named[n] for n in names}, lora, policy_version)
+    return len(plan)
 
 
 # ---- the collective transport ------------------------------------------------------------------------------------
@@ -231,25 +290,31 @@ class CollectiveGroup:
 
 
 def send_weights(
-    group: CollectiveGroup, named: Mapping[str, torch.Tensor], bucket_mb: float, policy_version: int
+    group: CollectiveGroup,
+    named: Mapping[str, torch.Tensor],
+    bucket_mb: float,
+    policy_version: int,
+    lora: LoraConfig | None = None,
 ) -> tuple[int, int]:
-    """Rank 0 of ``group``: publish the bucket plan, then broadcast each bucket. Returns ``(buckets, bytes)``."""
-    buckets = [pack_bucket({n: named[n] for n in names}) for names in plan_buckets(named, bucket_mb)]
+    """Rank 0 of ``group``: publish the bucket plan, then broadcast each bucket. Returns ``(buckets, bytes)``.
+
+    ``lora``: ``named`` is an adapter (see :func:`update_payload`), sent as one bucket."""
+    plan = plan_update(named, bucket_mb, lora)
+    buckets = [pack_bucket({n: named[n] for n in names}, lora=lora) for names in plan]
     group.put(f"weights/{policy_version}", [b.meta for b in buckets])
     for bucket in buckets:
         group.broadcast(bucket.flat_N.to(group.device), src=0)
     return len(buckets), sum(b.meta.nbytes for b in buckets)
 
 
-def receive_weights(
-    group: CollectiveGroup, policy_version: int, load: Callable[[dict[str, torch.Tensor], int], None]
-) -> int:
-    """A receiving rank: read the plan of ``policy_version``, receive each bucket and ``load(tensors, version)``."""
+def receive_weights(group: CollectiveGroup, policy_version: int, infer_strategy: Any) -> int:
+    """A receiving rank: read the plan of ``policy_version``, receive each bucket and load it into
+    ``infer_strategy`` (:func:`load_payload`). Returns the bucket count."""
     metas: list[BucketMeta] = group.get(f"weights/{policy_version}")
     for meta in metas:
         flat_N = torch.empty(meta.nbytes, dtype=torch.uint8, device=group.device)
         group.broadcast(flat_N, src=0)
-        load(unpack_bucket(flat_N, meta), policy_version)
+        load_payload(infer_strategy, unpack_bucket(flat_N, meta), meta.lora, policy_version)
     return len(metas)
 
 
@@ -355,18 +420,3 @@ def _pick_mode(train: Any, infer: Any) -> str:
         return "object_store"
     nodes = {info.node_id for info in [*train.infos, *infer.infos]}
     return "object_store" if len(nodes) == 1 and train.role_cfg.gpus_per_worker == 0 else "collective"
-
-
-def merged_lora_names(model: torch.nn.Module) -> set[str] | None:
-    """Base-model names of the weights a peft LoRA adapter changes (``None`` for a model without LoRA)."""
-    names = {
-        n.removeprefix("base_model.model.").replace(".base_layer.", ".")
-        for n, _ in model.named_parameters()
-        if ".base_layer." in n
-    }
-    return names or None
-
-
-def select_names(named: Mapping[str, torch.Tensor], keep: Sequence[str] | set[str] | None) -> dict[str, Any]:
-    """``named`` restricted to ``keep`` (all of it when ``keep`` is None)."""
-    return dict(named) if keep is None else {n: t for n, t in named.items() if n in keep}

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from roll.workers.config import SamplingParams
+    from roll.workers.config import LoraConfig, SamplingParams
 
 FinishReason = Literal["stop", "length"]
 
@@ -133,6 +133,10 @@ class InferStrategy(Protocol):
     ) -> TokenScores: ...
 
     def load_weights(self, named_tensors: Mapping[str, torch.Tensor], policy_version: int) -> None: ...
+
+    def load_adapter(
+        self, named_tensors: Mapping[str, torch.Tensor], lora: LoraConfig, policy_version: int
+    ) -> None: ...
 
     def offload(self) -> None: ...
 

@@ -19,6 +19,9 @@ Design:
 - **Sleep mode** frees the GPU between phases when colocated: ``offload`` = ``sleep(level)``, ``reload`` =
   ``wake_up()``; :meth:`VLLMInferStrategy.wake_up` takes vLLM's tags (``["weights"]`` first, update, then
   ``["kv_cache"]``) to keep peak memory low during an update.
+- **LoRA**: a LoRA trainer's update carries the adapter only (:mod:`roll.workers.lora`); :meth:`VLLMInferStrategy.
+  load_adapter` saves it as a peft folder and serves it through vLLM's ``LoRARequest`` (``enable_lora: true``),
+  a new adapter id per policy version, the previous one removed.
 """
 
 from __future__ import annotations
@@ -27,14 +30,17 @@ import asyncio
 import concurrent.futures
 import itertools
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
 from roll.core.errors import DataError, PluginError, WorkerError, WorkerTimeoutError
-from roll.workers.config import SamplingParams
+from roll.workers.config import LoraConfig, SamplingParams
 from roll.workers.types import FinishReason, GeneratedSample, TokenScores
 from roll.workers.vllm_config import VLLMConfig
 
@@ -161,6 +167,9 @@ class VLLMInferStrategy:
         self._calls = itertools.count()
         self._policy_version = 0
         self._lora: Any = None
+        self._lora_dir: str | None = None
+        self._lora_ids = itertools.count(1)
+        self._adapter_dirs = itertools.count()
         self._asleep = False
         self.engine = self._run(self._start(), "engine start")
 
@@ -332,13 +341,36 @@ class VLLMInferStrategy:
         if not self.config.enable_lora:
             raise WorkerError("load_lora needs enable_lora: true in the vllm strategy config")
         request = LoRARequest(
-            lora_name=f"policy-{policy_version}", lora_int_id=policy_version + 1, lora_path=path
+            # vLLM caches adapters by id: a fresh id per load, so re-serving a version never hits a stale cache.
+            lora_name=f"policy-{policy_version}",
+            lora_int_id=next(self._lora_ids),
+            lora_path=path,
         )
         self._run(self.engine.add_lora(request), "add_lora")
         previous, self._lora = self._lora, request
         if previous is not None:
             self._run(self.engine.remove_lora(previous.lora_int_id), "remove_lora")
         self._after_update(policy_version)
+
+    def load_adapter(
+        self, named_tensors: Mapping[str, torch.Tensor], lora: LoraConfig, policy_version: int
+    ) -> None:
+        """Serve the LoRA adapter ``named_tensors`` (wire names of :mod:`roll.workers.lora`, the whole adapter in
+        one call) as ``policy_version``: written as a peft folder, then added with a ``LoRARequest``.
+
+        The folder of the adapter served before is removed once the new one is in (vLLM reads it at
+        ``add_lora``)."""
+        from roll.workers.lora import write_peft_adapter
+
+        if self._lora_dir is None:
+            self._lora_dir = tempfile.mkdtemp(prefix="roll-lora-")
+        folder = write_peft_adapter(
+            Path(self._lora_dir) / f"adapter-{next(self._adapter_dirs)}", named_tensors, lora, self.model_path
+        )
+        previous = self._lora.lora_path if self._lora is not None else None
+        self.load_lora(str(folder), policy_version)
+        if previous is not None and previous.startswith(self._lora_dir):
+            shutil.rmtree(previous, ignore_errors=True)
 
     def _rpc(self, method: str, *args: Any) -> list[Any]:
         return self._run(

@@ -14,11 +14,10 @@ from roll.workers import logits_transfer
 from roll.workers.model_update import (
     CollectiveGroup,
     free_port,
-    merged_lora_names,
     pack_bucket,
-    plan_buckets,
-    select_names,
+    plan_update,
     send_weights,
+    update_payload,
     weights_checksum,
 )
 from roll.workers.roles import _common, checkpoint
@@ -53,6 +52,7 @@ class ActorTrainWorker(Worker):
         self.tokenizer: Any = None
         self._groups: dict[str, CollectiveGroup] = {}
         self._staged: dict[str, torch.Tensor] = {}
+        self._staged_lora: Any = None
         self._bucket_names: list[list[str]] = []
 
     @register(Dispatch.ONE_TO_ALL)
@@ -150,21 +150,22 @@ class ActorTrainWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def stage_weights(self, bucket_mb: float) -> int:
-        """Gather the weights to send (collective) and plan buckets; returns the bucket count (0 off rank 0)."""
-        state = self.strategy.state_dict()
-        self._staged = select_names(state, merged_lora_names(self.strategy.model)) if self.rank == 0 else {}
-        self._bucket_names = plan_buckets(self._staged, bucket_mb)
+        """Gather what to send (collective: the full weights, or the adapter alone under LoRA) and plan buckets;
+        returns the bucket count (0 off rank 0)."""
+        named, self._staged_lora = update_payload(self.strategy)
+        self._staged = named if self.rank == 0 else {}
+        self._bucket_names = plan_update(self._staged, bucket_mb, self._staged_lora)
         return len(self._bucket_names)
 
     @register(Dispatch.RANK_ZERO)
     def weight_bucket(self, index: int) -> tuple[Any, int]:
         """Bucket ``index`` of the staged weights, put into the object store: ``(ObjectRef, bytes)``."""
-        bucket = pack_bucket({n: self._staged[n] for n in self._bucket_names[index]})
+        bucket = pack_bucket({n: self._staged[n] for n in self._bucket_names[index]}, lora=self._staged_lora)
         return ray.put(bucket), bucket.meta.nbytes
 
     @register(Dispatch.ONE_TO_ALL)
     def release_weights(self) -> None:
-        self._staged, self._bucket_names = {}, []
+        self._staged, self._bucket_names, self._staged_lora = {}, [], None
 
     @register(Dispatch.RANK_ZERO)
     def update_endpoint(self) -> tuple[str, int]:
@@ -181,12 +182,12 @@ class ActorTrainWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def broadcast_weights(self, name: str, bucket_mb: float, policy_version: int) -> tuple[int, int] | None:
-        """Broadcast the weights over group ``name`` (collective over this role too). Rank 0: (buckets, bytes)."""
-        state = self.strategy.state_dict()
+        """Broadcast the weights (the adapter alone under LoRA) over group ``name`` (collective over this role
+        too). Rank 0: (buckets, bytes)."""
+        named, lora = update_payload(self.strategy)
         if self.rank != 0:
             return None
-        named = select_names(state, merged_lora_names(self.strategy.model))
-        return send_weights(self._groups[name], named, bucket_mb, policy_version)
+        return send_weights(self._groups[name], named, bucket_mb, policy_version, lora=lora)
 
     # ---- logits transfer (distillation students; see roll.workers.logits_transfer) ----------------------------
 

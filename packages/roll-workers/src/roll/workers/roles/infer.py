@@ -11,7 +11,13 @@ from roll.core.batch import PAD_COLUMN, Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.core.errors import WorkerError
 from roll.workers.config import SamplingParams
-from roll.workers.model_update import CollectiveGroup, TensorBucket, receive_weights, weights_checksum
+from roll.workers.model_update import (
+    CollectiveGroup,
+    TensorBucket,
+    load_payload,
+    receive_weights,
+    weights_checksum,
+)
 from roll.workers.roles import _common
 from roll.workers.roles import columns as C
 from roll.workers.roles.config import ModelConfig
@@ -79,10 +85,11 @@ class ActorInferWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def update_weights(self, bucket_refs: list[Any], policy_version: int) -> int:
-        """Load weight buckets from the object store (one at a time) and serve ``policy_version``."""
+        """Load weight buckets (or a LoRA adapter bucket) from the object store, one at a time, and serve
+        ``policy_version``."""
         for ref in bucket_refs:
             bucket: TensorBucket = ray.get(ref)
-            self.strategy.load_weights(bucket.tensors(), policy_version)
+            load_payload(self.strategy, bucket.tensors(), bucket.meta.lora, policy_version)
         return self.strategy.policy_version  # type: ignore[no-any-return]
 
     @register(Dispatch.ONE_TO_ALL)
@@ -97,7 +104,7 @@ class ActorInferWorker(Worker):
         """Receive the broadcast of ``policy_version`` over group ``name`` and load it; returns the bucket count."""
         if name not in self._groups:
             raise WorkerError(f"{self.role} rank {self.rank}: not in update group {name!r}; join it first")
-        return receive_weights(self._groups[name], policy_version, self.strategy.load_weights)
+        return receive_weights(self._groups[name], policy_version, self.strategy)
 
     @register(Dispatch.ONE_TO_ALL)
     def policy_version(self) -> int:
