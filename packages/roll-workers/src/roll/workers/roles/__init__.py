@@ -13,14 +13,20 @@ Registered methods (dispatch mode) by role:
   DP (``logp_BT``, ``entropy_BT``); ``save_checkpoint(path)`` / ``load_checkpoint(path)`` / ``export_hf(path)`` /
   ``offload()`` / ``reload()`` ALL; ``weights_checksum(dtype=None) -> list[str]`` ALL (rank 0's is the one);
   model update: ``stage_weights`` / ``weight_bucket`` / ``release_weights`` / ``update_endpoint`` /
-  ``join_update_group`` / ``broadcast_weights`` (driven by :class:`~roll.workers.model_update.ModelUpdateGroup`);
-  distillation: ``join_transfer_group`` ALL, ``receive_topk(batch, name, num_sources, k) -> Batch`` DP.
+  ``join_update_group`` / ``broadcast_weights`` (driven by :class:`~roll.workers.model_update.ModelUpdateGroup`;
+  a LoRA trainer sends its adapter only); distillation: ``join_transfer_group`` ALL,
+  ``receive_topk(batch, name, num_sources, k, key="topk") -> Batch`` DP.
 - :class:`ActorInferWorker` ``(model, infer: HFInferConfig, strategy_name="hf")``: ``setup()`` ALL;
   ``generate(prompts, params: SamplingParams) -> Batch`` DP (n rows per prompt; see
   :func:`~roll.workers.roles.sequences.to_sequences`); ``compute_logprobs(batch, temperature=1.0,
   with_entropy=False) -> Batch`` DP; ``update_weights(bucket_refs, policy_version)`` / ``join_update_group`` /
   ``receive_weights(name, policy_version)`` ALL; ``policy_version() -> list[int]`` ALL;
   ``weights_checksum(dtype=None) -> list[str]`` ALL; ``offload()`` / ``reload()`` ALL.
+- :class:`HybridActorWorker` ``(model, strategy: FSDP2Config, infer: HFInferConfig, total_steps=1,
+  strategy_name="fsdp2", infer_name="hf")``: both in one process; ``setup()`` ALL; ``train_step`` DP;
+  ``sync_weights(policy_version) -> list[int]`` ALL (in process, no copy through the object store); ``generate``
+  DP; ``compute_logprobs`` DP (trainer); ``policy_version()`` / ``full_state_dict()`` /
+  ``weights_checksum(side="infer")`` / ``offload(side)`` / ``reload(side)`` ALL.
 - :class:`ReferenceWorker` ``(model, strategy=None, strategy_name="hf")``: ``setup()``,
   ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch`` DP, ``offload``/``reload``.
 - :class:`CriticWorker` ``(model, strategy: FSDP2Config, total_steps=1, strategy_name="fsdp2")``: ``setup()``,
@@ -30,7 +36,8 @@ Registered methods (dispatch mode) by role:
   ``train_step(batch, loss_fn)`` DP (the loss reads ``ForwardOutput.scores_B``), ``export_hf`` and checkpoints.
 - :class:`TeacherWorker` ``(model, strategy=None, strategy_name="hf")``: ``setup()``,
   ``compute_logprobs`` DP, ``topk_logits(batch, k) -> Batch`` DP (``topk_values_BTK``, ``topk_indices_BTK``),
-  ``transfer_endpoint()`` RANK_ZERO, ``join_transfer_group`` ALL, ``send_topk(batch, k, name, num_sources)`` DP.
+  ``transfer_endpoint()`` RANK_ZERO, ``join_transfer_group`` ALL, ``send_topk(batch, k, name, num_sources,
+  key="topk")`` DP (one round of channel ``key`` per call; see :mod:`roll.workers.logits_transfer`).
 
 DP = ``Dispatch.DP_SPLIT`` (rows split evenly, padding removed from the result), ALL = ``Dispatch.ONE_TO_ALL``
 (result: list by rank). Importing this package is light: each name below is imported on first use (PEP 562),
@@ -46,6 +53,7 @@ if TYPE_CHECKING:
     from roll.workers.roles.actor import ActorTrainWorker
     from roll.workers.roles.config import ModelConfig
     from roll.workers.roles.critic import CriticWorker
+    from roll.workers.roles.hybrid import HybridActorWorker
     from roll.workers.roles.infer import ActorInferWorker
     from roll.workers.roles.model import load_causal_lm, load_model, load_tokenizer
     from roll.workers.roles.reference import ReferenceWorker
@@ -57,6 +65,7 @@ _WHERE = {
     "ActorTrainWorker": "actor",
     "ModelConfig": "config",
     "CriticWorker": "critic",
+    "HybridActorWorker": "hybrid",
     "ActorInferWorker": "infer",
     "load_causal_lm": "model",
     "load_model": "model",
@@ -79,6 +88,7 @@ __all__ = [
     "ActorInferWorker",
     "ActorTrainWorker",
     "CriticWorker",
+    "HybridActorWorker",
     "ModelConfig",
     "ReferenceWorker",
     "RewardModelWorker",
