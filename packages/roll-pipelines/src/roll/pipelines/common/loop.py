@@ -16,6 +16,10 @@ TRAIN_METRIC_REDUCTION = {"loss": "mean", "grad_norm": "max", "lr": "max", "toke
 rank), ``tokens`` are this rank's."""
 
 
+LOSS_METRIC_PREFIX = "actor/"
+"""The prefix ``ActorTrainWorker.train_with_metrics`` puts on a loss's own metrics (dropped here)."""
+
+
 def optimizer_chunks(rows: Sequence[Any], batch: BatchConfig) -> list[list[Any]]:
     """The step's rows cut into ``optimizer_steps_per_step`` consecutive chunks (one optimizer step each)."""
     n = batch.optimizer_steps_per_step
@@ -24,11 +28,19 @@ def optimizer_chunks(rows: Sequence[Any], batch: BatchConfig) -> list[list[Any]]
 
 
 def train_chunks(cluster: Cluster, chunks: Sequence[Batch], loss_fn: LossFn) -> dict[str, float]:
-    """One ``train_step`` per chunk; metrics of the last optimizer step, tokens summed over the step."""
+    """One ``train_step`` per chunk; metrics of the last optimizer step, tokens summed over the step.
+
+    A loss with a ``metrics()`` method (DPO's reward accuracy and margin) trains through ``train_with_metrics``
+    and its metrics join the step's under their own names (the rank mean: ranks hold equal numbers of units)."""
     metrics: dict[str, float] = {}
     tokens = 0.0
     for chunk in chunks:
-        metrics = reduce_metrics(cluster.train_step(chunk, loss_fn), TRAIN_METRIC_REDUCTION)
+        if callable(getattr(loss_fn, "metrics", None)):
+            per_rank = cluster.train_with_metrics(chunk, loss_fn)
+            per_rank = [{k.removeprefix(LOSS_METRIC_PREFIX): v for k, v in r.items()} for r in per_rank]
+        else:
+            per_rank = cluster.train_step(chunk, loss_fn)
+        metrics = reduce_metrics(per_rank, TRAIN_METRIC_REDUCTION)
         tokens += metrics.pop("tokens", 0.0)
     metrics["tokens"] = tokens
     return metrics
