@@ -7,7 +7,7 @@ import random
 import pytest
 
 from roll.agentic.envs.frozen_lake import FrozenLakeConfig, FrozenLakeEnv, generate_map, has_path
-from roll.agentic.types import Env, EnvError
+from roll.agentic.types import EXPERT_ACTION, Env, EnvError
 
 MAP = ["S_O", "___", "O_G"]
 
@@ -68,3 +68,43 @@ def test_generated_maps_have_a_path_and_are_seeded() -> None:
 def test_bad_map_rejected() -> None:
     with pytest.raises(EnvError):
         FrozenLakeEnv(rows=["__", "_G"])
+
+
+def test_expert_action_walks_a_shortest_path_to_the_goal() -> None:
+    """Following ``info['expert_action']`` wins every generated map in exactly the BFS distance."""
+    for seed in range(30):
+        env = FrozenLakeEnv(FrozenLakeConfig(size=5, frozen_prob=0.7, max_steps=40))
+        _, info = env.reset(seed=seed)
+        moves = 0
+        while True:
+            result = env.step(info[EXPERT_ACTION])
+            moves += 1
+            info = result.info
+            if result.done:
+                break
+        assert result.info["success"] and not result.info["fell"]
+        assert EXPERT_ACTION not in result.info, "no expert action after the episode ended"
+        assert moves == _bfs_distance(env.rows)
+
+
+def test_expert_action_is_none_without_a_path() -> None:
+    env = FrozenLakeEnv(rows=["SO", "OG"])
+    assert env.reset(seed=0)[1][EXPERT_ACTION] is None
+
+
+def _bfs_distance(rows: list[str]) -> int:
+    dist, frontier = 0, {(0, 0)}
+    seen = set(frontier)
+    while frontier:
+        if any(rows[r][c] == "G" for r, c in frontier):
+            return dist
+        nxt = set()
+        for r, c in frontier:
+            for dr, dc in ((0, 1), (1, 0), (0, -1), (-1, 0)):
+                cell = (r + dr, c + dc)
+                if 0 <= cell[0] < len(rows) and 0 <= cell[1] < len(rows[0]) and rows[cell[0]][cell[1]] != "O":
+                    nxt.add(cell)
+        frontier = nxt - seen
+        seen |= frontier
+        dist += 1
+    raise AssertionError("no path")

@@ -12,14 +12,14 @@ import pytest
 
 from roll.agentic.envs.learnable import PHRASES, GuessDirectionConfig, GuessDirectionEnv
 from roll.agentic.parsing import parse_action
-from roll.agentic.types import Env, EnvError
+from roll.agentic.types import EXPERT_ACTION, Env, EnvError
 
 
 def test_contract() -> None:
     env = GuessDirectionEnv()
     assert isinstance(env, Env)
     obs, info = env.reset(seed=1)
-    assert obs == PHRASES[info["direction"]]
+    assert obs == PHRASES[info["direction"]] and info[EXPERT_ACTION] == info["direction"]
     result = env.step(info["direction"].upper())
     assert result.reward == 1.0 and result.terminated and result.info["success"]
     with pytest.raises(EnvError):
@@ -37,6 +37,7 @@ def test_multi_round_episode() -> None:
         result = env.step(env.direction or "")
         total += result.reward
         assert result.terminated == (i == 2)
+        assert result.info.get(EXPERT_ACTION) == (None if i == 2 else env.direction)
     assert total == 3.0
 
 

@@ -16,6 +16,9 @@ Map of the abstractions:
   their ``roll.env`` entry-point name (:class:`EnvConfig`); each env module exposes an
   :class:`~roll.core.types.EnvSpec` in :mod:`roll.agentic.envs.specs`, each tool a
   :class:`~roll.core.types.ToolSpec` in :mod:`roll.agentic.tools.specs`.
+- ``info`` dicts may carry :data:`EXPERT_ACTION`: the action an expert would take in the state just reached
+  (after ``reset`` and after every step that does not end the episode). Envs that know it (FrozenLake by BFS,
+  guess_direction) report it; the agentic warm-up imitates it for a fraction of its answers.
 - Env managers (which batch envs, prompt a policy and apply format penalties) consume these interfaces; they
   live elsewhere and import nothing below this module but the interfaces.
 
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 __all__ = [
+    "EXPERT_ACTION",
     "Env",
     "EnvConfig",
     "EnvError",
@@ -49,6 +53,9 @@ __all__ = [
     "ToolResult",
     "tool_schema",
 ]
+
+EXPERT_ACTION = "expert_action"
+"""``info`` key: the action an expert would take in the current state (optional, see the module docstring)."""
 
 Observation = str
 """What the policy sees after reset or a step: plain text, ready to go into a chat message."""

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from roll.agentic.types import EnvConfig, EnvError, Observation, RenderMode, StepResult
+from roll.agentic.types import EXPERT_ACTION, EnvConfig, EnvError, Observation, RenderMode, StepResult
 
 __all__ = ["FrozenLakeConfig", "FrozenLakeEnv", "generate_map", "has_path"]
 
@@ -78,6 +78,28 @@ def has_path(rows: list[str]) -> bool:
                 seen.add((nr, nc))
                 queue.append((nr, nc))
     return False
+
+
+def expert_move(rows: list[str], start: Cell) -> str | None:
+    """The first move of a shortest hole-free path from ``start`` to a goal (None when there is none)."""
+    size_r, size_c = len(rows), len(rows[0])
+    first: dict[Cell, str | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        r, c = queue.popleft()
+        if rows[r][c] == GOAL:
+            return first[(r, c)]
+        for name, (dr, dc) in DIRECTIONS.items():
+            nxt = (r + dr, c + dc)
+            if (
+                0 <= nxt[0] < size_r
+                and 0 <= nxt[1] < size_c
+                and nxt not in first
+                and rows[nxt[0]][nxt[1]] != HOLE
+            ):
+                first[nxt] = first[(r, c)] or name
+                queue.append(nxt)
+    return None
 
 
 def _checked_rows(rows: list[str]) -> list[str]:
@@ -133,7 +155,7 @@ class FrozenLakeEnv:
         )
         self._slip_rng = rng
         self._steps, self._done = 0, False
-        return self.render(), {"seed": seed}
+        return self.render(), {"seed": seed, EXPERT_ACTION: expert_move(self.rows, self.player)}
 
     def step(self, action: str) -> StepResult:
         if self._done:
@@ -147,7 +169,9 @@ class FrozenLakeEnv:
         won, fell = cell == GOAL, cell == HOLE
         truncated = not (won or fell) and self._steps >= self.max_steps
         self._done = won or fell or truncated
-        info = {"action_is_valid": valid, "success": won, "fell": fell}
+        info: dict[str, Any] = {"action_is_valid": valid, "success": won, "fell": fell}
+        if not self._done:
+            info[EXPERT_ACTION] = expert_move(self.rows, self.player)
         return StepResult(self.render(), 1.0 if won else 0.0, won or fell, truncated, info)
 
     def _slip(self, name: str) -> str:

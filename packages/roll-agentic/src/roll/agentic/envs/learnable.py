@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from roll.agentic.types import EnvConfig, EnvError, Observation, RenderMode, StepResult
+from roll.agentic.types import EXPERT_ACTION, EnvConfig, EnvError, Observation, RenderMode, StepResult
 
 __all__ = ["PHRASES", "GuessDirectionConfig", "GuessDirectionEnv"]
 
@@ -72,7 +72,7 @@ class GuessDirectionEnv:
         self._round_rng = random.Random(seed)
         self.direction = self._round_rng.choice(self.actions)
         self._steps, self._done = 0, False
-        return self.render(), {"seed": seed, "direction": self.direction}
+        return self.render(), {"seed": seed, "direction": self.direction, EXPERT_ACTION: self.direction}
 
     def step(self, action: str) -> StepResult:
         if self._done or self.direction is None:
@@ -88,6 +88,7 @@ class GuessDirectionEnv:
         else:
             self.direction = self._round_rng.choice(self.actions)
             obs = ("Correct! " if correct else "Wrong. ") + self.render()
+            info[EXPERT_ACTION] = self.direction
         return StepResult(obs, self.config.correct_reward if correct else 0.0, terminated, False, info)
 
     def render(self, mode: RenderMode = "text") -> str:

@@ -4,7 +4,8 @@ One step: roll out ``batch.prompts_per_step`` groups of ``batch.samples_per_prom
 normalize rewards (by batch, group or tag), estimate advantages (the ``algorithm`` preset's estimator over episode
 groups, or GiGPO's episode + anchor-state groups in step mode), train ``actor_train``, push the weights to
 ``actor_infer``. An optional SFT ``warmup`` first teaches the answer *format* on env prompts with uniformly random
-valid actions, so RL starts from a policy that answers but has learned nothing about the task.
+valid actions (RL starts from a policy that answers but knows nothing of the task), or imitates a noisy expert
+(``warmup.expert_fraction``: that share of answers is the env's expert action, the rest random).
 
 This module holds only the config and ``SPEC`` (no torch, no Ray); :mod:`.pipeline` has the implementation.
 """
@@ -39,12 +40,17 @@ class GiGPOConfig(RollModel):
 
 
 class WarmupConfig(RollModel):
-    """SFT on env prompts answered with a uniformly random valid action in the answer format."""
+    """SFT on env prompts (first states) answered in the answer format: by default with a uniformly random valid
+    action (the format, not the task); with ``expert_fraction`` > 0, that fraction of answers imitates the env's
+    expert (``info["expert_action"]``), so the warm-up policy is a noisy expert that RL then sharpens."""
 
     steps: int = Field(20, ge=1)
     batch_size: int = Field(32, ge=1)
     lr: float | None = Field(None, gt=0, description="default: the RL optimizer's lr")
     answer_template: str = Field("<answer>{action}</answer>", description="how an action is written")
+    expert_fraction: float = Field(
+        0.0, ge=0.0, le=1.0, description="share of answers that take the env's expert action (info key)"
+    )
 
 
 def _default_algorithm() -> AlgorithmConfig:

@@ -34,8 +34,10 @@ from roll.agentic.pipeline.agentic import AgenticConfig
 from roll.agentic.pipeline.agentic.advantages import compute_advantages
 from roll.agentic.pipeline.agentic.losses import ADVANTAGES, OLD_LOGP, AgenticPolicyLoss, MaskedNLLLoss
 from roll.agentic.pipeline.runtime import AgenticActorWorker, RolloutRuntime, plot_success
+from roll.agentic.types import EXPERT_ACTION
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
+from roll.core.errors import ConfigError
 from roll.core.pipeline import BasePipeline
 from roll.core.tracking import reduce_metrics
 from roll.workers.model_update import ModelUpdateGroup
@@ -165,7 +167,7 @@ class AgenticPipeline(BasePipeline):
         rng, loss = random.Random(self.config.seed), MaskedNLLLoss()
         metrics: dict[str, float] = {}
         for i in range(wu.steps):
-            samples = self._warmup_samples(rng, wu.batch_size, wu.answer_template)
+            samples = self._warmup_samples(rng, wu.batch_size, wu.answer_template, wu.expert_fraction)
             batch = to_batch(samples, self.runtime.encoder.pad_token_id)
             view = Batch({k: batch.tensors[k] for k in (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK)})
             metrics = reduce_metrics(self.actor.train_with_metrics(view, loss))
@@ -174,7 +176,9 @@ class AgenticPipeline(BasePipeline):
         self.sync_weights()
         logger.info("warm-up: %d steps, last nll %.3f", wu.steps, metrics.get("actor/nll", float("nan")))
 
-    def _warmup_samples(self, rng: random.Random, count: int, template: str) -> list[Sample]:
+    def _warmup_samples(
+        self, rng: random.Random, count: int, template: str, expert_fraction: float = 0.0
+    ) -> list[Sample]:
         enc, pool = self.runtime.encoder, self.runtime.envs
         samples: list[Sample] = []
         while len(samples) < count:
@@ -184,11 +188,10 @@ class AgenticPipeline(BasePipeline):
             ]
             for outcome in pool.reset(requests):
                 if outcome is not None and outcome.error is None and outcome.valid_actions:
-                    samples.append(
-                        _format_sample(
-                            enc, outcome, template.format(action=rng.choice(outcome.valid_actions))
-                        )
-                    )
+                    action = rng.choice(outcome.valid_actions)
+                    if rng.random() < expert_fraction:
+                        action = _expert_action(outcome)
+                    samples.append(_format_sample(enc, outcome, template.format(action=action)))
             if not samples:
                 raise RuntimeError("warm-up needs envs with a list of valid actions (Valid actions: ...)")
         return samples[:count]
@@ -229,6 +232,17 @@ class AgenticPipeline(BasePipeline):
                     )
                 except Exception:  # a plotting problem must not fail a finished run
                     logger.warning("could not draw the success plot", exc_info=True)
+
+
+def _expert_action(outcome: ResetOutcome) -> str:
+    action = outcome.info.get(EXPERT_ACTION)
+    if not isinstance(action, str):
+        raise ConfigError(
+            "warmup.expert_fraction > 0 needs envs that report info['expert_action'] after reset; an env of the "
+            f"mix (system prompt {outcome.system_prompt[:60]!r}...) does not. Fix: set warmup.expert_fraction: 0, "
+            "or report the expert action in the env's reset info (roll.agentic.types.EXPERT_ACTION)"
+        )
+    return action
 
 
 def _format_sample(enc: Any, outcome: ResetOutcome, answer: str) -> Sample:
