@@ -13,34 +13,27 @@ import ray
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _roles_helpers import MODEL, fsdp2, sequences
+from _roles_helpers import MODEL, ClusterSet, Spec, sequences
 
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.testing import tiny_role
 from roll.workers.logits_transfer import align_to, student_shards
-from roll.workers.roles import ActorTrainWorker, TeacherWorker
+from roll.workers.roles import TeacherWorker
 from roll.workers.roles import columns as C
 
 K = 4
 
 
 @pytest.fixture(scope="module")
-def roles(ray_local: object) -> Iterator[tuple[Cluster, Cluster]]:
-    teacher = Cluster("teacher", TeacherWorker, tiny_role(num_workers=2), init_kwargs={"model": MODEL})
-    # Students only receive here, so they are never set up (no model load, no process group).
-    student = Cluster(
-        "actor_train",
-        ActorTrainWorker,
-        tiny_role(num_workers=2),
-        init_kwargs={"model": MODEL, "strategy": fsdp2()},
-    )
+def roles(shared_roles: ClusterSet) -> Iterator[tuple[Cluster, Cluster]]:
+    """Two teachers, and the shared two-rank trainer as the students (they only receive here)."""
+    shared_roles.start()
+    own = ClusterSet({"teacher": Spec("teacher", TeacherWorker, tiny_role(num_workers=2), {"model": MODEL})})
     try:
-        teacher.setup()
-        yield teacher, student
+        yield own.start().get()["teacher"], shared_roles.get()["train2"]
     finally:
-        teacher.shutdown()
-        student.shutdown()
+        own.shutdown()
 
 
 def test_topk_matches_a_local_forward(roles: tuple[Cluster, Cluster]) -> None:

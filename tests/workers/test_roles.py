@@ -11,19 +11,14 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _roles_helpers import MODEL, TokenSumNLL, fsdp2, hf_infer, sequences
+from _roles_helpers import MODEL, ClusterSet, Spec, TokenSumNLL, fsdp2, sequences
 
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.testing import tiny_role
 from roll.workers.config import SamplingParams
-from roll.workers.roles import (
-    ActorInferWorker,
-    ActorTrainWorker,
-    CriticWorker,
-    RewardModelWorker,
-    to_sequences,
-)
+from roll.workers.model_update import ModelUpdateGroup
+from roll.workers.roles import CriticWorker, RewardModelWorker, to_sequences
 from roll.workers.roles import columns as C
 from roll.workers.types import ForwardOutput
 
@@ -31,39 +26,35 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def clusters(ray_local: object) -> Iterator[dict[str, Cluster]]:
-    """All roles at once, so their ~15 s actor starts overlap."""
-    train_kw = {"model": MODEL, "strategy": fsdp2(), "total_steps": 3}
+def clusters(shared_roles: ClusterSet) -> Iterator[dict[str, Cluster]]:
+    """The shared ``train1``, ``train2``, ``infer`` (conftest.py) plus this module's critic and reward model."""
+    shared_roles.start()
     head_kw = {"model": MODEL, "strategy": fsdp2(), "total_steps": 3}
-    built = {
-        "train2": Cluster("actor_train", ActorTrainWorker, tiny_role(num_workers=2), init_kwargs=train_kw),
-        "train1": Cluster("actor_train", ActorTrainWorker, tiny_role(), init_kwargs=train_kw),
-        "infer": Cluster(
-            "actor_infer", ActorInferWorker, tiny_role(), init_kwargs={"model": MODEL, "infer": hf_infer()}
-        ),
-        "critic": Cluster("critic", CriticWorker, tiny_role(), init_kwargs=head_kw),
-        "reward": Cluster("reward", RewardModelWorker, tiny_role(), init_kwargs=head_kw),
-    }
+    own = ClusterSet(
+        {
+            "critic": Spec("critic", CriticWorker, tiny_role(), head_kw),
+            "reward": Spec("reward", RewardModelWorker, tiny_role(), head_kw),
+        }
+    ).start()
     try:
-        pending = [c.setup.submit() for c in built.values()]
-        for p in pending:
-            p.result()
-        yield built
+        yield {**shared_roles.get(), **own.get()}
     finally:
-        for c in built.values():
-            c.shutdown()
+        own.shutdown()
 
 
 def test_generate_logprobs_equal_trainer_logprobs(clusters: dict[str, Cluster]) -> None:
     """Sampled (T=0.8, n=2) log-probs from ActorInferWorker == ActorTrainWorker.compute_logprobs at T=0.8
-    (same weights: both loaded tiny-1m and nothing trained yet)."""
+    (same weights: the trainer's are synced to the inference workers first)."""
+    version = (
+        ModelUpdateGroup(clusters["train1"], clusters["infer"], mode="object_store").sync().policy_version
+    )
     prompts = Batch(non_tensors={C.PROMPT_IDS: [[5, 6, 7], [8, 9], [10, 11, 12, 13]]})
     params = SamplingParams(n=2, temperature=0.8, max_new_tokens=6, seed=1, ignore_eos=True)
     samples = clusters["infer"].generate(prompts, params)
     assert len(samples) == 6
     assert samples[C.PROMPT_INDEX].tolist() == [0, 0, 1, 1, 2, 2]
     assert samples[C.SAMPLE_INDEX].tolist() == [0, 1] * 3
-    assert samples[C.POLICY_VERSION].tolist() == [0] * 6
+    assert samples[C.POLICY_VERSION].tolist() == [version] * 6
     seqs = to_sequences(samples, pad_token_id=0)
     logp = clusters["train1"].compute_logprobs(seqs, temperature=0.8)
     torch.testing.assert_close(logp[C.LOGP] * seqs[C.RESPONSE_MASK], seqs[C.INFER_LOGP], atol=1e-5, rtol=0)
@@ -71,9 +62,15 @@ def test_generate_logprobs_equal_trainer_logprobs(clusters: dict[str, Cluster]) 
     torch.testing.assert_close(again[C.LOGP], seqs[C.INFER_LOGP], atol=1e-5, rtol=0)
 
 
-def test_two_ranks_reach_the_parameters_of_one_after_three_steps(clusters: dict[str, Cluster]) -> None:
+def test_two_ranks_reach_the_parameters_of_one_after_three_steps(
+    clusters: dict[str, Cluster], tmp_path: Path
+) -> None:
     """8 rows split 4/4 over 2 FSDP2 ranks vs all 8 on one rank: the loss is normalised by the global token count,
-    so the gradients, and after 3 AdamW steps the parameters, agree (1e-5; eps=1e-3, see _roles_helpers.OPTIM)."""
+    so the gradients, and after 3 AdamW steps the parameters, agree (1e-5; eps=1e-3, see _roles_helpers.OPTIM).
+    Both start from one state: train1's checkpoint (weights, optimizer, scheduler), loaded into train2."""
+    clusters["train1"].save_checkpoint(str(tmp_path / "start"))
+    clusters["train2"].load_checkpoint(str(tmp_path / "start"))
+    assert clusters["train2"].weights_checksum()[0] == clusters["train1"].weights_checksum()[0]
     for step in range(3):
         batch = sequences(rows=8, seed=step)
         m2 = clusters["train2"].train_step(batch, TokenSumNLL())
