@@ -157,6 +157,22 @@ def test_optimizer_state_round_trip_gives_identical_next_step(tmp_path: Path) ->
     assert_params_close(params_of(a), params_of(b), atol=0)
 
 
+def test_saving_before_the_first_step_changes_nothing(tmp_path: Path) -> None:
+    """A checkpoint taken before any step (e.g. step 0 of a run) neither alters the saver's next update nor gives a
+    restored optimizer a state the fresh one lacks: three strategies from one model take identical steps."""
+    cfg = config()
+    plain, saver, restored = (FSDP2TrainStrategy(tiny_model(), cfg) for _ in range(3))
+    restored.train_step(make_batch(seed=3), TokenMeanNLL())  # give it a state that the load must clear
+    saver.save_optimizer(tmp_path / "optim.pt")
+    restored.model.load_state_dict(plain.model.state_dict())
+    restored.load_optimizer(tmp_path / "optim.pt")
+    for seed in range(2):
+        for strategy in (plain, saver, restored):
+            strategy.train_step(make_batch(seed=seed), TokenMeanNLL())
+    assert_params_close(params_of(saver), params_of(plain), atol=0)
+    assert_params_close(params_of(restored), params_of(plain), atol=0)
+
+
 def test_export_hf_round_trips_through_from_pretrained(tmp_path: Path) -> None:
     strategy = FSDP2TrainStrategy(tiny_model(), config())
     strategy.train_step(make_batch(), TokenMeanNLL())

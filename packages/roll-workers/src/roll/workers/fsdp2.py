@@ -278,9 +278,14 @@ class FSDP2TrainStrategy:
         self._barrier()
 
     def save_optimizer(self, path: str | Path) -> None:
-        """Save the full optimizer and scheduler state to ``path`` (rank 0 writes). Collective."""
+        """Save the full optimizer and scheduler state to ``path`` (rank 0 writes). Collective.
+
+        Before the first step there is no optimizer state, and it is saved as ``None``: torch's
+        ``get_optimizer_state_dict`` would first fill it by a zero-gradient step (``step=1``, zero moments), which
+        changes the live optimizer's next update (Adam's bias correction) and the restored one's alike."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        osd = get_optimizer_state_dict(self.model, self.optimizer, options=options)
+        fresh = not self.optimizer.state  # the same on every rank: they step together
+        osd = None if fresh else get_optimizer_state_dict(self.model, self.optimizer, options=options)
         if self.rank == 0:
             torch.save({"optimizer": osd, "scheduler": self.scheduler.state_dict()}, str(path))
         self._barrier()
@@ -291,8 +296,11 @@ class FSDP2TrainStrategy:
             saved = torch.load(str(path), map_location="cpu", weights_only=True)
         except (OSError, RuntimeError) as err:
             raise CheckpointError(f"cannot read optimizer state from {path}: {err}") from err
-        options = StateDictOptions(full_state_dict=True)
-        set_optimizer_state_dict(self.model, self.optimizer, saved["optimizer"], options=options)
+        if saved["optimizer"] is None:  # saved before the first step (see save_optimizer)
+            self.optimizer.state.clear()
+        else:
+            options = StateDictOptions(full_state_dict=True)
+            set_optimizer_state_dict(self.model, self.optimizer, saved["optimizer"], options=options)
         self.scheduler.load_state_dict(saved["scheduler"])
 
     def offload(self) -> None:

@@ -322,12 +322,16 @@ class HFInferStrategy:
         """Move weights to CPU to free the accelerator (a no-op on CPU)."""
         if self.device.type != "cpu":
             self.model.to("cpu")
+            if self._adapters is not None:
+                self._adapters.to("cpu")
             torch.cuda.empty_cache()
 
     def reload(self) -> None:
         """Move weights back to the strategy's device."""
         if self.device.type != "cpu":
             self.model.to(self.device)
+            if self._adapters is not None:
+                self._adapters.to(self.device)
 
 
 def _make_cache(model_config: Any, capacity: int) -> DynamicCache:

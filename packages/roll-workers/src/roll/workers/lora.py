@@ -96,6 +96,10 @@ class AdapterMerger:
             weight.copy_(merge_weight(base, named[module + LORA_A], named[module + LORA_B], scaling))
         return len(modules)
 
+    def to(self, device: str | torch.device) -> None:
+        """Move the pristine copies with the model (offload / reload)."""
+        self._base = {name: t.to(device) for name, t in self._base.items()}
+
     def forget(self, weight_names: Iterable[str]) -> None:
         """Full weights were loaded under ``weight_names``: their modules' pristine copies are stale now."""
         for name in weight_names:
