@@ -73,7 +73,8 @@ class WarmupConfig(RollModel):
 
 class RLVRConfig(RunConfig):
     """Config of the ``rlvr`` pipeline. Roles: ``actor_train``, ``actor_infer``, ``reference`` (when the KL term
-    needs it), ``critic`` (GAE), and ``reward_<domain>`` per entry of ``rewards``."""
+    needs it), ``critic`` (``algorithm.use_critic``: PPO's GAE), and ``reward_<domain>`` per entry of
+    ``rewards``."""
 
     pipeline: str = "rlvr"
     model: ModelConfig
@@ -81,6 +82,14 @@ class RLVRConfig(RunConfig):
     actor_infer: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=1))
     reference: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=0.5))
     critic: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=0.5))
+    # The critic (algorithm.use_critic): a backbone with a one-output value head whose head starts random.
+    critic_model: ModelConfig | None = Field(
+        None, description="default: model (the actor before any warm-up)"
+    )
+    critic_train: FSDP2Config | None = Field(None, description="default: train")
+    critic_warmup_steps: int = Field(
+        0, ge=0, description="first RL steps train the critic only, so no advantage comes from a random head"
+    )
     train_strategy: str = "fsdp2"
     train: FSDP2Config = Field(default_factory=FSDP2Config)
     infer_strategy: str = "hf"
@@ -112,7 +121,7 @@ class RLVRConfig(RunConfig):
     def _consistent(self) -> Self:
         issues = self.batch.check(self.actor_train.num_workers, where="actor_train.num_workers")
         issues += self.algorithm.check(self.batch.samples_per_prompt)
-        issues += self._tag_issues() + self._strategy_issues()
+        issues += self._tag_issues() + self._strategy_issues() + self._critic_issues()
         if issues:
             raise issues_error(issues)
         return self
@@ -126,6 +135,22 @@ class RLVRConfig(RunConfig):
                     message = f"tag {tag!r} is routed to both {seen[tag]!r} and {name!r}"
                     issues.append(ConfigIssue(f"rewards.{name}.tags", message, "each tag goes to one domain"))
                 seen[tag] = name
+        return issues
+
+    def _critic_issues(self) -> list[ConfigIssue]:
+        issues = []
+        if not self.needs_critic:
+            given: dict[str, object] = {"critic_model": self.critic_model, "critic_train": self.critic_train}
+            given["critic_warmup_steps"] = self.critic_warmup_steps or None
+            for key in [k for k, v in given.items() if v is not None]:
+                message = f"{key} is set but algorithm.use_critic is false, so no critic runs"
+                hint = f"remove {key}, or use a critic preset (algorithm.preset=ppo)"
+                issues.append(ConfigIssue(key, message, hint))
+            return issues
+        issues += self.batch.check(self.critic.num_workers, where="critic.num_workers")
+        if self.critic_warmup_steps >= self.max_steps:
+            message = f"critic_warmup_steps = {self.critic_warmup_steps} >= max_steps = {self.max_steps}: the actor never trains"
+            issues.append(ConfigIssue("critic_warmup_steps", message, "set it below max_steps"))
         return issues
 
     def _strategy_issues(self) -> list[ConfigIssue]:

@@ -1,4 +1,5 @@
-"""The :class:`~roll.workers.types.LossFn` objects of RLVR: the policy loss (any preset) and the warm-up SFT loss.
+"""The :class:`~roll.workers.types.LossFn` objects of RLVR: the policy loss (any preset), the critic's value loss
+and the warm-up SFT loss.
 
 A LossFn returns a *sum* over its units and the training strategy divides by the global unit count of the whole
 optimizer step (all micro-batches, all ranks). The aggregation modes of :mod:`roll.pipelines.algorithms.
@@ -11,7 +12,7 @@ Each loss keeps the metrics of the micro-batches it saw (``metrics()``, weighted
 worker returns them next to the strategy's own.
 
 Batch columns read (names from :mod:`roll.workers.roles.columns`, plus ``advantages_BT``, ``old_logp_BT``,
-``ref_logp_BT`` the pipeline writes).
+``ref_logp_BT``, ``old_values_BT``, ``returns_BT`` the pipeline writes).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from roll.pipelines.algorithms.aggregate import Aggregation
+from roll.core.errors import DataError
+from roll.pipelines.algorithms.aggregate import Aggregation, masked_mean
+from roll.pipelines.algorithms.choices import LossAggMode
 from roll.pipelines.algorithms.kl import kl_loss
 from roll.pipelines.algorithms.policy_loss import (
     cispo_policy_loss,
@@ -32,6 +35,7 @@ from roll.pipelines.algorithms.policy_loss import (
     truncated_is_weight,
 )
 from roll.pipelines.algorithms.presets import AlgorithmConfig
+from roll.pipelines.algorithms.value_loss import clipped_value_loss
 from roll.workers.roles import columns as C
 from roll.workers.types import ForwardOutput, MicroBatch
 
@@ -39,6 +43,19 @@ ADVANTAGES = "advantages_BT"
 OLD_LOGP = "old_logp_BT"
 REF_LOGP = "ref_logp_BT"
 LABELS = "labels_BT"
+OLD_VALUES = "old_values_BT"
+RETURNS = "returns_BT"
+
+
+def action_values(values_BT: torch.Tensor) -> torch.Tensor:
+    """The critic's value of the state *before* each token: ``V_BT[:, t] = head_BT[:, t - 1]``, 0 at ``t = 0``.
+
+    The value head at position ``t`` has read tokens ``0..t``, the token of step ``t`` included; the state in
+    which the policy chose token ``t`` is tokens ``0..t-1``, so its value is the head's output one position to the
+    left (as ``logp_BT[:, t]`` scores token ``t`` from the logits at ``t - 1``). A response never starts at
+    ``t = 0`` (the prompt comes first), so the zero there is never trained on.
+    """
+    return torch.nn.functional.pad(values_BT[:, :-1], (1, 0))
 
 
 @dataclass
@@ -159,6 +176,44 @@ class PolicyLoss:
 
     def metrics(self) -> dict[str, float]:
         """Unit-weighted means of every metric since the last call (then reset)."""
+        out, self._sink = self._sink.means(), _MetricSink()
+        return out
+
+
+class ValueLoss:
+    """The critic's clipped value loss on the response tokens, aggregated as the policy loss is.
+
+    Reads ``old_values_BT`` (the values the advantages were computed with, already shifted by
+    :func:`action_values`) and ``returns_BT``; the forward's ``values_BT`` is shifted here the same way.
+    Metrics: ``vf_clip_frac``, ``value_mean``, ``value_error`` (masked mean of ``|V - R|``).
+    """
+
+    needs_entropy = False
+
+    def __init__(self, *, clip_range: float | None, agg_mode: LossAggMode, norm_len: int) -> None:
+        self.clip_range = clip_range
+        self.agg = Aggregation(agg_mode, num_global_tokens=1.0, num_global_seqs=1.0, norm_len=norm_len)
+        self._sink = _MetricSink()
+
+    def count_units(self, micro_batch: MicroBatch) -> float:
+        mask_BT = micro_batch[C.RESPONSE_MASK]
+        return float(mask_BT.sum()) if self.agg.mode == "token-mean" else float(mask_BT.shape[0])
+
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+        if output.values_BT is None:
+            raise DataError("ValueLoss needs a value head (ForwardOutput.values_BT); train it on the critic")
+        values_BT = action_values(output.values_BT)
+        mask_BT = micro_batch[C.RESPONSE_MASK].to(values_BT.dtype)
+        returns_BT = micro_batch[RETURNS].to(values_BT)
+        loss, metrics = clipped_value_loss(
+            values_BT, micro_batch[OLD_VALUES].to(values_BT), returns_BT, mask_BT,
+            clip_range=self.clip_range, agg=self.agg,
+        )  # fmt: skip
+        metrics["value_error"] = masked_mean((values_BT.detach() - returns_BT).abs(), mask_BT)
+        self._sink.add(metrics, self.count_units(micro_batch))
+        return loss
+
+    def metrics(self) -> dict[str, float]:
         out, self._sink = self._sink.means(), _MetricSink()
         return out
 

@@ -18,7 +18,8 @@ from roll.workers.roles import columns as C
 
 
 def rollout_metrics(batch: Batch, *, trainer_version: int, domain_of: Mapping[str, str]) -> dict[str, float]:
-    """Reward/accuracy (overall and ``reward/<domain>/...``), response length, truncation and version lag."""
+    """Reward/accuracy (overall and ``reward/<domain>/...``), response length, truncation, version lag (the
+    trainer's version minus the version that generated each sample) and the trained sample count."""
     scores_B = _t(batch, C.SCORES).float()
     lengths_B = _t(batch, C.RESPONSE_MASK).sum(-1).float()
     truncated_B = torch.tensor([r == "length" for r in batch[C.FINISH_REASON]], dtype=torch.float32)
@@ -32,6 +33,7 @@ def rollout_metrics(batch: Batch, *, trainer_version: int, domain_of: Mapping[st
         "response/truncation_rate": float(truncated_B.mean()),
         "rollout/version_lag_mean": float(lag_B.mean()),
         "rollout/version_lag_max": float(lag_B.max()),
+        "rollout/samples": float(len(batch)),
     }
     out.update(domain_metrics(batch, domain_of))
     return out

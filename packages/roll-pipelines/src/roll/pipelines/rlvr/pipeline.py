@@ -9,13 +9,15 @@ One training step reads top to bottom (:meth:`RLVRPipeline.train_step`)::
   overlaps generation), dynamic-sampling-filtered when the algorithm asks, and never staler than the bound.
 - ``score``: ragged samples -> padded ``[B, T]`` sequences; reward shaping (DAPO overlong penalty, clipping,
   normalization) and the reward metrics per domain.
-- ``advantages``: reference log-probs (KL), old log-probs (several optimizer steps per rollout), the estimator of
-  the preset, KL in the reward when asked.
-- ``train``: the :class:`~roll.pipelines.rlvr.losses.PolicyLoss` on ``actor_train``, one call per optimizer step.
+- ``advantages``: reference log-probs (KL), old log-probs (several optimizer steps per rollout), critic values
+  (GAE), the estimator of the preset, KL in the reward when asked.
+- ``train``: the :class:`~roll.pipelines.rlvr.losses.PolicyLoss` on ``actor_train``, one call per optimizer step;
+  with a critic, the :class:`~roll.pipelines.rlvr.losses.ValueLoss` on ``critic`` at the same time, on the same
+  mini-batches (see :mod:`roll.pipelines.rlvr.critic`).
 - ``sync_weights``: :class:`~roll.workers.model_update.ModelUpdateGroup` pushes the new weights, versioned.
 
-Simplifications, on purpose: GAE needs a critic role that roll-workers does not ship yet (the config is rejected
-with that reason); the KL controller is updated once per step with the step's mean KL.
+Simplifications, on purpose: the KL controller is updated once per step with the step's mean KL; GAE sees one
+outcome reward on each response's last token (minus the per-token KL when it is in the reward).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import torch
 
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
-from roll.core.errors import ConfigError
 from roll.core.pipeline import BasePipeline
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler, RolloutBatch
 from roll.core.tracking import reduce_metrics
@@ -41,10 +42,20 @@ from roll.pipelines.algorithms.kl import build_kl_controller, kl_estimate
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.rlvr import metrics as M
 from roll.pipelines.rlvr.config import RLVRConfig
+from roll.pipelines.rlvr.critic import Critic, batch_metrics
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, PromptFeeder, prompt_batch, sft_batch, training_view
-from roll.pipelines.rlvr.losses import ADVANTAGES, OLD_LOGP, REF_LOGP, PolicyLoss, SFTLoss
+from roll.pipelines.rlvr.losses import (
+    ADVANTAGES,
+    OLD_LOGP,
+    OLD_VALUES,
+    REF_LOGP,
+    RETURNS,
+    PolicyLoss,
+    SFTLoss,
+    ValueLoss,
+)
 from roll.pipelines.rlvr.reward_worker import RewardWorker
-from roll.pipelines.rlvr.workers import RLVRActorWorker
+from roll.pipelines.rlvr.workers import RLVRActorWorker, RLVRCriticWorker
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import ModelUpdateGroup
 from roll.workers.roles import columns as C
@@ -53,6 +64,7 @@ from roll.workers.roles.sequences import to_sequences
 
 logger = logging.getLogger(__name__)
 ACTOR_FILES = "actor"
+CRITIC_FILES = "critic"
 TRAIN_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.INFER_LOGP, ADVANTAGES, OLD_LOGP, REF_LOGP)
 
 
@@ -62,17 +74,13 @@ class RLVRPipeline(BasePipeline):
     config: RLVRConfig
 
     def __init__(self, config: RLVRConfig) -> None:
-        if config.needs_critic:
-            raise ConfigError(
-                "algorithm.use_critic / adv_estimator=gae needs a critic worker, which roll-workers does not ship "
-                "yet; use a critic-free preset (grpo, dr_grpo, rloo, reinforce_pp, dapo, gspo, topr, cispo)"
-            )
         super().__init__(config, name="rlvr")
         algo = config.algorithm
         self.kl = build_kl_controller(algo.kl_coef, target=algo.kl_target, horizon=algo.kl_horizon)
         self.running = adv.RunningMeanStd() if algo.reward_norm == "running" else None
         self.domain_of = {tag: name for name, d in config.rewards.items() for tag in d.tags}
         self.scheduler: GenerateScheduler | None = None
+        self.critic: Critic | None = None
 
     # ------------------------------------------------------------------------------------------- roles
 
@@ -81,6 +89,8 @@ class RLVRPipeline(BasePipeline):
         roles = {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer}
         if cfg.needs_reference:
             roles["reference"] = cfg.reference
+        if cfg.needs_critic:
+            roles["critic"] = cfg.critic
         roles.update({f"reward_{name}": domain.workers for name, domain in cfg.rewards.items()})
         return roles
 
@@ -120,9 +130,31 @@ class RLVRPipeline(BasePipeline):
             name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
             for name, d in cfg.rewards.items()
         }
-        pending = [c.setup.submit() for c in (self.actor, self.infer, self.reference) if c is not None]
+        critic = self._make_critic(total, env) if cfg.needs_critic else None
+        models = (self.actor, self.infer, self.reference, critic.cluster if critic else None)
+        pending = [c.setup.submit() for c in models if c is not None]
         for call in pending:
             call.result()
+        self.critic = critic
+
+    def _make_critic(self, total_steps: int, env: dict[str, Any] | None) -> Critic:
+        cfg = self.config
+        train_cfg = (cfg.critic_train or cfg.train).model_copy(
+            update={"micro_batch_size": cfg.batch.micro_batch_samples,
+                    "max_tokens_per_micro_batch": cfg.batch.micro_batch_tokens}
+        )  # fmt: skip
+        cluster = self.make_cluster(
+            "critic", RLVRCriticWorker,
+            init_args=(cfg.critic_model or cfg.model, train_cfg, total_steps, cfg.train_strategy),
+            init_kwargs={"threads": cfg.cpu_threads}, runtime_env=env,
+        )  # fmt: skip
+        a = cfg.algorithm
+        loss = ValueLoss(
+            clip_range=a.value_clip,
+            agg_mode=a.loss_agg_mode,
+            norm_len=a.loss_agg_norm_len or cfg.rollout.max_new_tokens,
+        )
+        return Critic(cluster, loss)
 
     def _train_strategy_config(self) -> Any:
         b = self.config.batch
@@ -233,6 +265,8 @@ class RLVRPipeline(BasePipeline):
             mask_BT = overlong_filter(mask_BT, truncated_B)
             batch[C.RESPONSE_MASK] = mask_BT.long()
         seqs = training_view(batch, (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK))
+        if self.critic is not None:
+            batch[OLD_VALUES] = self.critic.values(seqs, mask_BT)
         if self.reference is not None:
             batch[REF_LOGP] = self.reference.compute_logprobs(seqs)[C.LOGP] * mask_BT
         if self._use_old_logp():
@@ -249,6 +283,8 @@ class RLVRPipeline(BasePipeline):
     def _estimate(self, batch: Batch, rewards_PG: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
         a = self.config.algorithm
         kl_in_reward = a.kl_mode == "reward"
+        if a.adv_estimator == "gae":
+            return self._gae(batch, rewards_PG, mask_BT)
         if a.adv_estimator == "reinforce_pp":
             token_rewards_BT = adv.outcome_to_token_rewards(rewards_PG.reshape(-1), mask_BT)
             if kl_in_reward:
@@ -268,6 +304,18 @@ class RLVRPipeline(BasePipeline):
             adv_PG = adv.grpo_advantages(rewards_PG)
         return adv.expand_to_tokens(adv_PG.reshape(-1), mask_BT)
 
+    def _gae(self, batch: Batch, rewards_PG: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+        """GAE on the critic's values; writes ``returns_BT`` (the critic's targets), returns the advantages."""
+        a = self.config.algorithm
+        token_rewards_BT = adv.outcome_to_token_rewards(rewards_PG.reshape(-1), mask_BT)
+        if a.kl_mode == "reward":
+            token_rewards_BT = token_rewards_BT - self.kl.value * self._kl_BT(batch, mask_BT)
+        advantages_BT, returns_BT = adv.gae_advantages(
+            token_rewards_BT, batch.tensors[OLD_VALUES], mask_BT, gamma=a.gamma, lam=a.lam
+        )
+        batch[RETURNS] = returns_BT
+        return adv.masked_whiten(advantages_BT, mask_BT) if a.whiten_advantages else advantages_BT
+
     def _kl_BT(self, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
         """Per-token KL of the sampling policy to the reference (KL in the reward), 0 off the response."""
         logp_BT = batch.tensors[OLD_LOGP] if OLD_LOGP in batch else batch.tensors[C.INFER_LOGP]
@@ -280,23 +328,35 @@ class RLVRPipeline(BasePipeline):
         return self.config.batch.optimizer_steps_per_step > 1
 
     def train(self, batch: Batch) -> dict[str, float]:
-        """One ``train_with_metrics`` call per optimizer step (mini-batches in a seeded shuffled order)."""
+        """One ``train_with_metrics`` call per optimizer step (mini-batches in a seeded shuffled order); the
+        critic trains on the same mini-batches meanwhile. During ``critic_warmup_steps`` only the critic trains."""
+        steps = self.config.batch.optimizer_steps_per_step
+        order = torch.randperm(
+            len(batch), generator=torch.Generator().manual_seed(self.config.seed + self.step)
+        )
+        parts = batch.select(order).chunk(steps) if steps > 1 else [batch]
+        if self.critic is not None:
+            self.critic.train(parts)
+        metrics: dict[str, float] = {}
+        if self.critic is None or self.step >= self.config.critic_warmup_steps:
+            metrics = self._train_actor(parts)
+        if self.critic is not None:
+            metrics.update(self.critic.collect())
+        return metrics
+
+    def _train_actor(self, parts: list[Batch]) -> dict[str, float]:
         loss = PolicyLoss(
             self.config.algorithm,
             norm_len=self.config.rollout.max_new_tokens,
             use_old_logp=self._use_old_logp(),
             kl_coef=self.kl.value,
         )
-        view = training_view(batch, TRAIN_COLUMNS)
-        steps = self.config.batch.optimizer_steps_per_step
-        order = torch.randperm(
-            len(view), generator=torch.Generator().manual_seed(self.config.seed + self.step)
-        )
         per_rank: list[dict[str, float]] = []
-        for part in view.select(order).chunk(steps) if steps > 1 else [view]:
-            per_rank += self.actor.train_with_metrics(part, loss, self.config.rollout.temperature)
+        for part in parts:
+            view = training_view(part, TRAIN_COLUMNS)
+            per_rank += self.actor.train_with_metrics(view, loss, self.config.rollout.temperature)
         metrics = reduce_metrics(per_rank, how={"tokens": "sum"})
-        self.kl.update(metrics.get("actor/kl", 0.0), len(view))
+        self.kl.update(metrics.get("actor/kl", 0.0), sum(len(p) for p in parts))
         return metrics
 
     def sync_weights(self) -> None:
@@ -317,6 +377,8 @@ class RLVRPipeline(BasePipeline):
         out.update(
             M.throughput(gen_tokens, rollout.metrics.get("time/reward_request_s", 0.0) or 1e-9, "reward")
         )
+        if self.critic is not None:
+            out.update(batch_metrics(batch, batch.tensors[C.RESPONSE_MASK].float()))
         out["time/sync_s"] = timings["sync"]
         out["time/score_s"] = timings["score"]
         out["actor/kl_coef"] = self.kl.value
@@ -380,9 +442,13 @@ class RLVRPipeline(BasePipeline):
 
     def save_files(self, directory: Path) -> None:
         self.actor.save_checkpoint(str(directory / ACTOR_FILES))
+        if self.critic is not None:
+            self.critic.cluster.save_checkpoint(str(directory / CRITIC_FILES))
 
     def load_files(self, directory: Path) -> None:
         self.actor.load_checkpoint(str(directory / ACTOR_FILES))
+        if self.critic is not None:
+            self.critic.cluster.load_checkpoint(str(directory / CRITIC_FILES))
 
     def state(self) -> Mapping[str, Any]:
         return {"feeder": self.feeder.state(), "version": self.updater.version, "kl": self.kl.state_dict()}

@@ -1,0 +1,72 @@
+"""PPO's critic inside RLVR: values for GAE before the update, the clipped value loss after it.
+
+A value head at position ``t`` has read the token of step ``t``; the value of the state the policy acted in is
+one position to the left (:func:`~roll.pipelines.rlvr.losses.action_values`). Values, returns and the value loss
+live on the response tokens only (``response_mask_BT``); the critic trains on the same mini-batches as the actor,
+its calls queued on its own actors so that it trains while the actor does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from roll.core.batch import Batch
+from roll.core.cluster import Cluster, PendingCall
+from roll.core.tracking import reduce_metrics
+from roll.pipelines.algorithms.aggregate import masked_mean, masked_var
+from roll.pipelines.rlvr.data import training_view
+from roll.pipelines.rlvr.losses import OLD_VALUES, RETURNS, ValueLoss, action_values
+from roll.workers.roles import columns as C
+
+CRITIC_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, OLD_VALUES, RETURNS)
+
+
+def explained_variance(values_BT: torch.Tensor, returns_BT: torch.Tensor, mask_BT: torch.Tensor) -> float:
+    """``1 - Var[R - V] / Var[R]`` over the masked tokens: 1 is a perfect critic, 0 no better than a constant,
+    below 0 worse than one. ``nan`` when the returns do not vary."""
+    var_returns = masked_var(returns_BT, mask_BT)
+    if float(var_returns) <= 0:
+        return float("nan")
+    return float(1 - masked_var(returns_BT - values_BT, mask_BT) / var_returns)
+
+
+class Critic:
+    """The critic cluster's two uses in a step: :meth:`values` and :meth:`train` / :meth:`collect`."""
+
+    def __init__(self, cluster: Cluster, loss: ValueLoss) -> None:
+        self.cluster, self.loss = cluster, loss
+        self._pending: list[PendingCall] = []
+
+    def values(self, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
+        """``V_BT`` of the state before each response token (0 elsewhere), from the current critic."""
+        seqs = training_view(batch, (C.INPUT_IDS, C.ATTENTION_MASK))
+        return action_values(self.cluster.compute_values(seqs)[C.VALUES]) * mask_BT
+
+    def train(self, parts: Sequence[Batch]) -> None:
+        """Queue one optimizer step per mini-batch (``old_values_BT`` and ``returns_BT`` set); returns at once."""
+        self._pending = [
+            self.cluster.train_with_metrics.submit(training_view(p, CRITIC_COLUMNS), self.loss) for p in parts
+        ]
+
+    def collect(self) -> dict[str, float]:
+        """Wait for the queued steps; their metrics as ``critic/*`` (``critic/value_loss`` the loss)."""
+        per_rank: list[dict[str, float]] = []
+        for call in self._pending:
+            per_rank += call.result()
+        self._pending = []
+        m = reduce_metrics(per_rank, how={"tokens": "sum"})
+        out = {k: v for k, v in m.items() if k.startswith("critic/")}
+        out.update({"critic/value_loss": m["loss"], "critic/grad_norm": m["grad_norm"], "critic/lr": m["lr"]})
+        return out
+
+
+def batch_metrics(batch: Batch, mask_BT: torch.Tensor) -> dict[str, float]:
+    """What the critic predicted for this batch, before training on it: values, returns, explained variance."""
+    values_BT, returns_BT = batch.tensors[OLD_VALUES], batch.tensors[RETURNS]
+    return {
+        "critic/values_mean": float(masked_mean(values_BT, mask_BT)),
+        "critic/returns_mean": float(masked_mean(returns_BT, mask_BT)),
+        "critic/explained_variance": explained_variance(values_BT, returns_BT, mask_BT),
+    }
