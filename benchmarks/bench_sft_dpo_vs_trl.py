@@ -1,30 +1,44 @@
 """roll's SFT and DPO training steps against TRL's ``SFTTrainer`` and ``DPOTrainer``, same work, one run.
 
-Both sides train the same tiny Qwen2 (``tiny-1m``, fp32, CPU) with the same tokenizer, rows (built-in arithmetic),
-batch (64 sequences per optimizer step: SFT 64 rows, DPO 32 pairs, in 2 micro-batches), AdamW at the same LR, grad
-clipping 1.0, ``torch.set_flush_denormal(True)`` and the same thread count. DPO precomputes reference log-probs on
-both sides (TRL ``precompute_ref_log_probs=True``), outside the timed steps.
+Both sides train the same tiny Qwen2 (``tiny-1m``, fp32, CPU) from the same initial weights on the *same batches
+in the same order*: the rows are the built-in arithmetic task tokenized by roll's pipelines, and TRL reads them
+with ``train_sampling_strategy="sequential"`` (SFT: the token ids and labels as they are; DPO: the same
+prompt/chosen/rejected messages, which TRL tokenizes with the same chat template; the benchmark checks that TRL's
+token ids equal ours). A step is 64 sequences (SFT 64 rows, DPO 32 pairs) in 2 micro-batches, padded to the longest
+sequence of the micro-batch on both sides; AdamW at the same LR and defaults, constant schedule, grad clipping
+1.0. DPO reads reference log-probs computed once up front on both sides (TRL ``precompute_ref_log_probs=True``, so
+no reference model is kept or run during the steps), outside the timed steps.
 
-What is timed on our side: ``FSDP2TrainStrategy.train_step`` (the strategy class our ``ActorTrainWorker`` runs)
-with our ``SFTLoss`` / ``DPOLoss``, in-process, batches built by the pipelines' own ``common.data`` helpers. With
-``--e2e`` it also runs the ``sft`` pipeline through a Ray actor and reports its ``time/step_s`` (driver
-included). TRL's steps are timed by a ``TrainerCallback`` from step begin to step end (data loading included, as in
-its loop). The first ``--warmup`` steps of each side are not timed. Each side runs in its own subprocess, so peak
-RSS (``ru_maxrss``) is that side's alone.
+Same process conditions on both sides: ``torch.set_flush_denormal(True)``, ``torch.set_num_threads(--threads)``
+(checked inside TRL's loop), ``OMP_WAIT_POLICY=PASSIVE`` (``--omp-wait``). The last one matters on a shared box: a
+step of either side took 8-11 s instead of 0.4-0.7 s at load average ~15 on 2 cores with libgomp's default
+spin-waiting threads, which is where an earlier "TRL DPO 9 s/step against our 0.14 s" came from (the sides ran at
+different moments of a changing load). Sides also alternate over ``--rounds`` rounds and each row of the table
+gives the load average seen while it ran.
 
-Run: ``uv run python benchmarks/bench_sft_dpo_vs_trl.py [--steps 30 --threads 2 --e2e]``
+What is timed: our side, ``FSDP2TrainStrategy.train_step`` (the strategy our ``ActorTrainWorker`` runs) with our
+``SFTLoss`` / ``DPOLoss``, in-process, batch building included; TRL, its ``training_step``s plus optimizer step, by
+a ``TrainerCallback`` from step begin to step end (its data loading included, as in its loop). Tokens are the real
+(non-padding) tokens of each step: ours from the attention mask, TRL's from its own ``num_tokens`` log. The first
+``--warmup`` steps are not timed. Each side runs in its own subprocess, so peak RSS (``ru_maxrss``) is that side's
+alone. ``max |loss diff|`` compares the two sides' loss at every step (same batches, same weights): it shows the
+sides do the same work, so tokens/s compare at equal loss. ``--profile`` prints the top ops of one step per side.
+
+Run: ``uv run python benchmarks/bench_sft_dpo_vs_trl.py [--steps 30 --threads 2 --rounds 2 --profile --e2e]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 ROWS = 1024
@@ -33,15 +47,31 @@ MICRO_SEQS = 32
 LR = 1e-3
 MAX_LENGTH = 128
 SEED = 0
+PROFILE_ROWS = 8
 
 
 @dataclass
 class Result:
     side: str
-    s_per_step: float
-    tokens_per_s: float
-    final_loss: float
+    step_s: list[float]
+    tokens: list[float]
+    losses: list[float]
     peak_rss_mb: float
+    threads: int
+    load: list[float] = field(default_factory=list)
+    profile: str = ""
+
+    @property
+    def s_per_step(self) -> float:
+        return statistics.median(self.step_s)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return sum(self.tokens) / sum(self.step_s)
+
+    @property
+    def final_loss(self) -> float:
+        return sum(self.losses[-5:]) / len(self.losses[-5:])
 
 
 # ----------------------------------------------------------------------------------------------- shared setup
@@ -73,10 +103,36 @@ def _rows(kind: Literal["sft", "preference"]) -> tuple[list[dict[str, Any]], Any
     return prepared.train, tokenizer
 
 
-def _summary(side: str, times: list[float], tokens: list[float], losses: list[float]) -> Result:
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    s_per_step = sum(times) / len(times)
-    return Result(side, s_per_step, sum(tokens) / sum(times), sum(losses[-5:]) / len(losses[-5:]), rss_mb)
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+class _Profiler:
+    """Top ops (self CPU time) of one step; a no-op unless asked."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled, self.table = enabled, ""
+        self._prof: Any = None
+
+    def start(self) -> None:
+        if self.enabled:
+            from torch.profiler import ProfilerActivity, profile
+
+            self._prof = profile(activities=[ProfilerActivity.CPU])
+            self._prof.start()
+
+    def stop(self) -> None:
+        if self._prof is not None:
+            self._prof.stop()
+            averages = self._prof.key_averages()
+            self.table = averages.table(sort_by="self_cpu_time_total", row_limit=PROFILE_ROWS)
+            self._prof = None
 
 
 # ------------------------------------------------------------------------------------------------ our side
@@ -101,9 +157,9 @@ def _as_micro_batch(batch: Any) -> dict[str, Any]:
     return tensors
 
 
-def _time_steps(
-    step: Callable[[int], tuple[float, float]], steps: int, warmup: int
-) -> tuple[list[float], ...]:
+def _run_ours(
+    name: str, step: Callable[[int], tuple[float, float]], steps: int, warmup: int, profile: bool
+) -> Result:
     times, tokens, losses = [], [], []
     for i in range(warmup + steps):
         start = time.perf_counter()
@@ -112,37 +168,42 @@ def _time_steps(
             times.append(time.perf_counter() - start)
             tokens.append(n_tokens)
         losses.append(loss)
-    return times, tokens, losses
+    prof = _Profiler(profile)
+    prof.start()
+    step(warmup + steps)
+    prof.stop()
+    return Result(name, times, tokens, losses, _rss_mb(), _threads(), profile=prof.table)
 
 
-def ours_sft(steps: int, warmup: int) -> Result:
+def _batches(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    """Consecutive batches of ``size`` rows: the order TRL's sequential sampler reads them in."""
+    return [rows[i * size : (i + 1) * size] for i in range(len(rows) // size)]
+
+
+def ours_sft(steps: int, warmup: int, profile: bool) -> Result:
     from roll.pipelines.common.data import sft_batch
     from roll.pipelines.sft.losses import SFTLoss
 
     rows, tokenizer = _rows("sft")
     strategy, loss_fn = _our_strategy(), SFTLoss()
-    batches = [rows[i * BATCH_SEQS : (i + 1) * BATCH_SEQS] for i in range(len(rows) // BATCH_SEQS)]
+    batches = _batches(rows, BATCH_SEQS)
 
     def step(i: int) -> tuple[float, float]:
         mb = _as_micro_batch(sft_batch(batches[i % len(batches)], pad_id=tokenizer.pad_token_id))
         result = strategy.train_step(mb, loss_fn)
         return result.loss, float(mb["attention_mask"].sum())
 
-    return _summary("roll sft", *_time_steps(step, steps, warmup))
+    return _run_ours("roll sft", step, steps, warmup, profile)
 
 
-def ours_dpo(steps: int, warmup: int) -> Result:
+def ours_dpo(steps: int, warmup: int, profile: bool) -> Result:
     from roll.pipelines.common.columns import LABELS, REF_LOGP
     from roll.pipelines.common.data import pair_batch
     from roll.pipelines.dpo.losses import DPOLoss, response_logp
 
     rows, tokenizer = _rows("preference")
     strategy, loss_fn = _our_strategy(), DPOLoss(beta=0.1)
-    pairs = BATCH_SEQS // 2
-    batches = [
-        pair_batch(rows[i * pairs : (i + 1) * pairs], pad_id=tokenizer.pad_token_id)
-        for i in range(len(rows) // pairs)
-    ]
+    batches = [pair_batch(b, pad_id=tokenizer.pad_token_id) for b in _batches(rows, BATCH_SEQS // 2)]
     for batch in batches:  # precompute reference log-probs with the untrained policy (untimed, like TRL)
         mb = _as_micro_batch(batch)
         scores = strategy.compute_logprobs(mb["input_ids"], mb["attention_mask"])
@@ -153,41 +214,59 @@ def ours_dpo(steps: int, warmup: int) -> Result:
         result = strategy.train_step(mb, loss_fn)
         return result.loss, float(mb["attention_mask"].sum())
 
-    return _summary("roll dpo", *_time_steps(step, steps, warmup))
+    return _run_ours("roll dpo", step, steps, warmup, profile)
 
 
 # ------------------------------------------------------------------------------------------------ TRL side
 
 
-def _step_timer(warmup: int, count_tokens: Callable[[dict[str, Any]], float]) -> Any:
+def _trl_callback(warmup: int, profile: bool) -> Any:
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:
             self.times: list[float] = []
             self.losses: list[float] = []
+            self.num_tokens: list[float] = [0.0]
+            self.threads = 0
             self.start = 0.0
+            self.profiler = _Profiler(profile)
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.threads = _threads()
+            if state.global_step == args.max_steps - 1:  # the extra last step, after the timed ones
+                self.profiler.start()
             self.start = time.perf_counter()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if state.global_step > warmup:
-                self.times.append(time.perf_counter() - self.start)
+            elapsed = time.perf_counter() - self.start
+            self.profiler.stop()
+            if warmup < state.global_step < args.max_steps:
+                self.times.append(elapsed)
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
             if logs and "loss" in logs:
                 self.losses.append(float(logs["loss"]))
+                self.num_tokens.append(float(logs["num_tokens"]))
+
+        def result(self, side: str, steps: int) -> Result:
+            tokens = [b - a for a, b in zip(self.num_tokens, self.num_tokens[1:])][warmup : warmup + steps]
+            losses = self.losses[: warmup + steps]
+            return Result(
+                side, self.times, tokens, losses, _rss_mb(), self.threads, profile=self.profiler.table
+            )
 
     return StepTimer()
 
 
-def _trl_args(steps: int, warmup: int) -> dict[str, Any]:
+def _trl_args(steps: int, warmup: int, pairs: bool) -> dict[str, Any]:
+    per_device = MICRO_SEQS // 2 if pairs else MICRO_SEQS  # TRL's DPO batch size counts pairs
     return {
         "output_dir": "/tmp/bench-trl",
-        "max_steps": steps + warmup,
-        "per_device_train_batch_size": MICRO_SEQS,
+        "max_steps": warmup + steps + 1,  # + 1: the profiled step
+        "per_device_train_batch_size": per_device,
         "gradient_accumulation_steps": BATCH_SEQS // MICRO_SEQS,
+        "train_sampling_strategy": "sequential",
         "learning_rate": LR,
         "lr_scheduler_type": "constant",
         "max_grad_norm": 1.0,
@@ -201,49 +280,52 @@ def _trl_args(steps: int, warmup: int) -> dict[str, Any]:
     }
 
 
-def trl_sft(steps: int, warmup: int) -> Result:
+def trl_sft(steps: int, warmup: int, profile: bool) -> Result:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
 
     rows, tokenizer = _rows("sft")
     ds = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows])
-    timer = _step_timer(warmup, lambda b: 0.0)
-    args = SFTConfig(**_trl_args(steps, warmup), max_length=MAX_LENGTH)
+    timer = _trl_callback(warmup, profile)
+    args = SFTConfig(**_trl_args(steps, warmup, pairs=False), max_length=MAX_LENGTH)
     model = AutoModelForCausalLM.from_pretrained(_model_path())
     trainer = SFTTrainer(
         model=model, args=args, train_dataset=ds, processing_class=tokenizer, callbacks=[timer]
     )
     trainer.train()
-    tokens_per_step = BATCH_SEQS * sum(len(r["input_ids"]) for r in rows) / len(rows)
-    return _summary("trl sft", timer.times, [tokens_per_step] * len(timer.times), timer.losses)
+    return timer.result("trl sft", steps)  # type: ignore[no-any-return]
 
 
-def trl_dpo(steps: int, warmup: int) -> Result:
+def trl_dpo(steps: int, warmup: int, profile: bool) -> Result:
+    from datasets import Dataset
     from transformers import AutoModelForCausalLM
     from trl import DPOConfig, DPOTrainer  # type: ignore[attr-defined]
 
-    from roll.data.tasks import builtin_dataset
-
     rows, tokenizer = _rows("preference")
-    ds = builtin_dataset("arithmetic", "preference", ROWS, seed=SEED).select_columns(
-        ["prompt", "chosen", "rejected"]
+    ds = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in rows])
+    timer = _trl_callback(warmup, profile)
+    args = DPOConfig(
+        **_trl_args(steps, warmup, pairs=True), max_length=MAX_LENGTH, beta=0.1, precompute_ref_log_probs=True
     )
-    timer = _step_timer(warmup, lambda b: 0.0)
-    trl_args = _trl_args(steps, warmup)
-    trl_args["per_device_train_batch_size"] = MICRO_SEQS // 2  # pairs
-    args = DPOConfig(**trl_args, max_length=MAX_LENGTH, beta=0.1, precompute_ref_log_probs=True)
     model = AutoModelForCausalLM.from_pretrained(_model_path())
     trainer = DPOTrainer(
         model=model, args=args, train_dataset=ds, processing_class=tokenizer, callbacks=[timer]
     )
+    _check_same_tokens(trainer.train_dataset, rows)
     trainer.train()
-    seq_tokens = sum(2 * len(r["prompt_ids"]) + len(r["chosen_ids"]) + len(r["rejected_ids"]) for r in rows)
-    tokens_per_step = BATCH_SEQS // 2 * seq_tokens / len(rows)
-    return _summary("trl dpo", timer.times, [tokens_per_step] * len(timer.times), timer.losses)
+    return timer.result("trl dpo", steps)  # type: ignore[no-any-return]
 
 
-def e2e_sft(steps: int, warmup: int) -> Result:
+def _check_same_tokens(trl_rows: Any, rows: list[dict[str, Any]]) -> None:
+    for column in ("prompt_ids", "chosen_ids", "rejected_ids"):
+        if list(trl_rows[column]) != [list(r[column]) for r in rows]:
+            raise RuntimeError(
+                f"TRL tokenized {column} differently from roll: the sides would not do the same work"
+            )
+
+
+def e2e_sft(steps: int, warmup: int, profile: bool) -> Result:
     """The ``sft`` pipeline through one Ray actor; s/step from its ``time/step_s`` (driver and dispatch included)."""
     import tempfile
     from pathlib import Path
@@ -253,9 +335,10 @@ def e2e_sft(steps: int, warmup: int) -> Result:
     from roll.pipelines.sft.pipeline import SFTPipeline
 
     out = Path(tempfile.mkdtemp()) / "run"
+    source = f"{{path: 'builtin:arithmetic', builtin_kind: sft, max_samples: {ROWS}}}"
     overrides = [
         f"output_dir={out}", f"max_steps={steps + warmup}", "eval_every=0", "tracking.progress=false",
-        "tracking.backends=[jsonl]", "checkpoint.export_hf=false", f"data.sources.0.max_samples={ROWS}",
+        "tracking.backends=[jsonl]", "checkpoint.export_hf=false", f"data.sources=[{source}]",
         f"batch.prompts_per_step={BATCH_SEQS}", f"batch.micro_batch_samples={MICRO_SEQS}",
         f"actor_train.strategy.optimizer.lr={LR}", "actor_train.strategy.scheduler.kind=constant",
         "actor_train.strategy.scheduler.warmup_steps=0",
@@ -267,13 +350,17 @@ def e2e_sft(steps: int, warmup: int) -> Result:
     finally:
         pipeline.shutdown()
     rows = [json.loads(line)["metrics"] for line in (out / "metrics.jsonl").read_text().splitlines()][warmup:]
-    times = [r["time/step_s"] for r in rows]
-    return _summary(
-        "roll sft (Ray e2e)", times, [r["train/tokens"] for r in rows], [r["train/loss"] for r in rows]
+    return Result(
+        "roll sft (Ray e2e)",
+        [r["time/step_s"] for r in rows],
+        [r["train/tokens"] for r in rows],
+        [r["train/loss"] for r in rows],
+        _rss_mb(),
+        _threads(),
     )
 
 
-SIDES: dict[str, Callable[[int, int], Result]] = {
+SIDES: dict[str, Callable[[int, int, bool], Result]] = {
     "ours_sft": ours_sft,
     "trl_sft": trl_sft,
     "ours_dpo": ours_dpo,
@@ -287,27 +374,48 @@ SIDES: dict[str, Callable[[int, int], Result]] = {
 
 def _run_side(name: str, args: argparse.Namespace) -> Result:
     cmd = [sys.executable, __file__, "--side", name, "--steps", str(args.steps), "--warmup", str(args.warmup)]
-    cmd += ["--threads", str(args.threads)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    cmd += ["--threads", str(args.threads), *(["--profile"] if args.profile else [])]
+    env = dict(os.environ, OMP_WAIT_POLICY=args.omp_wait.upper(), TQDM_DISABLE="1")
+    before = os.getloadavg()[0]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed:\n{proc.stderr[-4000:]}")
-    return Result(**json.loads(proc.stdout.strip().splitlines()[-1]))
+    fields = json.loads(proc.stdout.strip().splitlines()[-1])
+    return Result(**{**fields, "load": [before, os.getloadavg()[0]]})
+
+
+def _merge(runs: list[Result]) -> Result:
+    """Rounds of one side pooled: every timed step, the largest RSS, the load range."""
+    first = runs[0]
+    return Result(
+        first.side,
+        [t for r in runs for t in r.step_s],
+        [n for r in runs for n in r.tokens],
+        first.losses,
+        max(r.peak_rss_mb for r in runs),
+        first.threads,
+        [min(x for r in runs for x in r.load), max(x for r in runs for x in r.load)],
+        first.profile,
+    )
 
 
 def _table(results: dict[str, Result]) -> str:
-    lines = [
-        f"{'side':<20} {'s/step':>8} {'tokens/s':>10} {'final loss':>11} {'peak RSS MB':>12}",
-        *(
-            f"{r.side:<20} {r.s_per_step:>8.4f} {r.tokens_per_s:>10.0f} {r.final_loss:>11.4f} {r.peak_rss_mb:>12.0f}"
-            for r in results.values()
-        ),
-    ]
+    head = f"{'side':<20} {'s/step':>8} {'tokens/s':>9} {'tok/step':>8} {'final loss':>10} {'RSS MB':>7} {'thr':>3} load"
+    lines = [head]
+    for r in results.values():
+        tok_step = sum(r.tokens) / len(r.tokens)
+        lines.append(
+            f"{r.side:<20} {r.s_per_step:>8.4f} {r.tokens_per_s:>9.0f} {tok_step:>8.0f} {r.final_loss:>10.4f} "
+            f"{r.peak_rss_mb:>7.0f} {r.threads:>3} {r.load[0]:.1f}-{r.load[1]:.1f}"
+        )
     for mode in ("sft", "dpo"):
         ours, trl = results.get(f"ours_{mode}"), results.get(f"trl_{mode}")
         if ours and trl:
+            diff = max(abs(a - b) for a, b in zip(ours.losses, trl.losses))
             lines.append(
                 f"{mode}: roll/TRL tokens/s = {ours.tokens_per_s / trl.tokens_per_s:.2f}x, "
-                f"s/step = {ours.s_per_step / trl.s_per_step:.2f}x, RSS = {ours.peak_rss_mb / trl.peak_rss_mb:.2f}x"
+                f"s/step = {ours.s_per_step / trl.s_per_step:.2f}x, RSS = {ours.peak_rss_mb / trl.peak_rss_mb:.2f}x, "
+                f"max |loss diff| over {min(len(ours.losses), len(trl.losses))} steps = {diff:.2e}"
             )
     return "\n".join(lines)
 
@@ -317,15 +425,29 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="alternate the sides this many times")
+    parser.add_argument("--omp-wait", choices=["passive", "active"], default="passive")
+    parser.add_argument("--profile", action="store_true", help="print the top ops of one step per side")
     parser.add_argument("--e2e", action="store_true", help="also time the sft pipeline through a Ray actor")
     parser.add_argument("--side", choices=sorted(SIDES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
         _setup(args.threads)
-        print(json.dumps(asdict(SIDES[args.side](args.steps, args.warmup))))
+        print(json.dumps(asdict(SIDES[args.side](args.steps, args.warmup, args.profile))))
         return
     names = ["ours_sft", "trl_sft", "ours_dpo", "trl_dpo", *(["e2e_sft"] if args.e2e else [])]
-    print(_table({name: _run_side(name, args) for name in names}))
+    print(
+        f"load average at start: {os.getloadavg()}, cores: {os.cpu_count()}, OMP_WAIT_POLICY={args.omp_wait}"
+    )
+    runs: dict[str, list[Result]] = {name: [] for name in names}
+    for _ in range(args.rounds):
+        for name in names:
+            runs[name].append(_run_side(name, args))
+    results = {name: _merge(rs) for name, rs in runs.items()}
+    print(_table(results))
+    if args.profile:
+        for r in results.values():
+            print(f"\n{r.side}: top ops of one step (self CPU)\n{r.profile}")
 
 
 if __name__ == "__main__":
