@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -79,6 +80,34 @@ def test_unpaired_or_unknown_adapter_tensors_are_rejected() -> None:
     with pytest.raises(WorkerError, match="lacks"):
         infer.load_adapter({"no.such" + LORA_A: adapter[q + LORA_A], "no.such" + LORA_B: adapter[q + LORA_B]},
                            LORA, 1)  # fmt: skip
+
+
+def test_sync_in_process_hands_over_the_adapter_alone() -> None:
+    """A LoRA fsdp2 trainer (world size 1) and an hf strategy in one process: one bucket of A/B tensors, after
+    which the hf model holds the trainer's merged weights, bit for bit, also after a second step and sync."""
+    from roll.workers.config import FSDP2Config, OptimizerConfig
+    from roll.workers.fsdp2 import FSDP2TrainStrategy
+    from roll.workers.model_update import sync_in_process, weights_checksum
+
+    cfg = FSDP2Config(device="cpu", optimizer=OptimizerConfig(lr=1e-2), lora=LORA)
+    train = FSDP2TrainStrategy(tiny_model(), cfg)
+    infer = HFInferStrategy(tiny_model(), HFInferConfig(device="cpu"))
+    batch = {"input_ids": IDS, "attention_mask": torch.ones_like(IDS), "loss_mask": torch.ones_like(IDS)}
+    for version in (1, 2):
+        train.train_step(batch, LogpSum())
+        assert sync_in_process(train, infer, version, bucket_mb=1e-4) == 1  # whole adapter, one bucket
+        assert weights_checksum(infer.model.state_dict()) == weights_checksum(train.state_dict())
+    assert weights_checksum(infer.model.state_dict()) != weights_checksum(tiny_model().state_dict())
+
+
+class LogpSum:
+    needs_entropy = False
+
+    def __call__(self, output: Any, micro_batch: Any) -> torch.Tensor:
+        return -(output.logp_BT * micro_batch["loss_mask"]).sum()
+
+    def count_units(self, micro_batch: Any) -> float:
+        return float(micro_batch["loss_mask"].sum())
 
 
 def test_peft_folder_loads_back_to_the_same_logits(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ __all__ = [
     "load_payload",
     "pack_bucket",
     "plan_buckets",
+    "plan_update",
     "receive_weights",
     "send_weights",
     "sync_in_process",
