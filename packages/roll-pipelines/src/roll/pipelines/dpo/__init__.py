@@ -4,8 +4,9 @@ Roles: ``actor_train`` (the policy) and, when ``reference.mode: worker``, a froz
 batch. ``reference.mode: precompute`` instead scores every pair once with the initial policy before the first step
 (the reference *is* the initial policy) and keeps those log-probs in the checkpoint, saving the second model's
 memory and forward passes. Batches count pairs: ``batch.prompts_per_step`` pairs, ``samples_per_prompt: 2``.
-Pairs whose chosen equals rejected are skipped (and counted). Evaluation reports the held-out loss, reward
-accuracy (chosen's implicit reward higher) and reward margin.
+Pairs whose chosen equals rejected are skipped (and counted). Every step logs its batch's reward accuracy (chosen's
+implicit reward higher), reward margin and mean chosen/rejected rewards (``train/*``, measured before the update);
+evaluation reports the same on held-out pairs, with the held-out loss.
 
 This module holds only the config and the spec (no torch, no Ray); :mod:`.pipeline` has the implementation.
 """
