@@ -1,12 +1,22 @@
-"""On-policy distillation's pure pieces: the log-ratio advantage, tag routing, and the config's routing checks."""
+"""On-policy distillation: the pure pieces (the log-ratio advantage, tag routing, the config's routing checks) and
+one end-to-end run where distillation raises the student's reward.
+
+The end-to-end test is ``examples/distill_onpolicy.yaml`` made cheaper: the teacher is a tiny-1m warmed up long
+by SFT (300 steps: ~0.9 greedy accuracy on the training sums) instead of a tiny-10m, the student a tiny-1m warmed
+up briefly (60 steps: the answer format, ~0.15 of the sums at temperature 1); then pure on-policy distillation (``rl_coef: 0``, the
+reward is only logged) must raise the student's sampled accuracy.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from roll.core.config.loader import load_tree, validate
 from roll.core.errors import DataError
 from roll.pipelines.distill.onpolicy import distill_advantages, route_by_tag
 from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
@@ -71,3 +81,51 @@ def test_config_rejects_ambiguous_routes() -> None:
         OnPolicyDistillConfig.model_validate(_cfg({"a": {"tags": ["x"]}, "b": {"tags": ["x"]}}))
     with pytest.raises(ValueError, match="at most one may"):
         OnPolicyDistillConfig.model_validate(_cfg({"a": {}, "b": {}}))
+
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "distill_onpolicy.yaml"
+E2E_STEPS = 40
+
+
+@pytest.mark.slow
+def test_onpolicy_distillation_raises_the_students_reward(ray_local: Any, tmp_path: Path) -> None:
+    """The student's sampled accuracy over steps 21-40 beats steps 1-10 (128 samples a step), below a teacher
+    that knows the sums, and its reverse KL to the teacher falls. Measured on a busy 2-core box (cpu_threads=1):
+    teacher 0.97 greedy on the training sums; student 0.16 over steps 1-10, 0.22 over steps 21-40 (peak 8-step
+    mean ~0.25 around step 28); reverse KL 0.70 -> 0.57 per token. The rise is real but modest at this scale.
+    """
+    from roll.pipelines.distill.onpolicy_config import SPEC
+
+    overrides = [
+        f"output_dir={tmp_path}",
+        f"max_steps={E2E_STEPS}",
+        "eval_every=0",
+        "checkpoint.every_n_steps=0",
+        "tracking.backends=[jsonl]",
+        "tracking.progress=false",
+        "ray.address=auto",
+        "ray.num_cpus=null",
+        "teachers.arith.model.path=tiny-1m",
+        "cpu_threads=1",  # the same float results on any machine (and no oversubscription on a busy one)
+        "warmup.steps=60",
+        "teachers.arith.warmup.steps=300",
+        "teachers.arith.warmup.lr=3e-3",
+        "teachers.arith.strategy.scheduler.warmup_steps=10",
+    ]
+    cfg = validate(load_tree(EXAMPLE, overrides, model=OnPolicyDistillConfig), OnPolicyDistillConfig)
+    assert cfg.onpolicy.rl_coef == 0  # the reward only measures; distillation alone must raise it
+    pipeline = SPEC.build(cfg)
+    try:
+        pipeline.run()
+    finally:
+        pipeline.shutdown()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    teacher = next(r["metrics"] for r in rows if "teacher_arith_warmup/train_accuracy" in r["metrics"])
+    steps = [r["metrics"] for r in rows if r["step"] > 0]
+    assert len(steps) == E2E_STEPS
+    acc = [s["reward/accuracy"] for s in steps]
+    kl = [s["distill/reverse_kl"] for s in steps]
+    first, late = sum(acc[:10]) / 10, sum(acc[20:]) / 20
+    assert teacher["teacher_arith_warmup/train_accuracy"] > first + 0.5, (teacher, first)
+    assert late > first + 0.04, f"accuracy did not rise: steps 1-10 {first:.3f}, steps 21-40 {late:.3f}"
+    assert sum(kl[20:]) / 20 < 0.9 * sum(kl[:10]) / 10, kl

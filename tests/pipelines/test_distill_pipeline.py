@@ -1,12 +1,22 @@
 """The ``distill`` pipeline on Ray, CPU, tiny models: the student's KL to the teacher falls, transferred top-k
-values and indices equal the teacher's exactly on both transfer paths, and a run resumes.
+values and indices equal the teacher's exactly on both transfer paths, and a run killed after its first checkpoint
+resumes to the same metrics, bit for bit.
 
 One pipeline object serves every check (actors cost ~15 s each to start): a tiny-1m teacher warmed up briefly by
-SFT, a tiny-1m student (two data-parallel ranks, so rows really travel to different ranks).
+SFT, a tiny-1m student (two data-parallel ranks, so rows really travel to different ranks). The resume check
+reuses that teacher's export (no second warm-up) for a short run in this process and the same run through
+``python -m roll.core.cli`` in a subprocess, SIGKILLed after its first checkpoint and resumed with
+``resume=auto`` (the approach of ``tests/pipelines/test_sft.py``).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -107,3 +117,83 @@ def test_collective_training_step_runs(run: tuple[DistillPipeline, Mapping[str, 
         pipe.config.__dict__["transfer"] = "object_store"
     assert metrics["train/units"] == pytest.approx(1.0)
     assert metrics["train/kd/kd_mean"] > 0
+
+
+# ----------------------------------------------------------------------------------- resume after SIGKILL
+
+RESUME_STEPS = 8
+
+
+def resume_config(out: Path, teacher_path: str, **overrides: Any) -> DistillConfig:
+    """8 steps, checkpoints every 3, the fixture's warmed-up teacher as a plain path, one student rank."""
+    raw: dict[str, Any] = {
+        "max_steps": RESUME_STEPS,
+        "eval_every": 4,
+        "student": {
+            "num_workers": 1,
+            "cpus_per_worker": 0.5,
+            "model": {"path": "tiny-1m", "seed": 1},
+            "strategy": {"optimizer": {"lr": 3e-3}},
+        },
+        "teacher": {"num_workers": 1, "cpus_per_worker": 0.5, "model": {"path": teacher_path}},
+        "teacher_warmup": None,
+        "checkpoint": {"every_n_steps": 3, "keep_last": 2},
+        "resume": "auto",
+    }
+    return small_config(out, **{**raw, **overrides})
+
+
+def _metrics(out: Path) -> dict[int, dict[str, float]]:
+    """Metrics by step; a step logged twice (before the kill and after the resume) keeps its last line."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {row["step"]: row["metrics"] for row in rows}
+
+
+def _cli(yaml: Path, args: list[str], log: Path) -> subprocess.Popen[str]:
+    """``roll train yaml args`` in a fresh process with its own local Ray (output to a file, never a pipe)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, "-m", "roll.core.cli", "train", str(yaml), *args]
+    return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
+
+
+def _kill_after_first_checkpoint(proc: subprocess.Popen[str], out: Path, log: Path) -> None:
+    deadline = time.monotonic() + 300
+    while not list((out / "checkpoints").glob("step_*")):
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+def test_killed_run_resumes_to_the_same_metrics(
+    run: tuple[DistillPipeline, Mapping[str, float]], tmp_path: Path
+) -> None:
+    """Uninterrupted (here) and killed-then-resumed (``roll train`` subprocesses) runs log equal metrics."""
+    from roll.core.checkpoint import CheckpointManager
+    from roll.core.config.loader import dump_yaml
+
+    teacher = run[0].teacher_model.path
+    reference = DistillPipeline(resume_config(tmp_path / "reference", teacher))
+    try:
+        reference.run()
+    finally:
+        reference.shutdown()
+    out = tmp_path / "killed"
+    yaml = tmp_path / "resume.yaml"
+    yaml.write_text(dump_yaml(resume_config(out, teacher, ray={"num_cpus": 2})), encoding="utf-8")
+    _kill_after_first_checkpoint(_cli(yaml, [], tmp_path / "killed.log"), out, tmp_path / "killed.log")
+    latest = CheckpointManager(out / "checkpoints", keep_last=2).latest()
+    assert latest is not None
+    resumed_at = int(latest.name.split("_")[1])
+    assert resumed_at < RESUME_STEPS
+    resumed = _cli(yaml, [], tmp_path / "resumed.log")
+    assert resumed.wait(timeout=300) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
+    expected, got = _metrics(tmp_path / "reference"), _metrics(out)
+    assert sorted(got) == sorted(expected) == list(range(1, RESUME_STEPS + 1))
+    for step in range(resumed_at + 1, RESUME_STEPS + 1):
+        for name, value in expected[step].items():
+            if not name.startswith("time/"):
+                assert got[step][name] == value, (step, name, got[step][name], value)
+    assert "eval/kd" in got[RESUME_STEPS]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -37,10 +38,11 @@ from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import DataError
+from roll.data.tasks import get_task, is_builtin
 from roll.pipelines.common.data import prepare_data
 from roll.pipelines.distill.checks import check_same_tokenizer
 from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
-from roll.pipelines.distill.warmup import warm_up_teacher
+from roll.pipelines.distill.warmup import greedy_accuracy, warm_up_teacher
 from roll.pipelines.distill.worker import DistillTeacherWorker
 from roll.pipelines.rlvr.data import training_view
 from roll.pipelines.rlvr.losses import ADVANTAGES, OLD_LOGP
@@ -146,7 +148,37 @@ class OnPolicyDistillPipeline(RLVRPipeline):
             raise DataError(f"teachers.{name}.warmup needs data: set teachers.{name}.warmup.data (SFT rows)")
         rows = prepare_data(data, self.config.tokenize, kind="sft", tokenizer=self.tokenizer).train
         pad_id = self.tokenizer.pad_token_id
-        return warm_up_teacher(self, f"teacher_{name}", teacher, teacher.warmup, rows=rows, pad_id=pad_id)
+        return warm_up_teacher(
+            self, f"teacher_{name}", teacher, teacher.warmup, rows=rows, pad_id=pad_id, summary=self._accuracy
+        )
+
+    def _accuracy(self, cluster: Cluster) -> dict[str, float]:
+        """Greedy accuracy of a warmed-up teacher on the held-out prompts (``accuracy``, the prompts and token
+        budget of the student's ``eval/accuracy``) and on up to 64 training prompts (``train_accuracy``: what it
+        can teach), when a ``builtin:`` task verifies them."""
+        sources = self.config.data.eval_sources or self.config.data.sources
+        if not is_builtin(sources[0].path):
+            return {}
+        v = self.config.validation
+        score = partial(
+            greedy_accuracy, cluster, verify=get_task(sources[0].path, **sources[0].builtin_options).verify,
+            tokenizer=self.tokenizer, batch_size=v.num_prompts,
+            max_new_tokens=v.max_new_tokens or self.config.rollout.max_new_tokens,
+        )  # fmt: skip
+        train = self.feeder.rows[: max(v.num_prompts, 64)]
+        out = {
+            "train_accuracy": score([r["prompt_ids"] for r in train], [str(r["ground_truth"]) for r in train])
+        }
+        if self.eval_prompts is not None:
+            ids, truths = self.eval_prompts[C.PROMPT_IDS], self.eval_prompts["ground_truth"]
+            out["accuracy"] = score(list(ids), [str(t) for t in truths])
+        return out
+
+    def warmup(self) -> None:
+        """RLVR's SFT warm-up of the student, then its held-out metrics before any distillation, at step 0."""
+        super().warmup()
+        if self.config.eval_every:
+            self.tracker.log({f"eval/{k}": v for k, v in self.evaluate(0).items()}, 0)
 
     def _check_tokenizer(self, name: str, reference: str) -> None:
         from roll.pipelines.common.data import load_tokenizer

@@ -22,7 +22,6 @@ from roll.core.cluster import Cluster
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.tracking import reduce_metrics
-from roll.data.collate import collate_prompts
 from roll.data.tasks import get_task, is_builtin
 from roll.pipelines.common import data as D
 from roll.pipelines.common.config import strategy_for
@@ -32,10 +31,9 @@ from roll.pipelines.common.loop import TRAIN_METRIC_REDUCTION, optimizer_chunks,
 from roll.pipelines.distill import DistillConfig, TeacherWarmupConfig
 from roll.pipelines.distill.checks import check_same_tokenizer
 from roll.pipelines.distill.losses import DistillLoss
-from roll.pipelines.distill.warmup import warm_up_teacher
+from roll.pipelines.distill.warmup import greedy_accuracy, warm_up_teacher
 from roll.pipelines.distill.worker import DistillStudentWorker, DistillTeacherWorker
 from roll.pipelines.sft.pipeline import prompt_ids
-from roll.pipelines.sft.worker import RESPONSE_IDS
 from roll.workers.logits_transfer import align_to
 from roll.workers.roles import columns as C
 from roll.workers.roles.config import ModelConfig
@@ -233,22 +231,11 @@ class DistillPipeline(BasePipeline):
 
     def answer_accuracy(self, cluster: Cluster, rows: Sequence[D.Row]) -> float:
         """Fraction of ``rows`` whose greedy answer under ``cluster`` (an SFTWorker role) the task verifies."""
-        task, correct = self.eval_task(), 0
-        for chunk in D.chunks(rows, self.config.eval.batch_size):
-            tensors = collate_prompts(
-                [{"prompt_ids": prompt_ids(r)} for r in chunk], pad_id=self.tokenizer.pad_token_id
-            )
-            batch = Batch({C.INPUT_IDS: tensors["input_ids"], C.ATTENTION_MASK: tensors["attention_mask"]})
-            out = cluster.generate_greedy(batch, self.config.eval.max_new_tokens)
-            for row, ids in zip(chunk, out[RESPONSE_IDS]):
-                correct += bool(task.verify(self.decode(ids.tolist()), str(row["ground_truth"])))
-        return correct / max(len(rows), 1)
-
-    def decode(self, ids: list[int]) -> str:
-        eos = self.tokenizer.eos_token_id
-        return str(
-            self.tokenizer.decode(ids[: ids.index(eos)] if eos in ids else ids, skip_special_tokens=True)
-        )
+        return greedy_accuracy(
+            cluster, [prompt_ids(r) for r in rows], [str(r["ground_truth"]) for r in rows],
+            verify=self.eval_task().verify, tokenizer=self.tokenizer, batch_size=self.config.eval.batch_size,
+            max_new_tokens=self.config.eval.max_new_tokens,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------ checkpoints
 

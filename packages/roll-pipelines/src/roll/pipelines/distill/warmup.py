@@ -10,10 +10,13 @@ import logging
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.pipeline import BasePipeline
 from roll.core.tracking import reduce_metrics
+from roll.data.collate import collate_prompts
 from roll.pipelines.common import data as D
 from roll.pipelines.common.config import TrainRoleConfig
 from roll.pipelines.common.export import export_hf
@@ -21,8 +24,9 @@ from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import TRAIN_METRIC_REDUCTION
 from roll.pipelines.distill import TeacherWarmupConfig
 from roll.pipelines.sft.losses import SFTLoss
-from roll.pipelines.sft.worker import SFTWorker
+from roll.pipelines.sft.worker import RESPONSE_IDS, SFTWorker
 from roll.workers.config import FSDP2Config
+from roll.workers.roles import columns as C
 from roll.workers.roles.config import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -91,3 +95,28 @@ def _export(trainer: Cluster, target: Path) -> None:
     (tmp / "hf").rename(target)
     shutil.rmtree(tmp, ignore_errors=True)
     (target / DONE_MARKER).write_text("ok\n", encoding="utf-8")
+
+
+def greedy_accuracy(
+    cluster: Cluster,
+    prompts: Sequence[Sequence[int]],
+    truths: Sequence[str],
+    *,
+    verify: Callable[[str, str], bool],
+    tokenizer: Any,
+    batch_size: int,
+    max_new_tokens: int,
+) -> float:
+    """Fraction of ``prompts`` (token ids) whose greedy answer under ``cluster`` (an SFTWorker role) ``verify``
+    accepts against its ``truths`` entry; answers are cut at the tokenizer's EOS before decoding."""
+    correct, eos = 0, tokenizer.eos_token_id
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        tensors = collate_prompts([{"prompt_ids": list(p)} for p in chunk], pad_id=tokenizer.pad_token_id)
+        batch = Batch({C.INPUT_IDS: tensors["input_ids"], C.ATTENTION_MASK: tensors["attention_mask"]})
+        out = cluster.generate_greedy(batch, max_new_tokens)
+        for truth, ids_T in zip(truths[start : start + batch_size], out[RESPONSE_IDS]):
+            ids = ids_T.tolist()
+            text = tokenizer.decode(ids[: ids.index(eos)] if eos in ids else ids, skip_special_tokens=True)
+            correct += bool(verify(str(text), str(truth)))
+    return correct / max(len(prompts), 1)
