@@ -4,9 +4,12 @@ Both sides train the same tiny Qwen2 (``tiny-1m``, fp32, CPU) from the same init
 in the same order*: the rows are the built-in arithmetic task tokenized by roll's pipelines, and TRL reads them
 with ``train_sampling_strategy="sequential"`` (SFT: the token ids and labels as they are; DPO: the same
 prompt/chosen/rejected messages, which TRL tokenizes with the same chat template; the benchmark checks that TRL's
-token ids equal ours). A step is 64 sequences (SFT 64 rows, DPO 32 pairs) in 2 micro-batches, padded to the longest
-sequence of the micro-batch on both sides; AdamW at the same LR and defaults, constant schedule, grad clipping
-1.0. DPO reads reference log-probs computed once up front on both sides (TRL ``precompute_ref_log_probs=True``, so
+token ids equal ours). A step is 64 sequences (SFT 64 rows, DPO 32 pairs) in 2 micro-batches, right-padded to the
+longest sequence of the step (ours) or of the micro-batch (TRL's collator; these rows differ by a few tokens); AdamW at the same LR and defaults, constant schedule, grad clipping
+1.0, fp32 and gradient checkpointing off (TRL's configs default to bf16 autocast, on CPU too, and to checkpointing;
+with those defaults TRL did different work, its loss off ours by 2e-3, and ran ~2x slower relative to ours;
+``--grad-checkpointing`` turns checkpointing on for both). DPO
+reads reference log-probs computed once up front on both sides (TRL ``precompute_ref_log_probs=True``, so
 no reference model is kept or run during the steps), outside the timed steps.
 
 Same process conditions on both sides: ``torch.set_flush_denormal(True)``, ``torch.set_num_threads(--threads)``
@@ -48,6 +51,7 @@ LR = 1e-3
 MAX_LENGTH = 128
 SEED = 0
 PROFILE_ROWS = 8
+CHECKPOINTING_ENV = "BENCH_GRAD_CHECKPOINTING"
 
 
 @dataclass
@@ -138,6 +142,10 @@ class _Profiler:
 # ------------------------------------------------------------------------------------------------ our side
 
 
+def _grad_checkpointing() -> bool:
+    return os.environ.get(CHECKPOINTING_ENV) == "1"
+
+
 def _our_strategy() -> Any:
     from transformers import AutoModelForCausalLM
 
@@ -145,7 +153,12 @@ def _our_strategy() -> Any:
     from roll.workers.fsdp2 import FSDP2TrainStrategy
 
     model = AutoModelForCausalLM.from_pretrained(_model_path())
-    config = FSDP2Config(device="cpu", micro_batch_size=MICRO_SEQS, optimizer=OptimizerConfig(lr=LR))
+    config = FSDP2Config(
+        device="cpu",
+        micro_batch_size=MICRO_SEQS,
+        optimizer=OptimizerConfig(lr=LR),
+        gradient_checkpointing=_grad_checkpointing(),
+    )
     return FSDP2TrainStrategy(model, config, total_steps=10_000)
 
 
@@ -267,6 +280,8 @@ def _trl_args(steps: int, warmup: int, pairs: bool) -> dict[str, Any]:
         "per_device_train_batch_size": per_device,
         "gradient_accumulation_steps": BATCH_SEQS // MICRO_SEQS,
         "train_sampling_strategy": "sequential",
+        "gradient_checkpointing": _grad_checkpointing(),  # TRL defaults to True, roll to False: same on both
+        "bf16": False,  # TRL's configs default to bf16 autocast (on CPU too); both sides train in fp32
         "learning_rate": LR,
         "lr_scheduler_type": "constant",
         "max_grad_norm": 1.0,
@@ -376,6 +391,7 @@ def _run_side(name: str, args: argparse.Namespace) -> Result:
     cmd = [sys.executable, __file__, "--side", name, "--steps", str(args.steps), "--warmup", str(args.warmup)]
     cmd += ["--threads", str(args.threads), *(["--profile"] if args.profile else [])]
     env = dict(os.environ, OMP_WAIT_POLICY=args.omp_wait.upper(), TQDM_DISABLE="1")
+    env[CHECKPOINTING_ENV] = "1" if args.grad_checkpointing else "0"
     before = os.getloadavg()[0]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
@@ -415,7 +431,8 @@ def _table(results: dict[str, Result]) -> str:
             lines.append(
                 f"{mode}: roll/TRL tokens/s = {ours.tokens_per_s / trl.tokens_per_s:.2f}x, "
                 f"s/step = {ours.s_per_step / trl.s_per_step:.2f}x, RSS = {ours.peak_rss_mb / trl.peak_rss_mb:.2f}x, "
-                f"max |loss diff| over {min(len(ours.losses), len(trl.losses))} steps = {diff:.2e}"
+                f"max |loss diff| over {min(len(ours.losses), len(trl.losses))} steps = {diff:.2e} "
+                f"(step 1: {ours.losses[0]:.6f} vs {trl.losses[0]:.6f})"
             )
     return "\n".join(lines)
 
@@ -428,6 +445,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternate the sides this many times")
     parser.add_argument("--omp-wait", choices=["passive", "active"], default="passive")
     parser.add_argument("--profile", action="store_true", help="print the top ops of one step per side")
+    parser.add_argument(
+        "--grad-checkpointing", action="store_true", help="recompute activations on both sides"
+    )
     parser.add_argument("--e2e", action="store_true", help="also time the sft pipeline through a Ray actor")
     parser.add_argument("--side", choices=sorted(SIDES), help=argparse.SUPPRESS)
     args = parser.parse_args()
