@@ -3,8 +3,9 @@
 Conventions (see :mod:`roll.workers.types`): ``logp_BT[b, t] = log p(ids[b, t] | ids[b, :t])`` under
 ``log_softmax(logits / temperature)``; positions without a prediction (padding, a sequence's first token) hold 0.
 
-Memory: the log-softmax is taken over row chunks of the flattened ``[B*T, V]`` logits, so the float temporaries are
-``[chunk, V]`` instead of further ``[B, T, V]`` copies next to the logits the model already returned.
+Memory and speed: the log-softmax is taken over row chunks of the flattened ``[B*T, V]`` logits, so the float
+temporaries are ``[chunk, V]`` instead of further ``[B, T, V]`` copies next to the logits the model already
+returned; without entropy each chunk is one fused ``cross_entropy`` (log-softmax + pick, fused backward).
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from roll.core.errors import DataError
 
 LOGIT_CHUNK_ROWS = 1024
 """Rows of ``[rows, V]`` logits processed at once by :func:`logprobs_from_logits`."""
+
+IGNORE_INDEX = -100
+"""Label of a position without a prediction: :func:`logprobs_from_logits` gives it 0 and no gradient."""
 
 
 def position_ids_from_mask(mask_BT: torch.Tensor) -> torch.Tensor:
@@ -26,29 +31,45 @@ def position_ids_from_mask(mask_BT: torch.Tensor) -> torch.Tensor:
 
 
 def logprobs_from_logits(
-    logits_NV: torch.Tensor, labels_N: torch.Tensor, *, temperature: float = 1.0, with_entropy: bool = False
+    logits_NV: torch.Tensor,
+    labels_N: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    ignore_index: int = IGNORE_INDEX,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of ``labels_N`` under ``log_softmax(logits_NV / temperature)``, and optionally the entropy.
 
-    Computed in float32 over chunks of :data:`LOGIT_CHUNK_ROWS` rows; differentiable. ``temperature`` must be > 0
-    (greedy decoding reports temperature-1 log-probs, so callers pass 1.0 for it).
+    Computed in float32 over chunks of :data:`LOGIT_CHUNK_ROWS` rows; differentiable. Rows whose label is
+    ``ignore_index`` get 0 (and no gradient). ``temperature`` must be > 0 (greedy decoding reports temperature-1
+    log-probs, so callers pass 1.0 for it).
+
+    Without entropy this is ``-cross_entropy(..., reduction="none")``: log-softmax and the pick in one op whose
+    backward is one fused kernel, and no ``[rows, V]`` log-softmax is kept for the backward beyond the op's own.
     """
     logp_chunks: list[torch.Tensor] = []
     ent_chunks: list[torch.Tensor] = []
-    for start in range(0, logits_NV.shape[0], LOGIT_CHUNK_ROWS):
-        x_CV = logits_NV[start : start + LOGIT_CHUNK_ROWS].float()
+    # split (not slicing in a loop): its backward concatenates the chunk gradients once
+    chunks = zip(
+        torch.split(logits_NV, LOGIT_CHUNK_ROWS), torch.split(labels_N, LOGIT_CHUNK_ROWS), strict=True
+    )
+    for x_CV, labels_C in chunks:
+        x_CV = x_CV.float()
         if temperature != 1.0:
             x_CV = x_CV / temperature
-        lse_C = x_CV.logsumexp(-1)
-        labels_C = labels_N[start : start + LOGIT_CHUNK_ROWS]
-        logp_chunks.append(x_CV.gather(-1, labels_C.unsqueeze(-1)).squeeze(-1) - lse_C)
         if with_entropy:
-            p_CV = torch.softmax(x_CV, -1)
-            ent_chunks.append(lse_C - (p_CV * x_CV).sum(-1))
+            logp_CV = x_CV.log_softmax(-1)
+            logp_chunks.append(-F.nll_loss(logp_CV, labels_C, reduction="none", ignore_index=ignore_index))
+            ent_chunks.append(-(logp_CV.exp() * logp_CV).sum(-1))
+        else:
+            logp_chunks.append(-F.cross_entropy(x_CV, labels_C, reduction="none", ignore_index=ignore_index))
     if not logp_chunks:
         empty = logits_NV.new_zeros(0, dtype=torch.float32)
         return empty, (empty if with_entropy else None)
-    return torch.cat(logp_chunks), (torch.cat(ent_chunks) if with_entropy else None)
+    logp_N = logp_chunks[0] if len(logp_chunks) == 1 else torch.cat(logp_chunks)
+    if not with_entropy:
+        return logp_N, None
+    return logp_N, (ent_chunks[0] if len(ent_chunks) == 1 else torch.cat(ent_chunks))
 
 
 def shifted_scores(
@@ -61,25 +82,24 @@ def shifted_scores(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Score ``ids[:, t]`` with the logits at ``t - 1``; 0 wherever ``has_prev_BT`` is false.
 
-    The labels are rolled left instead of slicing the logits, so the flattened logits stay a view (no copy).
+    The labels are rolled left instead of slicing the logits, so the flattened logits stay a view (no copy);
+    positions without a prediction get the ignore label, so the fused cross-entropy gives them 0 directly.
     """
     B, T, V = logits_BTV.shape
-    labels_BT = torch.roll(ids_BT, shifts=-1, dims=1)
+    keep_BT = has_prev_BT.bool()
+    labels_BT = torch.roll(ids_BT.masked_fill(~keep_BT, IGNORE_INDEX), shifts=-1, dims=1)
     logp_N, ent_N = logprobs_from_logits(
         logits_BTV.reshape(B * T, V),
         labels_BT.reshape(-1),
         temperature=temperature,
         with_entropy=with_entropy,
     )
-    keep_BT = has_prev_BT.bool()
-    logp_BT = torch.zeros(B, T, dtype=torch.float32, device=logits_BTV.device)
-    logp_BT[:, 1:] = logp_N.view(B, T)[:, :-1]
-    logp_BT = torch.where(keep_BT, logp_BT, torch.zeros_like(logp_BT))
+    # the score of ids[:, t] sits at t - 1: shift right by one, column 0 (no previous token) is 0
+    logp_BT = F.pad(logp_N.view(B, T)[:, :-1], (1, 0))
     if ent_N is None:
         return logp_BT, None
-    ent_BT = torch.zeros_like(logp_BT)
-    ent_BT[:, 1:] = ent_N.view(B, T)[:, :-1]
-    return logp_BT, torch.where(keep_BT, ent_BT, torch.zeros_like(ent_BT))
+    ent_BT = F.pad(ent_N.view(B, T)[:, :-1], (1, 0))
+    return logp_BT, ent_BT.masked_fill(~keep_BT, 0.0)
 
 
 def has_prev_from_mask(mask_BT: torch.Tensor) -> torch.Tensor:
