@@ -44,6 +44,13 @@ class TokenMeanNLL:
         return float(micro_batch["loss_mask"].sum())
 
 
+class ScoredNLL(TokenMeanNLL):
+    """The same loss, telling the strategy it reads only the ``loss_mask`` positions (``score_mask``)."""
+
+    def score_mask(self, micro_batch: MicroBatch) -> torch.Tensor:
+        return micro_batch["loss_mask"].bool()
+
+
 def make_batch(rows: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
     """Right-padded rows of lengths 4..12, the loss on every predicted token."""
     g = torch.Generator().manual_seed(seed)
@@ -111,6 +118,23 @@ def test_packed_equals_padded() -> None:
     r_pad, r_pack = padded.train_step(batch, TokenMeanNLL()), packed.train_step(batch, TokenMeanNLL())
     assert r_pack.loss == pytest.approx(r_pad.loss, abs=1e-5)
     assert_params_close(params_of(padded), params_of(packed), atol=1e-5)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_score_mask_projects_only_loss_positions_and_changes_nothing(packed: bool) -> None:
+    batch = make_batch()
+    batch["loss_mask"][:, :4] = 0  # a 4-token "prompt": no logits needed there
+    full = FSDP2TrainStrategy(tiny_model(), config(micro_batch_size=3, packed=packed))
+    scored = FSDP2TrainStrategy(tiny_model(), config(micro_batch_size=3, packed=packed))
+    rows: list[int] = []
+    head = scored.model.get_output_embeddings()
+    head.register_forward_hook(lambda m, args, out: rows.append(args[0].shape[-2]))
+    for _ in range(2):
+        r_full, r_scored = full.train_step(batch, TokenMeanNLL()), scored.train_step(batch, ScoredNLL())
+        assert r_scored.loss == pytest.approx(r_full.loss, abs=1e-6)
+        assert r_scored.grad_norm == pytest.approx(r_full.grad_norm, rel=1e-5)
+    assert sum(rows) == 2 * int(batch["loss_mask"].sum())  # the projection ran on the loss positions only
+    assert_params_close(params_of(full), params_of(scored), atol=1e-6)
 
 
 def test_loss_goes_down_and_every_parameter_changes() -> None:
@@ -231,7 +255,7 @@ def _two_rank_worker(rank: int, port: int, out_dir: str) -> None:
         for step in range(3):
             batch = make_batch(seed=step)
             half = {k: v[rank * 4 : (rank + 1) * 4] for k, v in batch.items()}
-            strategy.train_step(half, TokenMeanNLL())
+            strategy.train_step(half, ScoredNLL())  # score_mask under FSDP2: the head is sharded
         sd = strategy.state_dict()
         if rank == 0:
             torch.save(sd, Path(out_dir) / "two_ranks.pt")

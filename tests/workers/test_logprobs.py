@@ -64,6 +64,27 @@ def test_packed_forward_equals_padded_forward() -> None:
     assert padded[0][mask_BT.bool() & lp.has_prev_from_mask(mask_BT)].abs().min() > 0
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_score_mask_scores_only_the_asked_positions(packed: bool) -> None:
+    model = tiny_model()
+    torch.manual_seed(1)
+    ids_BT = torch.randint(1, 128, (3, 9))
+    mask_BT = torch.tensor(
+        [[0, 0, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0, 0, 0], [0, 1, 1, 1, 1, 1, 1, 0, 0]]
+    )
+    ask_BT = torch.zeros_like(mask_BT, dtype=torch.bool)
+    ask_BT[:, 4:] = True  # includes padding: only valid positions with a previous token get a score
+    full = lp.forward_scores(model, ids_BT, mask_BT, temperature=0.9, with_entropy=True, packed=packed)
+    part = lp.forward_scores(
+        model, ids_BT, mask_BT, temperature=0.9, with_entropy=True, packed=packed, score_mask=ask_BT
+    )
+    keep_BT = ask_BT & lp.has_prev_from_mask(mask_BT)
+    for got, want in zip(part, full, strict=True):
+        assert got is not None and want is not None
+        torch.testing.assert_close(got, want * keep_BT, atol=1e-6, rtol=1e-6)
+    assert part[0][keep_BT].abs().min() > 0 and part[0][~keep_BT].abs().sum() == 0
+
+
 def test_split_micro_batches_by_rows_and_tokens() -> None:
     mask_BT = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 1]])
     batch = {"input_ids": torch.arange(20).view(5, 4), "attention_mask": mask_BT, "scale": torch.tensor(2.0)}

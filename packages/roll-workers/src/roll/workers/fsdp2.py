@@ -155,7 +155,7 @@ class FSDP2TrainStrategy:
         for i, (mb, weight) in enumerate(schedule):
             _set_grad_sync(self.model, i == len(schedule) - 1)
             with self._autocast():
-                out = self._forward(mb, loss_fn.needs_entropy, temperature)
+                out = self._forward(mb, loss_fn.needs_entropy, temperature, _score_mask(loss_fn, mb))
                 loss_sum = loss_fn(out, mb) * weight
             torch.autograd.backward(loss_sum * scale)
             loss_total += loss_sum.detach().float()
@@ -168,7 +168,13 @@ class FSDP2TrainStrategy:
         for i in range(count):
             yield (micro_batches[i], 1.0) if i < len(micro_batches) else (micro_batches[-1], 0.0)
 
-    def _forward(self, mb: MicroBatch, with_entropy: bool, temperature: float) -> ForwardOutput:
+    def _forward(
+        self,
+        mb: MicroBatch,
+        with_entropy: bool,
+        temperature: float,
+        score_mask: torch.Tensor | None = None,
+    ) -> ForwardOutput:
         ids = mb["input_ids"].to(self.device)
         mask = mb["attention_mask"].to(self.device)
         if self._forward_fn is not None:
@@ -180,6 +186,7 @@ class FSDP2TrainStrategy:
             temperature=temperature,
             with_entropy=with_entropy,
             packed=self.config.packed,
+            score_mask=None if score_mask is None else score_mask.to(self.device),
         )
         return ForwardOutput(logp_BT=logp_BT, entropy_BT=ent_BT)
 
@@ -373,6 +380,12 @@ def _adamw(params: list[torch.nn.Parameter], opt: OptimizerConfig) -> torch.opti
         return torch.optim.AdamW(params, fused=True, **kwargs)
     except (RuntimeError, ValueError):  # a device or dtype without the fused kernel
         return torch.optim.AdamW(params, **kwargs)
+
+
+def _score_mask(loss_fn: LossFn, mb: MicroBatch) -> torch.Tensor | None:
+    """The positions ``loss_fn`` reads, when it says so with an optional ``score_mask(micro_batch)`` method."""
+    method: Callable[[MicroBatch], torch.Tensor | None] | None = getattr(loss_fn, "score_mask", None)
+    return method(mb) if method is not None else None
 
 
 def _set_grad_sync(model: torch.nn.Module, sync: bool) -> None:

@@ -117,26 +117,79 @@ def forward_scores(
     temperature: float = 1.0,
     with_entropy: bool = False,
     packed: bool = False,
+    score_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run ``model`` on one padded micro-batch ``[B, T]`` and return ``(logp_BT, entropy_BT | None)``.
 
     ``packed=True`` removes the padding first: the valid tokens of all rows go into one row ``[1, N]`` whose
     position ids restart at 0 per sequence, which transformers turns into a block-diagonal mask (sdpa) or
     varlen attention (flash-attn); results are scattered back to ``[B, T]``, so both paths agree.
+
+    ``score_mask`` (``[B, T]``, optional) names the only positions the caller reads (e.g. an SFT loss's label
+    tokens): the output projection (``get_output_embeddings()``) then runs on just the hidden states that predict
+    them, and every other position holds 0. The scores there are the same as without it.
     """
     if packed:
-        return _packed_forward_scores(model, input_ids, attention_mask, temperature, with_entropy)
+        return _packed_forward_scores(model, input_ids, attention_mask, temperature, with_entropy, score_mask)
     pos_BT = position_ids_from_mask(attention_mask)
-    logits_BTV = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=pos_BT, use_cache=False
-    ).logits
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": pos_BT}
+    has_prev_BT = has_prev_from_mask(attention_mask)
+    if score_mask is not None:
+        return _scores_at(
+            model, inputs, input_ids, has_prev_BT & score_mask.bool(), temperature, with_entropy
+        )
+    logits_BTV = model(**inputs, use_cache=False).logits
     return shifted_scores(
-        logits_BTV,
-        input_ids,
-        has_prev_from_mask(attention_mask),
-        temperature=temperature,
-        with_entropy=with_entropy,
+        logits_BTV, input_ids, has_prev_BT, temperature=temperature, with_entropy=with_entropy
     )
+
+
+def _scores_at(
+    model: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    ids_BT: torch.Tensor,
+    scored_BT: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scores of ``ids_BT`` at ``scored_BT`` (each with a previous token), 0 elsewhere, projecting only the hidden
+    states at the positions before them: a pre-hook on the output embeddings selects those rows (inside the model's
+    forward, so sharded parameters are gathered as usual and logit post-processing still applies)."""
+    head = _output_head(model)
+    if head is None:  # no separate output projection to narrow: score every position, keep the asked ones
+        logits_BTV = model(**inputs, use_cache=False).logits
+        return shifted_scores(
+            logits_BTV, ids_BT, scored_BT, temperature=temperature, with_entropy=with_entropy
+        )
+    # the hidden state at t - 1 predicts ids[:, t]; column 0 is never scored, so the roll wraps nothing in
+    prev_BT = torch.roll(scored_BT, shifts=-1, dims=1)
+
+    def select(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        hidden_BTH = args[0]
+        if hidden_BTH.shape[:2] != prev_BT.shape:
+            raise RuntimeError(
+                f"score_mask: the output projection got hidden states {tuple(hidden_BTH.shape)}, expected "
+                f"{tuple(prev_BT.shape)} + (hidden,); this model does not project every position at once"
+            )
+        return (hidden_BTH[prev_BT].unsqueeze(0), *args[1:])
+
+    handle = head.register_forward_pre_hook(select)
+    try:
+        logits_1MV = model(**inputs, use_cache=False).logits
+    finally:
+        handle.remove()
+    logp_M, ent_M = logprobs_from_logits(
+        logits_1MV[0], ids_BT[scored_BT], temperature=temperature, with_entropy=with_entropy
+    )
+    zeros_BT = torch.zeros(scored_BT.shape, dtype=torch.float32, device=ids_BT.device)
+    logp_BT = zeros_BT.masked_scatter(scored_BT, logp_M)
+    return logp_BT, (None if ent_M is None else zeros_BT.masked_scatter(scored_BT, ent_M))
+
+
+def _output_head(model: torch.nn.Module) -> torch.nn.Module | None:
+    getter = getattr(model, "get_output_embeddings", None)
+    head = getter() if callable(getter) else None
+    return head if isinstance(head, torch.nn.Module) else None
 
 
 def _packed_forward_scores(
@@ -145,14 +198,20 @@ def _packed_forward_scores(
     attention_mask: torch.Tensor,
     temperature: float,
     with_entropy: bool,
+    score_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     valid_BT = attention_mask.bool()
     ids_1N = input_ids[valid_BT].unsqueeze(0)
     pos_1N = position_ids_from_mask(attention_mask)[valid_BT].unsqueeze(0)
-    logits_1NV = model(input_ids=ids_1N, position_ids=pos_1N, use_cache=False).logits
-    logp_1N, ent_1N = shifted_scores(
-        logits_1NV, ids_1N, pos_1N > 0, temperature=temperature, with_entropy=with_entropy
-    )
+    inputs = {"input_ids": ids_1N, "position_ids": pos_1N}
+    if score_mask is None:
+        logits_1NV = model(**inputs, use_cache=False).logits
+        logp_1N, ent_1N = shifted_scores(
+            logits_1NV, ids_1N, pos_1N > 0, temperature=temperature, with_entropy=with_entropy
+        )
+    else:
+        scored_1N = (pos_1N > 0) & score_mask.bool()[valid_BT].unsqueeze(0)
+        logp_1N, ent_1N = _scores_at(model, inputs, ids_1N, scored_1N, temperature, with_entropy)
     logp_BT = torch.zeros(valid_BT.shape, dtype=torch.float32, device=input_ids.device)
     logp_BT = logp_BT.masked_scatter(valid_BT, logp_1N[0])
     if ent_1N is None:

@@ -103,6 +103,11 @@ class LossFn(Protocol):
     ``count_units`` is called on every micro-batch before any backward, so the strategy can all-reduce the global
     count first; ``__call__`` then returns ``loss_sum`` (a scalar tensor with grad) and the strategy backpropagates
     ``loss_sum / global_units``. ``needs_entropy`` asks the strategy to compute ``entropy_BT``.
+
+    Optional: a loss that reads ``logp_BT`` / ``entropy_BT`` at only some positions may define
+    ``score_mask(micro_batch) -> bool [B, T] | None`` (e.g. the label tokens of SFT or DPO); the causal-LM
+    strategies then project only the hidden states that predict those positions (no logits for prompt tokens),
+    and the scores elsewhere are 0.
     """
 
     @property
