@@ -64,6 +64,24 @@ def test_packed_forward_equals_padded_forward() -> None:
     assert padded[0][mask_BT.bool() & lp.has_prev_from_mask(mask_BT)].abs().min() > 0
 
 
+def test_all_padding_columns_are_left_out_and_change_nothing() -> None:
+    model = tiny_model()
+    torch.manual_seed(2)
+    ids_BT = torch.randint(1, 128, (2, 6))
+    mask_BT = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0]])
+    wide_ids = torch.nn.functional.pad(ids_BT, (2, 3))  # two columns of left and three of right padding
+    wide_mask = torch.nn.functional.pad(mask_BT, (2, 3))
+    calls: list[int] = []
+    model.model.embed_tokens.register_forward_hook(lambda m, args, out: calls.append(args[0].shape[1]))
+    with torch.no_grad():
+        logp, ent = lp.forward_scores(model, ids_BT, mask_BT, with_entropy=True)
+        wide_logp, wide_ent = lp.forward_scores(model, wide_ids, wide_mask, with_entropy=True)
+    assert calls == [6, 6]  # the wide batch ran on its 6 valid columns
+    assert ent is not None and wide_ent is not None
+    torch.testing.assert_close(wide_logp, torch.nn.functional.pad(logp, (2, 3)), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(wide_ent, torch.nn.functional.pad(ent, (2, 3)), atol=1e-6, rtol=1e-6)
+
+
 @pytest.mark.parametrize("packed", [False, True])
 def test_score_mask_scores_only_the_asked_positions(packed: bool) -> None:
     model = tiny_model()

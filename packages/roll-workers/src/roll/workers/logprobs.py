@@ -123,7 +123,8 @@ def forward_scores(
 
     ``packed=True`` removes the padding first: the valid tokens of all rows go into one row ``[1, N]`` whose
     position ids restart at 0 per sequence, which transformers turns into a block-diagonal mask (sdpa) or
-    varlen attention (flash-attn); results are scattered back to ``[B, T]``, so both paths agree.
+    varlen attention (flash-attn); results are scattered back to ``[B, T]``, so both paths agree. Padded, the
+    columns that are padding in every row (a micro-batch shorter than its batch) are left out of the forward.
 
     ``score_mask`` (``[B, T]``, optional) names the only positions the caller reads (e.g. an SFT loss's label
     tokens): the output projection (``get_output_embeddings()``) then runs on just the hidden states that predict
@@ -131,6 +132,18 @@ def forward_scores(
     """
     if packed:
         return _packed_forward_scores(model, input_ids, attention_mask, temperature, with_entropy, score_mask)
+    T = attention_mask.shape[1]
+    lo, hi = _valid_columns(attention_mask)
+    if hi - lo < T:  # columns that are padding in every row: run without them, put zeros back
+        logp_BT, ent_BT = forward_scores(
+            model,
+            input_ids[:, lo:hi],
+            attention_mask[:, lo:hi],
+            temperature=temperature,
+            with_entropy=with_entropy,
+            score_mask=None if score_mask is None else score_mask[:, lo:hi],
+        )
+        return F.pad(logp_BT, (lo, T - hi)), (None if ent_BT is None else F.pad(ent_BT, (lo, T - hi)))
     pos_BT = position_ids_from_mask(attention_mask)
     inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": pos_BT}
     has_prev_BT = has_prev_from_mask(attention_mask)
@@ -219,16 +232,23 @@ def _packed_forward_scores(
     return logp_BT, torch.zeros_like(logp_BT).masked_scatter(valid_BT, ent_1N[0])
 
 
+def _valid_columns(mask_BT: torch.Tensor) -> tuple[int, int]:
+    """``(lo, hi)``: the columns ``lo:hi`` hold every valid token; ``(0, T)`` when none is valid."""
+    cols_T = mask_BT.bool().any(0).nonzero()
+    if cols_T.numel() == 0:
+        return 0, mask_BT.shape[1]
+    return int(cols_T[0]), int(cols_T[-1]) + 1
+
+
 def trim_padding(
     batch: Mapping[str, torch.Tensor], mask_key: str = "attention_mask"
 ) -> dict[str, torch.Tensor]:
     """Drop columns that are padding in every row (both ends), from every ``[B, T]`` tensor of ``batch``."""
     mask_BT = batch[mask_key]
-    cols_T = mask_BT.bool().any(0).nonzero()
-    if cols_T.numel() == 0:
-        return dict(batch)
-    lo, hi = int(cols_T[0]), int(cols_T[-1]) + 1
     T = mask_BT.shape[1]
+    lo, hi = _valid_columns(mask_BT)
+    if hi - lo == T:
+        return dict(batch)
     return {k: (v[:, lo:hi] if v.dim() >= 2 and v.shape[1] == T else v) for k, v in batch.items()}
 
 
