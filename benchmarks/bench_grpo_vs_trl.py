@@ -1,16 +1,19 @@
 """GRPO, roll's rlvr pipeline vs TRL's ``GRPOTrainer``, on the same work in one run.
 
-Same on both sides: the starting model (the tiny-1m preset after the same short SFT warm-up, saved once to a
-folder both load), tokenizer and chat template, prompts (built-in one-digit arithmetic), reward function (the
+Same on both sides: the starting model (the tiny-1m preset after the quickstart's SFT warm-up, answer tokens
+only, saved once to a folder both load; it answers in the format and stops at ``<|im_end|>``, so at step 1 both
+sides sample the same completion lengths and entropy), tokenizer and chat template, prompts (built-in one-digit arithmetic), reward function (the
 ``arithmetic`` reward: exact answer), group size ``G``, prompts per step ``P``, max new tokens, temperature 1,
 token-mean loss aggregation (TRL ``loss_type="dapo"``, roll ``loss_agg_mode: token-mean``), group-std advantage
 scaling, no KL (``beta=0``), one optimizer step per generation batch, AdamW at the same learning rate, grad clip
-1.0, fp32, ``torch.set_flush_denormal(True)``, seed 0, the same torch thread count.
+1.0, fp32, ``torch.set_flush_denormal(True)``, seed 0, the same torch thread count, ``OMP_WAIT_POLICY=PASSIVE``
+(spin-waiting OpenMP threads make either side several times slower on a shared box).
 
 Differences that remain, by design: roll runs generation, training and rewards in separate Ray actors (so its
 peak RSS counts every process of the run, summed with psutil over the process tree), TRL in one process with
 ``model.generate``. Reported per side: seconds per step (after the first, which includes start-up), generated
-tokens/s, peak RSS, accuracy over the last 3 steps; and the ratios roll/TRL.
+tokens/s, peak RSS, accuracy over the last 3 steps and at step 1, mean completion length and the share of
+completions that hit the token limit (the check that both sides generate the same work); and the ratios roll/TRL.
 
 Run: ``uv run python benchmarks/bench_grpo_vs_trl.py --steps 10``.
 """
@@ -31,7 +34,7 @@ from typing import Any
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-LEVEL = 1
+LEVEL = 0  # the quickstart's task: one-digit sums
 
 
 def tree_rss(pid: int) -> int:
@@ -65,7 +68,9 @@ def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
 
 
 def warm_model(folder: Path, steps: int, lr: float, threads: int) -> None:
-    """SFT warm-up of tiny-1m on the built-in SFT rows (plain torch), saved as an HF folder both sides load."""
+    """The quickstart's SFT warm-up, in plain torch: tiny-1m on 80 one-digit-sum SFT rows, batches of 32, the
+    loss on the assistant answer (and its ``<|im_end|>``) only. Saved as an HF folder both sides load, so both
+    start from the same policy, one that answers in the format and stops at ``<|im_end|>``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -77,13 +82,26 @@ def warm_model(folder: Path, steps: int, lr: float, threads: int) -> None:
     path = resolve_model_path("tiny-1m")
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    rows = builtin_dataset("arithmetic", "sft", 150, options={"level": LEVEL})
-    texts = [tok.apply_chat_template(r["messages"], tokenize=False) for r in rows]
+    rows = builtin_dataset("arithmetic", "sft", 80, options={"level": LEVEL})
+    encoded = []
+    for r in rows:
+        full = tok.apply_chat_template(r["messages"], tokenize=True, return_dict=False)
+        prompt = tok.apply_chat_template(
+            r["messages"][:-1], tokenize=True, add_generation_prompt=True, return_dict=False
+        )
+        # the template ends the answer with "<|im_end|>\n": train up to and including <|im_end|>
+        end = full.index(tok.eos_token_id, len(prompt)) + 1
+        encoded.append((full[:end], len(prompt)))
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     for i in range(steps):
-        batch = tok([texts[(i * 32 + j) % len(texts)] for j in range(32)], return_tensors="pt", padding=True)
-        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-        loss = model(**batch, labels=labels).loss
+        chunk = [encoded[(i * 32 + j) % len(encoded)] for j in range(32)]
+        width = max(len(ids) for ids, _ in chunk)
+        input_ids = torch.full((32, width), tok.pad_token_id)
+        labels = torch.full((32, width), -100)
+        for row, (ids, start) in enumerate(chunk):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            labels[row, start : len(ids)] = torch.tensor(ids[start:])
+        loss = model(input_ids=input_ids, attention_mask=input_ids != tok.pad_token_id, labels=labels).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -106,7 +124,7 @@ def trl_main(args: argparse.Namespace) -> None:
 
     torch.set_flush_denormal(True)
     torch.set_num_threads(args.threads)
-    rl = builtin_dataset("arithmetic", "rl", 150, options={"level": LEVEL})
+    rl = builtin_dataset("arithmetic", "rl", 80, options={"level": LEVEL})
     data = Dataset.from_list([{"prompt": r["messages"], "ground_truth": r["ground_truth"]} for r in rl])
     scorer = ArithmeticReward()
 
@@ -185,6 +203,8 @@ def summarize(
         "peak RSS GB": rss / 2**30,
         "accuracy (last 3)": sum(r["acc"] for r in rows[-3:]) / len(rows[-3:]),
         "accuracy (step 1)": rows[0]["acc"],
+        "completion length": sum(r["len"] for r in rows) / len(rows),
+        "hit max tokens": sum(r["clipped"] for r in rows) / len(rows),
         "wall s": wall,
     }
 
@@ -192,12 +212,12 @@ def summarize(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--P", type=int, default=16)
+    parser.add_argument("--P", type=int, default=32)
     parser.add_argument("--G", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=12)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--warmup-steps", type=int, default=40)
+    parser.add_argument("--warmup-steps", type=int, default=90)
     parser.add_argument("--side", choices=["trl", "roll"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -212,8 +232,13 @@ def main() -> None:
 def compare(args: argparse.Namespace) -> None:
     out = Path(tempfile.mkdtemp(prefix="bench_grpo_"))
     model = out / "start-model"
-    warm_model(model, args.warmup_steps, 2e-3, args.threads)
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONHASHSEED": "0"}
+    warm_model(model, args.warmup_steps, 3e-3, args.threads)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(args.threads),
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "PYTHONHASHSEED": "0",
+    }
     base = [sys.executable, __file__, "--model", str(model), "--out", str(out)]
     base += [
         f"--{k}={v}"
@@ -238,11 +263,19 @@ def compare(args: argparse.Namespace) -> None:
             "acc": r["reward/accuracy"],
             "s": r["time/step_s"],
             "tok": r["response/length_mean"] * args.P * args.G,
+            "len": r["response/length_mean"],
+            "clipped": r["response/truncation_rate"],
         }
         for r in roll_rows
     ]
     trl_rows = [
-        {"acc": r["reward"], "s": r["step_s"], "tok": r.get("completions/mean_length", 0.0) * args.P * args.G}
+        {
+            "acc": r["reward"],
+            "s": r["step_s"],
+            "tok": r["completions/mean_length"] * args.P * args.G,
+            "len": r["completions/mean_length"],
+            "clipped": r["completions/clipped_ratio"],
+        }
         for r in json.loads((out / "trl.json").read_text())
     ]
     table = {
