@@ -18,7 +18,7 @@ import torch
 
 from roll.core.config.loader import load_tree, validate
 from roll.core.errors import DataError
-from roll.pipelines.distill.onpolicy import distill_advantages, route_by_tag
+from roll.pipelines.distill.onpolicy import discounted_returns, distill_advantages, route_by_tag
 from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
 
 
@@ -54,6 +54,63 @@ def test_reinforce_gradient_of_the_advantage_is_reverse_kl_gradient() -> None:
     kl = (log_q.exp() * (log_q - log_p)).sum()
     (g_kl,) = torch.autograd.grad(kl, logits)
     torch.testing.assert_close(g_pg, g_kl)
+
+
+def test_discounted_returns_skip_masked_positions() -> None:
+    """Golden, gamma 0.5: row 0 [1, 2, 3 | pad] -> [1 + 0.5*2 + 0.25*3, 2 + 0.5*3, 3, 0] = [2.75, 3.5, 3, 0];
+    row 1 [prompt 9 | 1, 2 | pad 9] -> [0, 1 + 0.5*2, 2, 0] = [0, 2, 2, 0]."""
+    v = torch.tensor([[1.0, 2.0, 3.0, 7.0], [9.0, 1.0, 2.0, 9.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 0]])
+    want = torch.tensor([[2.75, 3.5, 3.0, 0.0], [0.0, 2.0, 2.0, 0.0]])
+    torch.testing.assert_close(discounted_returns(v, mask, 0.5), want)
+    torch.testing.assert_close(discounted_returns(v, mask, 0.0), v * mask)
+
+
+def test_advantage_baselines_and_discounting() -> None:
+    """Golden: r = -(s - t) = [-0.5, 1] on the two response tokens; batch_mean subtracts 0.25 -> [-0.75, 0.75];
+    whiten also divides by their std 0.75 -> [-1, 1]. gamma 1 over [-0.5, 1, 0]: returns [0.5, 1, 0], mean 0.5
+    -> [0, 0.5, -0.5]."""
+    s = torch.tensor([[-1.0, -2.0, -3.0]])
+    t = torch.tensor([[-1.5, -1.0, -3.0]])
+    mask = torch.tensor([[1, 1, 0]])
+    got = distill_advantages(s, t, mask, baseline="batch_mean")
+    torch.testing.assert_close(got, torch.tensor([[-0.75, 0.75, 0.0]]))
+    got = distill_advantages(s, t, mask, baseline="whiten", distill_coef=2.0)
+    torch.testing.assert_close(got, torch.tensor([[-2.0, 2.0, 0.0]]), atol=1e-5, rtol=1e-5)
+    got = distill_advantages(s, t, torch.ones(1, 3), gamma=1.0, baseline="batch_mean")
+    torch.testing.assert_close(got, torch.tensor([[0.0, 0.5, -0.5]]))
+    with pytest.raises(ValueError, match="baseline must be one of"):
+        distill_advantages(s, t, mask, baseline="mean")
+
+
+def test_gamma_one_gives_the_sequence_reverse_kl_gradient() -> None:
+    """Two-token sequences from a tabular student q(y1) q(y2 | y1) and teacher p: with gamma = 1 (and with a
+    batch-constant baseline), E_q[sum_t A_t grad log q(y_t | y_<t)] = -grad KL(q(y1, y2) || p(y1, y2)), checked
+    exactly by enumerating the 9 sequences."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(3, generator=gen, requires_grad=True)  # student logits of y1
+    b = torch.randn(3, 3, generator=gen, requires_grad=True)  # student logits of y2 given y1
+    lp1, lp2 = (
+        torch.log_softmax(torch.randn(3, generator=gen), -1),
+        torch.log_softmax(torch.randn(3, 3, generator=gen), -1),
+    )
+    lq1, lq2 = torch.log_softmax(a, -1), torch.log_softmax(b, -1)
+    y1, y2 = torch.arange(3).repeat_interleave(3), torch.arange(3).repeat(3)
+    logq_BT = torch.stack([lq1[y1], lq2[y1, y2]], 1)  # 9 sequences x 2 tokens
+    logp_BT = torch.stack([lp1[y1], lp2[y1, y2]], 1)
+    weight_B = logq_BT.sum(1).exp().detach()  # q of each sequence
+    kl = (logq_BT.sum(1).exp() * (logq_BT.sum(1) - logp_BT.sum(1))).sum()
+    g_kl = torch.autograd.grad(kl, (a, b), retain_graph=True)
+    for baseline in ("none", "batch_mean"):
+        adv_BT = distill_advantages(logq_BT.detach(), logp_BT, torch.ones(9, 2), gamma=1.0, baseline=baseline)
+        surrogate = -(weight_B[:, None] * adv_BT * logq_BT).sum()
+        g_pg = torch.autograd.grad(surrogate, (a, b), retain_graph=True)
+        for got, want in zip(g_pg, g_kl, strict=True):
+            torch.testing.assert_close(got, want)
+    # the per-token advantage (gamma = 0) drops the future log-ratios: another direction
+    adv_BT = distill_advantages(logq_BT.detach(), logp_BT, torch.ones(9, 2))
+    (g_tok,) = torch.autograd.grad(-(weight_B[:, None] * adv_BT * logq_BT).sum(), a)
+    assert not torch.allclose(g_tok, g_kl[0], atol=1e-3)
 
 
 def test_route_by_tag_with_default_teacher_and_unknown_tag() -> None:

@@ -5,7 +5,7 @@ Light: pydantic only. See :mod:`roll.pipelines.distill.onpolicy` for the algorit
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -36,6 +36,8 @@ class OnPolicyDistillSettings(RollModel):
     distill_coef: float = Field(1.0, ge=0)
     rl_coef: float = Field(0.0, ge=0)
     clip: float | None = Field(None, gt=0)
+    gamma: float = Field(0.0, ge=0, le=1)
+    advantage_baseline: Literal["none", "batch_mean", "whiten"] = "none"
 
 
 class OnPolicyDistillConfig(RLVRConfig):
