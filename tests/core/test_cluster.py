@@ -87,6 +87,10 @@ class Echo(Worker):
             time.sleep(60)
         return self.rank
 
+    @register(Dispatch.ONE_TO_ALL)
+    def env(self, name: str) -> str | None:
+        return os.environ.get(name)
+
     def not_registered(self) -> None:
         pass
 
@@ -141,6 +145,14 @@ def test_submit_result_and_await(echo: Cluster) -> None:
         return list(await asyncio.gather(echo.add.submit(2), echo.whoami.submit()))
 
     assert asyncio.run(both()) == [[12, 13], "actor_train:0/2"]
+
+
+def test_workers_of_a_ray_roll_started_wait_passively(echo: Cluster) -> None:
+    """OpenMP threads of idle workers must not spin on the cores the busy one needs (see cluster.runtime)."""
+    expected = os.environ[
+        "OMP_WAIT_POLICY"
+    ]  # set by init_ray when it started Ray, unless the user had set it
+    assert echo.env("OMP_WAIT_POLICY") == [expected, expected]
 
 
 def test_worker_info_and_rendezvous(echo: Cluster) -> None:
