@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers.roles import _common
@@ -15,7 +17,8 @@ from roll.workers.types import LossFn
 
 class CriticWorker(Worker):
     """One data-parallel rank of the critic. ``model.path`` may be a causal LM: the value head starts random
-    (seeded by ``model.seed``). The critic's loss receives ``ForwardOutput.values_BT``."""
+    (seeded by ``model.seed``). The critic's loss receives ``ForwardOutput.values_BT``. ``threads`` sets torch's
+    intra-op threads, as for :class:`~roll.workers.roles.actor.ActorTrainWorker`."""
 
     def __init__(
         self,
@@ -24,8 +27,11 @@ class CriticWorker(Worker):
         strategy: Any,
         total_steps: int = 1,
         strategy_name: str = "fsdp2",
+        threads: int | None = None,
     ) -> None:
         super().__init__(ctx)
+        if threads:
+            torch.set_num_threads(threads)
         self.core = ScalarHeadModel(self, model, strategy, total_steps, strategy_name, head="value")
 
     @register(Dispatch.ONE_TO_ALL)
@@ -41,6 +47,14 @@ class CriticWorker(Worker):
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step; metrics as ``ActorTrainWorker.train_step``."""
         return self.core.train_step(batch, loss_fn)
+
+    @register(Dispatch.DP_SPLIT)
+    def train_with_metrics(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
+        """:meth:`train_step`, plus the loss's own metrics (``loss_fn.metrics()`` if it has one), as ``critic/*``."""
+        out = self.core.train_step(batch, loss_fn)
+        collect = getattr(loss_fn, "metrics", None)
+        extra = collect() if callable(collect) else {}
+        return {**out, **{f"critic/{k}": v for k, v in extra.items()}}
 
     @register(Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str) -> None:
