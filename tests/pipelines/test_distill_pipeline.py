@@ -12,11 +12,6 @@ reuses that teacher's export (no second warm-up) for a short run in this process
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -149,29 +144,11 @@ def _metrics(out: Path) -> dict[int, dict[str, float]]:
     return {row["step"]: row["metrics"] for row in rows}
 
 
-def _cli(yaml: Path, args: list[str], log: Path) -> subprocess.Popen[str]:
-    """``roll train yaml args`` in a fresh process with its own local Ray (output to a file, never a pipe)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, "-m", "roll.core.cli", "train", str(yaml), *args]
-    return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
-
-
-def _kill_after_first_checkpoint(proc: subprocess.Popen[str], out: Path, log: Path) -> None:
-    deadline = time.monotonic() + 300
-    while not list((out / "checkpoints").glob("step_*")):
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-
-
 def test_killed_run_resumes_to_the_same_metrics(
-    run: tuple[DistillPipeline, Mapping[str, float]], tmp_path: Path
+    run: tuple[DistillPipeline, Mapping[str, float]], tmp_path: Path, kill_and_resume: Any
 ) -> None:
-    """Uninterrupted (here) and killed-then-resumed (``roll train`` subprocesses) runs log equal metrics."""
-    from roll.core.checkpoint import CheckpointManager
+    """Uninterrupted (here) and killed-then-resumed (``roll train`` subprocesses, the shared
+    ``kill_and_resume`` fixture) runs log equal metrics."""
     from roll.core.config.loader import dump_yaml
 
     teacher = run[0].teacher_model.path
@@ -180,20 +157,8 @@ def test_killed_run_resumes_to_the_same_metrics(
         reference.run()
     finally:
         reference.shutdown()
-    out = tmp_path / "killed"
+    expected = _metrics(tmp_path / "reference")
+    assert sorted(expected) == list(range(1, RESUME_STEPS + 1)) and "eval/kd" in expected[RESUME_STEPS]
     yaml = tmp_path / "resume.yaml"
-    yaml.write_text(dump_yaml(resume_config(out, teacher, ray={"num_cpus": 2})), encoding="utf-8")
-    _kill_after_first_checkpoint(_cli(yaml, [], tmp_path / "killed.log"), out, tmp_path / "killed.log")
-    latest = CheckpointManager(out / "checkpoints", keep_last=2).latest()
-    assert latest is not None
-    resumed_at = int(latest.name.split("_")[1])
-    assert resumed_at < RESUME_STEPS
-    resumed = _cli(yaml, [], tmp_path / "resumed.log")
-    assert resumed.wait(timeout=300) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
-    expected, got = _metrics(tmp_path / "reference"), _metrics(out)
-    assert sorted(got) == sorted(expected) == list(range(1, RESUME_STEPS + 1))
-    for step in range(resumed_at + 1, RESUME_STEPS + 1):
-        for name, value in expected[step].items():
-            if not name.startswith("time/"):
-                assert got[step][name] == value, (step, name, got[step][name], value)
-    assert "eval/kd" in got[RESUME_STEPS]
+    yaml.write_text(dump_yaml(resume_config(tmp_path / "unused", teacher)), encoding="utf-8")
+    assert kill_and_resume(yaml, [], expected, tmp_path) < RESUME_STEPS
