@@ -27,17 +27,23 @@ class OnPolicyTeacherConfig(TrainRoleConfig):
 
 
 class OnPolicyDistillSettings(RollModel):
-    """``advantage_BT = distill_coef * -(logp_student - logp_teacher) + rl_coef * rl_advantage_BT``.
+    """``advantage_BT = distill_coef * D_BT + rl_coef * rl_advantage_BT``, ``D`` built from the per-token
+    negative log-ratio ``r_t = -(logp_student - logp_teacher)`` (see
+    :func:`~roll.pipelines.distill.onpolicy.distill_advantages`).
 
-    ``rl_coef = 0`` is pure on-policy distillation (the reward still gets logged); ``clip`` bounds the
-    per-token log-ratio term (``None``: unbounded).
+    ``rl_coef = 0`` is pure on-policy distillation (the reward still gets logged); ``clip`` bounds ``r_t``
+    (``None``: unbounded); ``gamma`` sums the future ``r`` discounted (``1``: the gradient of the reverse KL of
+    whole sequences; ``0``: the per-token reverse KL, ``D_t = r_t``); ``advantage_baseline`` subtracts the mean of
+    ``D`` over the batch's response tokens (``batch_mean``) and also divides by its std (``whiten``).
+    The defaults (``gamma: 1``, ``whiten``) learned fastest on the built-in task (see
+    ``examples/distill_onpolicy.yaml``).
     """
 
     distill_coef: float = Field(1.0, ge=0)
     rl_coef: float = Field(0.0, ge=0)
     clip: float | None = Field(None, gt=0)
-    gamma: float = Field(0.0, ge=0, le=1)
-    advantage_baseline: Literal["none", "batch_mean", "whiten"] = "none"
+    gamma: float = Field(1.0, ge=0, le=1)
+    advantage_baseline: Literal["none", "batch_mean", "whiten"] = "whiten"
 
 
 class OnPolicyDistillConfig(RLVRConfig):
@@ -81,5 +87,5 @@ SPEC = PipelineSpec(
     name="distill_onpolicy",
     config_model=OnPolicyDistillConfig,
     build=_build,
-    description="on-policy distillation: RLVR rollouts, per-token advantage -(logp_student - logp_teacher)",
+    description="on-policy distillation: RLVR rollouts, advantage from -(logp_student - logp_teacher) per token",
 )
