@@ -148,10 +148,11 @@ E2E_STEPS = 40
 def test_onpolicy_distillation_raises_the_students_reward(ray_local: Any, tmp_path: Path) -> None:
     """The student's sampled accuracy over steps 21-40 beats steps 1-10 (128 samples a step), below a teacher
     that knows the sums, and its reverse KL to the teacher falls. The example's advantage: future log-ratios summed
-    (gamma 1), whitened over the batch. Measured (cpu_threads=1; the test took 116 s on a loaded 2-core box): teacher 0.97 greedy
-    on the training sums; student 0.140 over steps 1-10, 0.245 over steps 21-40 (+0.105), reverse KL 0.77 -> 0.52
-    per token. The per-token advantage without baseline (gamma 0, none) rose only 0.149 -> 0.180, KL 0.77 -> 0.71;
-    GRPO on the reward alone from the same start 0.15 -> 0.24. The margins below are half the measured rise and a
+    (gamma 1), whitened over the batch. Measured (cpu_threads=1; the test took 116 s on a loaded 2-core box):
+    teacher 0.97 greedy on the training sums; student 0.140 over steps 1-10, 0.245 over steps 21-40 (+0.105),
+    reverse KL 0.77 -> 0.52 per token. The per-token advantage without baseline (gamma 0, none) rose only
+    0.149 -> 0.180, KL 0.77 -> 0.71; GRPO on the reward alone from the same start 0.15 -> 0.24. The margins below
+    are half the measured rise and a
     KL drop of 15% (measured 33%).
     """
     from roll.pipelines.distill.onpolicy_config import SPEC
