@@ -152,8 +152,7 @@ def test_onpolicy_distillation_raises_the_students_reward(ray_local: Any, tmp_pa
     teacher 0.97 greedy on the training sums; student 0.140 over steps 1-10, 0.245 over steps 21-40 (+0.105),
     reverse KL 0.77 -> 0.52 per token. The per-token advantage without baseline (gamma 0, none) rose only
     0.149 -> 0.180, KL 0.77 -> 0.71; GRPO on the reward alone from the same start 0.15 -> 0.24. The margins below
-    are half the measured rise and a
-    KL drop of 15% (measured 33%).
+    are half the measured rise and a KL drop of 15% (measured 33%).
     """
     from roll.pipelines.distill.onpolicy_config import SPEC
 
