@@ -148,11 +148,11 @@ E2E_STEPS = 40
 def test_onpolicy_distillation_raises_the_students_reward(ray_local: Any, tmp_path: Path) -> None:
     """The student's sampled accuracy over steps 21-40 beats steps 1-10 (128 samples a step), below a teacher
     that knows the sums, and its reverse KL to the teacher falls. The example's advantage: future log-ratios summed
-    (gamma 1), whitened over the batch. Measured (cpu_threads=1; the test took 116 s on a loaded 2-core box):
-    teacher 0.97 greedy on the training sums; student 0.140 over steps 1-10, 0.245 over steps 21-40 (+0.105),
-    reverse KL 0.77 -> 0.52 per token. The per-token advantage without baseline (gamma 0, none) rose only
+    (gamma 1), minus their batch mean. Measured (cpu_threads=1; the test took 110 s on a loaded 2-core box):
+    teacher 0.97 greedy on the training sums; student 0.135 over steps 1-10, 0.270 over steps 21-40 (+0.134),
+    reverse KL 0.79 -> 0.50 per token. The per-token advantage without baseline (gamma 0, none) rose only
     0.149 -> 0.180, KL 0.77 -> 0.71; GRPO on the reward alone from the same start 0.15 -> 0.24. The margins below
-    are half the measured rise and a KL drop of 15% (measured 33%).
+    are half the measured rise and a KL drop of 15% (measured 37%).
     """
     from roll.pipelines.distill.onpolicy_config import SPEC
 
@@ -174,7 +174,7 @@ def test_onpolicy_distillation_raises_the_students_reward(ray_local: Any, tmp_pa
     ]
     cfg = validate(load_tree(EXAMPLE, overrides, model=OnPolicyDistillConfig), OnPolicyDistillConfig)
     assert cfg.onpolicy.rl_coef == 0  # the reward only measures; distillation alone must raise it
-    assert (cfg.onpolicy.gamma, cfg.onpolicy.advantage_baseline) == (1.0, "whiten")
+    assert (cfg.onpolicy.gamma, cfg.onpolicy.advantage_baseline) == (1.0, "batch_mean")
     pipeline = SPEC.build(cfg)
     try:
         pipeline.run()
@@ -188,5 +188,5 @@ def test_onpolicy_distillation_raises_the_students_reward(ray_local: Any, tmp_pa
     kl = [s["distill/reverse_kl"] for s in steps]
     first, late = sum(acc[:10]) / 10, sum(acc[20:]) / 20
     assert teacher["teacher_arith_warmup/train_accuracy"] > first + 0.5, (teacher, first)
-    assert late > first + 0.05, f"accuracy did not rise: steps 1-10 {first:.3f}, steps 21-40 {late:.3f}"
+    assert late > first + 0.065, f"accuracy did not rise: steps 1-10 {first:.3f}, steps 21-40 {late:.3f}"
     assert sum(kl[20:]) / 20 < 0.85 * sum(kl[:10]) / 10, kl
