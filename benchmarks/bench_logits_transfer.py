@@ -24,13 +24,13 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster, Dispatch, Worker, WorkerContext, register
 from roll.core.cluster.runtime import init_ray, shutdown_ray
 from roll.core.config.sections import RayConfig, RoleConfig
 from roll.workers.logits_transfer import align_to, receive_topk, send_topk
 from roll.workers.model_update import CollectiveGroup, free_port
-from roll.workers.roles import columns as C
 
 GROUP = "bench-topk"
 

@@ -175,7 +175,7 @@ def _our_strategy() -> Any:
 
 
 def _as_micro_batch(batch: Any) -> dict[str, Any]:
-    from roll.workers.roles import columns as C
+    from roll.core import columns as C
 
     tensors = dict(batch.tensors)
     tensors["input_ids"], tensors["attention_mask"] = tensors[C.INPUT_IDS], tensors[C.ATTENTION_MASK]
@@ -222,7 +222,7 @@ def ours_sft(steps: int, warmup: int, profile: bool) -> Result:
 
 
 def ours_dpo(steps: int, warmup: int, profile: bool) -> Result:
-    from roll.pipelines.common.columns import LABELS, REF_LOGP
+    from roll.core.columns import LABELS, REF_SEQ_LOGP
     from roll.pipelines.common.data import pair_batch
     from roll.pipelines.dpo.losses import DPOLoss, response_logp
 
@@ -232,7 +232,7 @@ def ours_dpo(steps: int, warmup: int, profile: bool) -> Result:
     for batch in batches:  # precompute reference log-probs with the untrained policy (untimed, like TRL)
         mb = _as_micro_batch(batch)
         scores = strategy.compute_logprobs(mb["input_ids"], mb["attention_mask"])
-        batch[REF_LOGP] = response_logp(scores.logp_BT, batch.tensors[LABELS])
+        batch[REF_SEQ_LOGP] = response_logp(scores.logp_BT, batch.tensors[LABELS])
 
     def step(i: int) -> tuple[float, float]:
         mb = _as_micro_batch(batches[i % len(batches)])

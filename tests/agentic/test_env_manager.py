@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import torch
 
-from roll.agentic.env_manager.batching import ANCHOR_ID, STEP_RETURN, TOKEN_REWARDS, to_batch
+from roll.agentic.env_manager.batching import to_batch
 from roll.agentic.env_manager.chat import ChatEncoder
 from roll.agentic.env_manager.config import EnvEntryConfig, EnvManagerConfig
 from roll.agentic.env_manager.episode import anchor_id
 from roll.agentic.env_manager.manager import Generation, RolloutManager, group_plan
 from roll.agentic.env_manager.slots import EnvSlots, ResetRequest, StepRequest, build_env, valid_actions_of
 from roll.agentic.types import StepResult
-from roll.workers.roles import columns as C
+from roll.core import columns as C
 
 SYSTEM = "Go. Valid actions: Left, Up"
 
@@ -126,7 +126,7 @@ def test_trajectory_sample_masks_token_by_token(encoder: ChatEncoder) -> None:
     batch = to_batch([sample], encoder.pad_token_id)
     trained = [t for t, m in enumerate(want_mask) if m]
     assert batch.tensors[C.RESPONSE_MASK][0].tolist() == want_mask
-    rewards_T = batch.tensors[TOKEN_REWARDS][0]
+    rewards_T = batch.tensors[C.TOKEN_REWARDS][0]
     assert rewards_T.nonzero().flatten().tolist() == [trained[-1]]
     assert rewards_T[trained[-1]].item() == pytest.approx(1.25)
     logp_T = batch.tensors[C.INFER_LOGP][0]
@@ -186,8 +186,8 @@ def test_step_samples_window_returns_and_anchors(encoder: ChatEncoder) -> None:
     assert first.anchor == samples[2].anchor == anchor_id(0, "obs one")
     assert second.anchor == samples[3].anchor != first.anchor
     batch = to_batch(samples, encoder.pad_token_id)
-    assert torch.unique(batch.tensors[ANCHOR_ID]).numel() == 2
-    assert batch.tensors[STEP_RETURN].tolist() == pytest.approx([0.75, 1.0, 0.75, 1.0])
+    assert torch.unique(batch.tensors[C.ANCHOR_ID]).numel() == 2
+    assert batch.tensors[C.STEP_RETURN].tolist() == pytest.approx([0.75, 1.0, 0.75, 1.0])
 
 
 def test_format_penalty_and_parsing(encoder: ChatEncoder) -> None:

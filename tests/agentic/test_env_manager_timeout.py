@@ -21,12 +21,12 @@ from roll.agentic.env_manager.config import EnvEntryConfig, EnvManagerConfig
 from roll.agentic.env_manager.manager import Generation, RolloutManager
 from roll.agentic.env_manager.worker import ClusterEnvPool, EnvWorker, worker_kwargs
 from roll.agentic.pipeline.agentic.advantages import compute_advantages
-from roll.agentic.pipeline.agentic.losses import ADVANTAGES, AgenticPolicyLoss
+from roll.agentic.pipeline.agentic.losses import AgenticPolicyLoss
 from roll.agentic.types import StepResult
+from roll.core import columns as C
 from roll.core.cluster import Cluster
 from roll.core.testing import tiny_role
 from roll.pipelines.algorithms.presets import AlgorithmConfig
-from roll.workers.roles import columns as C
 from roll.workers.types import ForwardOutput
 
 # Ray workers cannot import this test module by name: ship its classes by value.
@@ -109,10 +109,10 @@ def test_hung_env_is_cut_off_and_the_rest_trains(ray_local: Any) -> None:
     assert len(rollout.episodes) == 7 and rollout.metrics()["env/timeouts"] == 1.0
 
     batch = to_batch(rollout.samples("trajectory"), encoder.pad_token_id)
-    batch[ADVANTAGES] = compute_advantages(
+    batch[C.ADVANTAGES] = compute_advantages(
         batch, AlgorithmConfig(preset="grpo", kl_mode="none"), reward_norm="none"
     )
-    assert batch.tensors[ADVANTAGES].abs().sum() > 0
+    assert batch.tensors[C.ADVANTAGES].abs().sum() > 0
     _assert_one_step_trains(batch)
 
 
@@ -132,7 +132,7 @@ def _assert_one_step_trains(batch: Any) -> None:
     loss_fn = AgenticPolicyLoss(
         AlgorithmConfig(preset="grpo", kl_mode="none"), norm_len=16, use_old_logp=False
     )
-    micro = {k: batch.tensors[k] for k in (C.RESPONSE_MASK, ADVANTAGES)}
+    micro = {k: batch.tensors[k] for k in (C.RESPONSE_MASK, C.ADVANTAGES)}
     loss = loss_fn(ForwardOutput(logp_BT=logp_BT), micro) / loss_fn.count_units(micro)
     loss.backward()  # type: ignore[no-untyped-call]
     torch.optim.SGD(model.parameters(), lr=0.1).step()

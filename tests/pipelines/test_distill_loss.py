@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from roll.core import columns as C
+from roll.core.columns import LABELS
 from roll.core.errors import ConfigError
 from roll.pipelines.algorithms.choices import DIVERGENCES, DivergenceName
 from roll.pipelines.algorithms.divergence import distill_loss
 from roll.pipelines.algorithms.preference import sft_cross_entropy
-from roll.pipelines.common.columns import LABELS
 from roll.pipelines.distill import DistillConfig
 from roll.pipelines.distill.checks import check_same_tokenizer
 from roll.pipelines.distill.losses import DistillLoss, StudentOutput
-from roll.workers.roles import columns as C
 
 B, T, V, K = 4, 9, 13, 5
 

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import torch
 
+from roll.core import columns as C
 from roll.pipelines.common import data as D
 from roll.pipelines.distill import DistillConfig
 from roll.pipelines.distill.pipeline import DistillPipeline, with_sample_ids
-from roll.workers.roles import columns as C
 
 pytestmark = pytest.mark.slow
 

@@ -116,7 +116,7 @@ def test_reference_worker_agrees_with_precomputed_reference(trained: Path, tmp_p
 
 def _forward(logp_B: list[float], lengths: list[int]) -> tuple[Any, dict[str, torch.Tensor]]:
     """A ForwardOutput whose rows' response log-probs sum to ``logp_B`` (spread over ``lengths`` tokens)."""
-    from roll.pipelines.common.columns import LABELS, REF_LOGP
+    from roll.core.columns import LABELS, REF_SEQ_LOGP
     from roll.workers.types import ForwardOutput
 
     T = max(lengths) + 1
@@ -125,7 +125,7 @@ def _forward(logp_B: list[float], lengths: list[int]) -> tuple[Any, dict[str, to
     for b, (total, n) in enumerate(zip(logp_B, lengths)):
         logp_BT[b, 1 : n + 1] = total / n
         labels_BT[b, 1 : n + 1] = 5
-    return ForwardOutput(logp_BT=logp_BT), {LABELS: labels_BT, REF_LOGP: torch.zeros(len(logp_B))}
+    return ForwardOutput(logp_BT=logp_BT), {LABELS: labels_BT, REF_SEQ_LOGP: torch.zeros(len(logp_B))}
 
 
 def test_losses_equal_the_published_formulas_by_hand() -> None:
@@ -137,11 +137,11 @@ def test_losses_equal_the_published_formulas_by_hand() -> None:
     IPO (per-token mean log-probs, responses of 2 tokens: h halves to 1 and -1): mean of (h - 1/(2 beta))^2 =
     ((1 - 1)^2 + (-1 - 1)^2) / 2 = 2.
     """
-    from roll.pipelines.common.columns import REF_LOGP
+    from roll.core.columns import REF_SEQ_LOGP
     from roll.pipelines.dpo.losses import DPOLoss
 
     output, batch = _forward([-4.0, -6.0, -5.0, -3.0], [2, 2, 2, 2])
-    batch[REF_LOGP] = torch.tensor([-5.0, -5.0, -4.0, -4.0])
+    batch[REF_SEQ_LOGP] = torch.tensor([-5.0, -5.0, -4.0, -4.0])
 
     def mean_loss(fn: DPOLoss) -> float:
         return float(fn(output, batch)) / fn.count_units(batch)

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 import torch
 
+from roll.core import columns as C
 from roll.core.config.loader import load_tree, validate
 from roll.core.errors import ConfigError
 from roll.pipelines.algorithms.aggregate import aggregate_loss
 from roll.pipelines.algorithms.presets import preset_config
 from roll.pipelines.rlvr import SPEC, RLVRConfig
-from roll.pipelines.rlvr.losses import ADVANTAGES, PolicyLoss, SFTLoss
-from roll.workers.roles import columns as C
+from roll.pipelines.rlvr.losses import PolicyLoss, SFTLoss
 from roll.workers.types import ForwardOutput
 
 QUICKSTART = Path(__file__).parents[2] / "examples" / "quickstart.yaml"
@@ -55,7 +55,7 @@ def _micro_batch(B: int = 4, T: int = 6) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     mask = (torch.rand(B, T, generator=g) > 0.3).long()
     mask[:, 0] = 1
-    return {C.RESPONSE_MASK: mask, ADVANTAGES: torch.randn(B, T, generator=g) * mask}
+    return {C.RESPONSE_MASK: mask, C.ADVANTAGES: torch.randn(B, T, generator=g) * mask}
 
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
@@ -69,7 +69,7 @@ def test_policy_loss_sum_over_units_is_the_modes_mean(mode: str) -> None:
     units = sum(loss_fn.count_units(mb) for mb in mbs)
     # At ratio 1 the PPO surrogate is -A per token; its global aggregate is the expected value.
     width = 6
-    adv = torch.cat([mb[ADVANTAGES] for mb in mbs])
+    adv = torch.cat([mb[C.ADVANTAGES] for mb in mbs])
     mask = torch.cat([mb[C.RESPONSE_MASK] for mb in mbs])
     expected = aggregate_loss(-adv[:, :width], mask[:, :width], mode=mode, norm_len=6)  # type: ignore[arg-type]
     torch.testing.assert_close(total / units, expected)

@@ -15,12 +15,12 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from roll.core import columns as C
 from roll.core.config.loader import load_tree, validate
 from roll.core.errors import ConfigError
 from roll.pipelines.rlvr import SPEC, RLVRConfig
 from roll.pipelines.rlvr.critic import explained_variance
-from roll.pipelines.rlvr.losses import OLD_VALUES, RETURNS, ValueLoss, action_values
-from roll.workers.roles import columns as C
+from roll.pipelines.rlvr.losses import ValueLoss, action_values
 from roll.workers.types import ForwardOutput
 
 PPO = Path(__file__).parents[2] / "examples" / "ppo.yaml"
@@ -43,8 +43,8 @@ def test_value_loss_reads_the_shifted_head_golden() -> None:
     head_BT = torch.tensor([[7.0, 1.5, 0.5, 7.0]], requires_grad=True)
     mb = {
         C.RESPONSE_MASK: torch.tensor([[0, 0, 1, 1]]),
-        OLD_VALUES: torch.tensor([[0.0, 0.0, 1.0, 1.0]]),
-        RETURNS: torch.tensor([[0.0, 0.0, 2.0, 2.0]]),
+        C.OLD_VALUES: torch.tensor([[0.0, 0.0, 1.0, 1.0]]),
+        C.RETURNS: torch.tensor([[0.0, 0.0, 2.0, 2.0]]),
     }
     loss_fn = ValueLoss(clip_range=0.2, agg_mode="token-mean", norm_len=4)
     loss = loss_fn(ForwardOutput(torch.zeros(1, 0), values_BT=head_BT), mb)
@@ -61,7 +61,7 @@ def test_value_loss_reads_the_shifted_head_golden() -> None:
 
 def test_value_loss_rejects_a_model_without_value_head() -> None:
     loss_fn = ValueLoss(clip_range=0.2, agg_mode="token-mean", norm_len=4)
-    mb = {C.RESPONSE_MASK: torch.ones(1, 2), OLD_VALUES: torch.zeros(1, 2), RETURNS: torch.zeros(1, 2)}
+    mb = {C.RESPONSE_MASK: torch.ones(1, 2), C.OLD_VALUES: torch.zeros(1, 2), C.RETURNS: torch.zeros(1, 2)}
     with pytest.raises(ValueError, match="value head"):
         loss_fn(ForwardOutput(torch.zeros(1, 2)), mb)
 

@@ -105,8 +105,8 @@ def test_killed_run_resumes_to_the_same_metrics(trained: Path, tmp_path: Path, k
 def test_loss_equals_token_cross_entropy_by_hand() -> None:
     """SFTLoss / count_units on a fixed batch equals ``mean_t -log softmax(logits_t)[y_t]`` over label tokens,
     evaluated with an explicit loop, and :func:`sft_cross_entropy` on the shifted labels."""
+    from roll.core.columns import LABELS
     from roll.pipelines.algorithms.preference import sft_cross_entropy
-    from roll.pipelines.common.columns import LABELS
     from roll.pipelines.sft.losses import SFTLoss
     from roll.workers.logprobs import forward_scores
     from roll.workers.types import ForwardOutput

@@ -13,12 +13,12 @@ from typing import Any
 import ray
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster, Worker
 from roll.core.config.sections import RoleConfig
 from roll.workers.config import FSDP2Config, HFInferConfig, OptimizerConfig
 from roll.workers.roles import ModelConfig
-from roll.workers.roles import columns as C
 from roll.workers.types import ForwardOutput, MicroBatch
 
 # Ray workers cannot import the tests folder: ship this module's classes by value.

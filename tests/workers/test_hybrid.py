@@ -13,13 +13,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _roles_helpers import MODEL, ClusterSet, Spec, TokenSumNLL, fsdp2, hf_infer, sequences
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.testing import tiny_role
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import weights_checksum
 from roll.workers.roles import HybridActorWorker
-from roll.workers.roles import columns as C
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]

@@ -15,12 +15,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _roles_helpers import MODEL, ClusterSet, Spec, sequences
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.testing import tiny_role
 from roll.workers.logits_transfer import align_to, student_shards
 from roll.workers.roles import TeacherWorker
-from roll.workers.roles import columns as C
 
 K = 4
 

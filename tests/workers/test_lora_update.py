@@ -16,13 +16,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _roles_helpers import MODEL, ClusterSet, Spec, TokenSumNLL, fsdp2, hf_infer, sequences
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.testing import tiny_role
 from roll.workers.config import LoraConfig, SamplingParams
 from roll.workers.model_update import ModelUpdateGroup, pack_bucket, weights_checksum
 from roll.workers.roles import ActorTrainWorker
-from roll.workers.roles import columns as C
 
 LORA = LoraConfig(r=4, alpha=8, target_modules=["q_proj", "v_proj"])
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)

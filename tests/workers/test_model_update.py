@@ -12,6 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _roles_helpers import ClusterSet, TokenSumNLL, hf_infer, sequences
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.workers.config import SamplingParams
@@ -23,7 +24,6 @@ from roll.workers.model_update import (
     unpack_bucket,
     weights_checksum,
 )
-from roll.workers.roles import columns as C
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]

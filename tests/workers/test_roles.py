@@ -13,13 +13,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _roles_helpers import MODEL, ClusterSet, Spec, TokenSumNLL, fsdp2, sequences
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.testing import tiny_role
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import ModelUpdateGroup
 from roll.workers.roles import CriticWorker, RewardModelWorker, to_sequences
-from roll.workers.roles import columns as C
 from roll.workers.types import ForwardOutput
 
 pytestmark = pytest.mark.slow

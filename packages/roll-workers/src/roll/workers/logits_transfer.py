@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.errors import DataError
 from roll.workers.model_update import CollectiveGroup
-from roll.workers.roles import columns as C
 
 __all__ = ["align_to", "receive_topk", "send_topk", "student_shards"]
 

@@ -1,6 +1,6 @@
 """Samples to a right-padded :class:`~roll.core.batch.Batch` in the worker roles' column layout.
 
-Columns (``roll.workers.roles.columns`` names where one exists):
+Columns (``roll.core.columns`` names where one exists):
 
 - ``input_ids_BT``, ``attention_mask_BT``; ``response_mask_BT``: the loss mask (1 on model-sampled tokens only);
   ``infer_logp_BT``: the sampler's log-probs there (0 elsewhere);
@@ -12,33 +12,17 @@ Columns (``roll.workers.roles.columns`` names where one exists):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 import torch
 
 from roll.agentic.env_manager.episode import Sample
+from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.workers.roles import columns as C
 
 __all__ = [
-    "ANCHOR_ID",
-    "EPISODE_ID",
-    "EPISODE_RETURN",
-    "GROUP_ID",
-    "STEP_RETURN",
-    "TOKEN_REWARDS",
     "to_batch",
 ]
-
-TOKEN_REWARDS: Final = "rewards_BT"
-GROUP_ID: Final = "group_id_B"
-EPISODE_ID: Final = "episode_id_B"
-STEP: Final = "step_B"
-ANCHOR_ID: Final = "anchor_id_B"
-STEP_RETURN: Final = "step_return_B"
-EPISODE_RETURN: Final = "episode_return_B"
-TAG: Final = "tag"
-SUCCESS: Final = "success"
 
 
 def to_batch(samples: Sequence[Sample], pad_token_id: int) -> Batch:
@@ -63,16 +47,19 @@ def to_batch(samples: Sequence[Sample], pad_token_id: int) -> Batch:
         C.ATTENTION_MASK: attn_BT,
         C.RESPONSE_MASK: mask_BT,
         C.INFER_LOGP: logp_BT,
-        TOKEN_REWARDS: rewards_BT,
+        C.TOKEN_REWARDS: rewards_BT,
         C.SCORES: _floats([s.score for s in samples]),
-        GROUP_ID: torch.tensor([s.group for s in samples], dtype=torch.long),
-        EPISODE_ID: torch.tensor([s.episode for s in samples], dtype=torch.long),
-        STEP: torch.tensor([s.step for s in samples], dtype=torch.long),
-        ANCHOR_ID: torch.tensor([s.anchor for s in samples], dtype=torch.long),
-        STEP_RETURN: _floats([s.step_return for s in samples]),
-        EPISODE_RETURN: _floats([s.episode_return for s in samples]),
+        C.GROUP_ID: torch.tensor([s.group for s in samples], dtype=torch.long),
+        C.EPISODE_ID: torch.tensor([s.episode for s in samples], dtype=torch.long),
+        C.STEP: torch.tensor([s.step for s in samples], dtype=torch.long),
+        C.ANCHOR_ID: torch.tensor([s.anchor for s in samples], dtype=torch.long),
+        C.STEP_RETURN: _floats([s.step_return for s in samples]),
+        C.EPISODE_RETURN: _floats([s.episode_return for s in samples]),
     }
-    non_tensors: dict[str, list[Any]] = {TAG: [s.tag for s in samples], SUCCESS: [s.success for s in samples]}
+    non_tensors: dict[str, list[Any]] = {
+        C.TAG: [s.tag for s in samples],
+        C.SUCCESS: [s.success for s in samples],
+    }
     return Batch(tensors, non_tensors)
 
 

@@ -18,11 +18,11 @@ from roll.agentic.env_manager.episode import Episode
 from roll.agentic.env_manager.manager import Generation, Rollout, RolloutManager
 from roll.agentic.env_manager.worker import ClusterEnvPool, EnvWorker, slots_per_worker, worker_kwargs
 from roll.agentic.pipeline.config import AgenticRunConfig
+from roll.core import columns as C
 from roll.core import plugins
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.workers.config import SamplingParams
-from roll.workers.roles import columns as C
 from roll.workers.roles.actor import ActorTrainWorker
 from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.model import load_tokenizer
@@ -98,7 +98,7 @@ def episode_record(episode: Episode, step: int) -> dict[str, Any]:
     """A JSON-able record of an episode for trajectory dumps."""
     return {
         "step": step,
-        "tag": episode.tag,
+        C.TAG: episode.tag,
         "group": episode.group,
         "seed": episode.seed,
         "status": episode.status,

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 import ray
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.errors import DataError
@@ -90,7 +91,7 @@ class GenerateOptions:
     async_ratio: float = 0.0
     max_staleness: int | None = None
     method: str = "generate"
-    version_column: str = "policy_version_B"
+    version_column: str = C.POLICY_VERSION
     poll_s: float = 0.5
     get_timeout_s: float = 3600.0
     carry_columns: tuple[str, ...] = ()

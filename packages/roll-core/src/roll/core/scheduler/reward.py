@@ -22,6 +22,7 @@ import numpy as np
 import ray
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.errors import DataError
@@ -75,7 +76,7 @@ class RewardScheduler:
         routes: Mapping[str, str],
         *,
         method: str = "score",
-        tag_column: str = "tag",
+        tag_column: str = C.TAG,
         default_domain: str | None = None,
     ) -> None:
         unknown = sorted({d for d in routes.values() if d not in domains})

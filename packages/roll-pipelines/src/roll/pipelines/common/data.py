@@ -24,12 +24,11 @@ import datasets
 import torch
 
 from roll.core.batch import Batch
+from roll.core.columns import ATTENTION_MASK, INPUT_IDS, LABELS
 from roll.data.collate import collate_sft
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.data.loading import AnyDataset, load_data
 from roll.data.tokenize import IGNORE_INDEX, Kind, LengthReport, tokenize_dataset
-from roll.pipelines.common.columns import LABELS
-from roll.workers.roles.columns import ATTENTION_MASK, INPUT_IDS
 
 logger = logging.getLogger(__name__)
 

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from roll.core import columns as C
+from roll.core.columns import IGNORE_INDEX, LABELS
 from roll.core.errors import WorkerError
 from roll.pipelines.algorithms.aggregate import Aggregation
 from roll.pipelines.algorithms.choices import DivergenceName
 from roll.pipelines.algorithms.divergence import distill_loss
-from roll.pipelines.common.columns import IGNORE_INDEX, LABELS
 from roll.workers.logprobs import has_prev_from_mask, position_ids_from_mask
-from roll.workers.roles import columns as C
 from roll.workers.types import ForwardOutput, MicroBatch
 
 

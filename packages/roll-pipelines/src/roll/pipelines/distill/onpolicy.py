@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.config.sections import RoleConfig
@@ -51,14 +52,9 @@ from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
 from roll.pipelines.distill.warmup import greedy_accuracy, warm_up_teacher
 from roll.pipelines.distill.worker import DistillTeacherWorker
 from roll.pipelines.rlvr.data import training_view
-from roll.pipelines.rlvr.losses import ADVANTAGES, OLD_LOGP
 from roll.pipelines.rlvr.pipeline import RLVRPipeline
-from roll.workers.roles import columns as C
 
 logger = logging.getLogger(__name__)
-
-TEACHER_LOGP = "teacher_logp_BT"
-"""The routed teacher's log-prob of each token (0 outside the response)."""
 
 
 def discounted_returns(values_BT: torch.Tensor, mask_BT: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -215,7 +211,7 @@ class OnPolicyDistillPipeline(RLVRPipeline):
             "train_accuracy": score([r["prompt_ids"] for r in train], [str(r["ground_truth"]) for r in train])
         }
         if self.eval_prompts is not None:
-            ids, truths = self.eval_prompts[C.PROMPT_IDS], self.eval_prompts["ground_truth"]
+            ids, truths = self.eval_prompts[C.PROMPT_IDS], self.eval_prompts[C.GROUND_TRUTH]
             out["accuracy"] = score(list(ids), [str(t) for t in truths])
         return out
 
@@ -245,13 +241,13 @@ class OnPolicyDistillPipeline(RLVRPipeline):
         mask_BT = batch.tensors[C.RESPONSE_MASK].float()
         seqs = training_view(batch, (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK))
         teacher_BT = (
-            self.teachers.logprobs(seqs, list(batch["tag"]), self.config.rollout.temperature) * mask_BT
+            self.teachers.logprobs(seqs, list(batch[C.TAG]), self.config.rollout.temperature) * mask_BT
         )
-        student_BT = batch.tensors[OLD_LOGP] if OLD_LOGP in batch else batch.tensors[C.INFER_LOGP]
-        batch[TEACHER_LOGP] = teacher_BT
-        batch[ADVANTAGES] = distill_advantages(
+        student_BT = batch.tensors[C.OLD_LOGP] if C.OLD_LOGP in batch else batch.tensors[C.INFER_LOGP]
+        batch[C.TEACHER_LOGP] = teacher_BT
+        batch[C.ADVANTAGES] = distill_advantages(
             student_BT * mask_BT, teacher_BT, mask_BT, distill_coef=s.distill_coef,
-            rl_advantages_BT=batch.tensors[ADVANTAGES], rl_coef=s.rl_coef, clip=s.clip,
+            rl_advantages_BT=batch.tensors[C.ADVANTAGES], rl_coef=s.rl_coef, clip=s.clip,
             gamma=s.gamma, baseline=s.advantage_baseline,
         )  # fmt: skip
         self._reverse_kl = float((student_BT * mask_BT - teacher_BT).sum() / mask_BT.sum().clamp(min=1))

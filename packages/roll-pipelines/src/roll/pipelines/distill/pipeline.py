@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.config.sections import RoleConfig
@@ -35,7 +36,6 @@ from roll.pipelines.distill.warmup import greedy_accuracy, warm_up_teacher
 from roll.pipelines.distill.worker import DistillStudentWorker, DistillTeacherWorker
 from roll.pipelines.sft.pipeline import prompt_ids
 from roll.workers.logits_transfer import align_to
-from roll.workers.roles import columns as C
 from roll.workers.roles.config import ModelConfig
 
 logger = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.pipeline import BasePipeline
@@ -24,9 +25,8 @@ from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import TRAIN_METRIC_REDUCTION
 from roll.pipelines.distill import TeacherWarmupConfig
 from roll.pipelines.sft.losses import SFTLoss
-from roll.pipelines.sft.worker import RESPONSE_IDS, SFTWorker
+from roll.pipelines.sft.worker import SFTWorker
 from roll.workers.config import FSDP2Config
-from roll.workers.roles import columns as C
 from roll.workers.roles.config import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ def greedy_accuracy(
         tensors = collate_prompts([{"prompt_ids": list(p)} for p in chunk], pad_id=tokenizer.pad_token_id)
         batch = Batch({C.INPUT_IDS: tensors["input_ids"], C.ATTENTION_MASK: tensors["attention_mask"]})
         out = cluster.generate_greedy(batch, max_new_tokens)
-        for truth, ids_T in zip(truths[start : start + batch_size], out[RESPONSE_IDS]):
+        for truth, ids_T in zip(truths[start : start + batch_size], out[C.GENERATED_IDS]):
             ids = ids_T.tolist()
             text = tokenizer.decode(ids[: ids.index(eos)] if eos in ids else ids, skip_special_tokens=True)
             correct += bool(verify(str(text), str(truth)))

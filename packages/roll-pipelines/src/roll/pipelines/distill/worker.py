@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, WorkerContext, register
 from roll.pipelines.distill.losses import DistillLoss, kd_mask, student_forward
@@ -22,7 +23,6 @@ from roll.pipelines.sft.worker import SFTWorker
 from roll.workers.logits_transfer import receive_topk, send_topk
 from roll.workers.model_update import CollectiveGroup
 from roll.workers.roles import _common
-from roll.workers.roles import columns as C
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
 from roll.workers.roles.teacher import TeacherWorker
 

@@ -19,8 +19,8 @@ from typing import Literal
 
 import torch
 
+from roll.core.columns import IGNORE_INDEX, LABELS, REF_SEQ_LOGP
 from roll.pipelines.algorithms.preference import PreferenceOutput, dpo_loss, ipo_loss, sequence_logp
-from roll.pipelines.common.columns import IGNORE_INDEX, LABELS, REF_LOGP
 from roll.workers.types import ForwardOutput, MicroBatch
 
 DPOLossType = Literal["sigmoid", "ipo"]
@@ -81,7 +81,7 @@ class DPOLoss:
         logp_B = response_logp(output.logp_BT, micro_batch[LABELS], average=self.average_logp)
         result = preference_output(
             logp_B,
-            micro_batch[REF_LOGP],
+            micro_batch[REF_SEQ_LOGP],
             loss_type=self.loss_type,
             beta=self.beta,
             label_smoothing=self.label_smoothing,

@@ -15,20 +15,20 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
+from roll.core.columns import LABELS, REF_SEQ_LOGP
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import CheckpointError
 from roll.core.pipeline import BasePipeline
 from roll.pipelines.common import data as D
-from roll.pipelines.common.columns import LABELS, REF_LOGP
 from roll.pipelines.common.config import strategy_for
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import optimizer_chunks, train_chunks
 from roll.pipelines.dpo import DPOConfig
 from roll.pipelines.dpo.losses import DPOLoss, preference_output, response_logp
-from roll.workers.roles import columns as C
 from roll.workers.roles.actor import ActorTrainWorker
 from roll.workers.roles.reference import ReferenceWorker
 
@@ -88,7 +88,7 @@ class DPOPipeline(BasePipeline):
     def pairs(self, rows: list[D.Row], indices: list[int], *, split: str) -> Batch:
         """Interleaved pair batch of ``rows[indices]`` with the reference log-prob of every sequence."""
         batch = D.pair_batch(D.select(rows, indices), pad_id=self.tokenizer.pad_token_id)
-        batch.tensors[REF_LOGP] = self.reference_logp(batch, split, indices)
+        batch.tensors[REF_SEQ_LOGP] = self.reference_logp(batch, split, indices)
         return batch
 
     def reference_logp(self, batch: Batch, split: str, indices: list[int]) -> torch.Tensor:
@@ -147,7 +147,7 @@ class DPOPipeline(BasePipeline):
             indices = list(range(start, min(start + self.config.eval.batch_size, len(rows))))
             batch = self.pairs(self.data.eval, indices, split="eval")
             logp.append(self.sequence_logp(self.actor, batch))
-            ref.append(batch.tensors[REF_LOGP])
+            ref.append(batch.tensors[REF_SEQ_LOGP])
         return self.preference_metrics(torch.cat(logp), torch.cat(ref))
 
     def preference_metrics(self, logp_B: torch.Tensor, ref_logp_B: torch.Tensor) -> dict[str, float]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
@@ -19,7 +20,6 @@ from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import optimizer_chunks, train_chunks
 from roll.pipelines.reward_model import RewardModelConfig
 from roll.pipelines.reward_model.losses import BradleyTerryLoss
-from roll.workers.roles import columns as C
 from roll.workers.roles.reward_model import RewardModelWorker
 
 MODEL_DIR = "reward_model"

@@ -12,15 +12,15 @@ from collections.abc import Sequence
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster, PendingCall
 from roll.core.tracking import reduce_metrics
 from roll.pipelines.algorithms.aggregate import masked_mean, masked_var
 from roll.pipelines.rlvr.data import training_view
-from roll.pipelines.rlvr.losses import OLD_VALUES, RETURNS, ValueLoss, action_values
-from roll.workers.roles import columns as C
+from roll.pipelines.rlvr.losses import ValueLoss, action_values
 
-CRITIC_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, OLD_VALUES, RETURNS)
+CRITIC_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.OLD_VALUES, C.RETURNS)
 
 
 def explained_variance(values_BT: torch.Tensor, returns_BT: torch.Tensor, mask_BT: torch.Tensor) -> float:
@@ -64,7 +64,7 @@ class Critic:
 
 def batch_metrics(batch: Batch, mask_BT: torch.Tensor) -> dict[str, float]:
     """What the critic predicted for this batch, before training on it: values, returns, explained variance."""
-    values_BT, returns_BT = batch.tensors[OLD_VALUES], batch.tensors[RETURNS]
+    values_BT, returns_BT = batch.tensors[C.OLD_VALUES], batch.tensors[C.RETURNS]
     return {
         "critic/values_mean": float(masked_mean(values_BT, mask_BT)),
         "critic/returns_mean": float(masked_mean(returns_BT, mask_BT)),

@@ -13,18 +13,18 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.data.collate import collate_sft
-from roll.workers.roles import columns as C
 
 Row = dict[str, Any]
-PROMPT_COLUMNS = ("prompt", "ground_truth", "tag")
+PROMPT_COLUMNS = (C.PROMPT, C.GROUND_TRUTH, C.TAG)
 CARRY_COLUMNS = PROMPT_COLUMNS
 
 
 def prompt_batch(rows: Sequence[Row]) -> Batch:
     """One row per prompt: ``prompt_ids`` (lists) and the text columns rewards need."""
-    columns: dict[str, list[Any]] = {C.PROMPT_IDS: [list(r["prompt_ids"]) for r in rows]}
+    columns: dict[str, list[Any]] = {C.PROMPT_IDS: [list(r[C.PROMPT_IDS]) for r in rows]}
     for name in PROMPT_COLUMNS:
         columns[name] = [str(r.get(name) or "") for r in rows]
     return Batch({}, columns)
@@ -66,9 +66,7 @@ class PromptFeeder:
 def sft_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
     """Right-padded warm-up batch: ``input_ids_BT``, ``attention_mask_BT``, ``labels_BT`` (-100 off target)."""
     t = collate_sft(rows, pad_id=pad_id)
-    return Batch(
-        {C.INPUT_IDS: t["input_ids"], C.ATTENTION_MASK: t["attention_mask"], "labels_BT": t["labels"]}
-    )
+    return Batch({C.INPUT_IDS: t["input_ids"], C.ATTENTION_MASK: t["attention_mask"], C.LABELS: t["labels"]})
 
 
 def training_view(batch: Batch, columns: Sequence[str]) -> Batch:

@@ -11,7 +11,7 @@ step is exactly the mode's global mean, whatever the micro-batching or data para
 Each loss keeps the metrics of the micro-batches it saw (``metrics()``, weighted by units); the RLVR actor
 worker returns them next to the strategy's own.
 
-Batch columns read (names from :mod:`roll.workers.roles.columns`, plus ``advantages_BT``, ``old_logp_BT``,
+Batch columns read (names from :mod:`roll.core.columns`, plus ``advantages_BT``, ``old_logp_BT``,
 ``ref_logp_BT``, ``old_values_BT``, ``returns_BT`` the pipeline writes).
 """
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from roll.core import columns as C
 from roll.core.errors import DataError
 from roll.pipelines.algorithms.aggregate import Aggregation, masked_mean
 from roll.pipelines.algorithms.choices import LossAggMode
@@ -36,15 +37,7 @@ from roll.pipelines.algorithms.policy_loss import (
 )
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.pipelines.algorithms.value_loss import clipped_value_loss
-from roll.workers.roles import columns as C
 from roll.workers.types import ForwardOutput, MicroBatch
-
-ADVANTAGES = "advantages_BT"
-OLD_LOGP = "old_logp_BT"
-REF_LOGP = "ref_logp_BT"
-LABELS = "labels_BT"
-OLD_VALUES = "old_values_BT"
-RETURNS = "returns_BT"
 
 
 def action_values(values_BT: torch.Tensor) -> torch.Tensor:
@@ -104,14 +97,14 @@ class PolicyLoss:
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
         logp_BT = output.logp_BT
         mask_BT = micro_batch[C.RESPONSE_MASK].to(logp_BT.dtype)
-        old_BT = micro_batch[OLD_LOGP].to(logp_BT) if self.use_old_logp else logp_BT.detach()
-        adv_BT = micro_batch[ADVANTAGES].to(logp_BT)
+        old_BT = micro_batch[C.OLD_LOGP].to(logp_BT) if self.use_old_logp else logp_BT.detach()
+        adv_BT = micro_batch[C.ADVANTAGES].to(logp_BT)
         is_weight_BT, metrics = self._tis(old_BT, micro_batch, mask_BT)
         loss, pg_metrics = self._surrogate(logp_BT, old_BT, adv_BT, mask_BT, is_weight_BT)
         metrics.update(pg_metrics)
         if self.algo.kl_mode == "loss":
             kl, kl_metrics = kl_loss(
-                logp_BT, micro_batch[REF_LOGP].to(logp_BT), mask_BT,
+                logp_BT, micro_batch[C.REF_LOGP].to(logp_BT), mask_BT,
                 coef=self.kl_coef, estimator=self.algo.kl_estimator, agg=self.agg,
             )  # fmt: skip
             loss, metrics = loss + kl, {**metrics, **kl_metrics}
@@ -204,9 +197,9 @@ class ValueLoss:
             raise DataError("ValueLoss needs a value head (ForwardOutput.values_BT); train it on the critic")
         values_BT = action_values(output.values_BT)
         mask_BT = micro_batch[C.RESPONSE_MASK].to(values_BT.dtype)
-        returns_BT = micro_batch[RETURNS].to(values_BT)
+        returns_BT = micro_batch[C.RETURNS].to(values_BT)
         loss, metrics = clipped_value_loss(
-            values_BT, micro_batch[OLD_VALUES].to(values_BT), returns_BT, mask_BT,
+            values_BT, micro_batch[C.OLD_VALUES].to(values_BT), returns_BT, mask_BT,
             clip_range=self.clip_range, agg=self.agg,
         )  # fmt: skip
         metrics["value_error"] = masked_mean((values_BT.detach() - returns_BT).abs(), mask_BT)
@@ -227,10 +220,10 @@ class SFTLoss:
         self._sink = _MetricSink()
 
     def count_units(self, micro_batch: MicroBatch) -> float:
-        return float((micro_batch[LABELS] != -100).sum())
+        return float((micro_batch[C.LABELS] != -100).sum())
 
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
-        mask_BT = (micro_batch[LABELS] != -100).to(output.logp_BT.dtype)
+        mask_BT = (micro_batch[C.LABELS] != -100).to(output.logp_BT.dtype)
         nll_sum = -(output.logp_BT * mask_BT).sum()
         self._sink.add({"nll": nll_sum.detach() / mask_BT.sum().clamp(min=1)}, float(mask_BT.sum()))
         return nll_sum

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.pipelines.rlvr.reward_worker import CORRECT
-from roll.workers.roles import columns as C
 
 
 def rollout_metrics(batch: Batch, *, trainer_version: int, domain_of: Mapping[str, str]) -> dict[str, float]:
@@ -27,7 +26,7 @@ def rollout_metrics(batch: Batch, *, trainer_version: int, domain_of: Mapping[st
     out = {
         "reward/mean": float(scores_B.mean()),
         "reward/std": float(scores_B.std(correction=0)),
-        "reward/accuracy": float(batch[CORRECT].mean()),
+        "reward/accuracy": float(batch[C.CORRECT].mean()),
         "response/length_mean": float(lengths_B.mean()),
         "response/length_max": float(lengths_B.max()),
         "response/truncation_rate": float(truncated_B.mean()),
@@ -41,14 +40,14 @@ def rollout_metrics(batch: Batch, *, trainer_version: int, domain_of: Mapping[st
 
 def domain_metrics(batch: Batch, domain_of: Mapping[str, str], prefix: str = "reward") -> dict[str, float]:
     """``<prefix>/<domain>/mean``, ``/std``, ``/accuracy``, ``/count`` for every domain present."""
-    domains = np.array([domain_of.get(str(t), str(t)) for t in batch["tag"]], dtype=object)
+    domains = np.array([domain_of.get(str(t), str(t)) for t in batch[C.TAG]], dtype=object)
     out: dict[str, float] = {}
     for domain in sorted(set(domains.tolist())):
         rows = torch.from_numpy(np.flatnonzero(domains == domain))
         scores = _t(batch, C.SCORES)[rows].float()
         out[f"{prefix}/{domain}/mean"] = float(scores.mean())
         out[f"{prefix}/{domain}/std"] = float(scores.std(correction=0))
-        out[f"{prefix}/{domain}/accuracy"] = float(_t(batch, CORRECT)[rows].float().mean())
+        out[f"{prefix}/{domain}/accuracy"] = float(_t(batch, C.CORRECT)[rows].float().mean())
         out[f"{prefix}/{domain}/count"] = float(len(rows))
     return out
 

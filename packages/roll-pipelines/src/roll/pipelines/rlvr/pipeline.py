@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
@@ -44,28 +45,26 @@ from roll.pipelines.rlvr import metrics as M
 from roll.pipelines.rlvr.config import RLVRConfig
 from roll.pipelines.rlvr.critic import Critic, batch_metrics
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, PromptFeeder, prompt_batch, sft_batch, training_view
-from roll.pipelines.rlvr.losses import (
-    ADVANTAGES,
-    OLD_LOGP,
-    OLD_VALUES,
-    REF_LOGP,
-    RETURNS,
-    PolicyLoss,
-    SFTLoss,
-    ValueLoss,
-)
+from roll.pipelines.rlvr.losses import PolicyLoss, SFTLoss, ValueLoss
 from roll.pipelines.rlvr.reward_worker import RewardWorker
 from roll.pipelines.rlvr.workers import RLVRActorWorker, RLVRCriticWorker
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import ModelUpdateGroup
-from roll.workers.roles import columns as C
 from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.sequences import to_sequences
 
 logger = logging.getLogger(__name__)
 ACTOR_FILES = "actor"
 CRITIC_FILES = "critic"
-TRAIN_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.INFER_LOGP, ADVANTAGES, OLD_LOGP, REF_LOGP)
+TRAIN_COLUMNS = (
+    C.INPUT_IDS,
+    C.ATTENTION_MASK,
+    C.RESPONSE_MASK,
+    C.INFER_LOGP,
+    C.ADVANTAGES,
+    C.OLD_LOGP,
+    C.REF_LOGP,
+)
 
 
 class RLVRPipeline(BasePipeline):
@@ -253,7 +252,7 @@ class RLVRPipeline(BasePipeline):
             )
         if a.reward_clip is not None:
             rewards_B = adv.clip_rewards(rewards_B, max_abs=a.reward_clip)
-        batch["rewards_B"] = rewards_B
+        batch[C.REWARDS] = rewards_B
         return batch
 
     def advantages(self, batch: Batch) -> Batch:
@@ -266,18 +265,18 @@ class RLVRPipeline(BasePipeline):
             batch[C.RESPONSE_MASK] = mask_BT.long()
         seqs = training_view(batch, (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK))
         if self.critic is not None:
-            batch[OLD_VALUES] = self.critic.values(seqs, mask_BT)
+            batch[C.OLD_VALUES] = self.critic.values(seqs, mask_BT)
         if self.reference is not None:
-            batch[REF_LOGP] = self.reference.compute_logprobs(seqs)[C.LOGP] * mask_BT
+            batch[C.REF_LOGP] = self.reference.compute_logprobs(seqs)[C.LOGP] * mask_BT
         if self._use_old_logp():
-            batch[OLD_LOGP] = self.actor.compute_logprobs(seqs)[C.LOGP] * mask_BT
+            batch[C.OLD_LOGP] = self.actor.compute_logprobs(seqs)[C.LOGP] * mask_BT
         rewards_PG = adv.normalize_rewards(
-            batch.tensors["rewards_B"].reshape(-1, G), mode=a.reward_norm, running=self.running
+            batch.tensors[C.REWARDS].reshape(-1, G), mode=a.reward_norm, running=self.running
         )
         advantages_BT = self._estimate(batch, rewards_PG, mask_BT)
         if a.advantage_clip is not None:
             advantages_BT = adv.clip_advantages(advantages_BT, max_abs=a.advantage_clip)
-        batch[ADVANTAGES] = advantages_BT * mask_BT
+        batch[C.ADVANTAGES] = advantages_BT * mask_BT
         return batch
 
     def _estimate(self, batch: Batch, rewards_PG: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
@@ -311,15 +310,15 @@ class RLVRPipeline(BasePipeline):
         if a.kl_mode == "reward":
             token_rewards_BT = token_rewards_BT - self.kl.value * self._kl_BT(batch, mask_BT)
         advantages_BT, returns_BT = adv.gae_advantages(
-            token_rewards_BT, batch.tensors[OLD_VALUES], mask_BT, gamma=a.gamma, lam=a.lam
+            token_rewards_BT, batch.tensors[C.OLD_VALUES], mask_BT, gamma=a.gamma, lam=a.lam
         )
-        batch[RETURNS] = returns_BT
+        batch[C.RETURNS] = returns_BT
         return adv.masked_whiten(advantages_BT, mask_BT) if a.whiten_advantages else advantages_BT
 
     def _kl_BT(self, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
         """Per-token KL of the sampling policy to the reference (KL in the reward), 0 off the response."""
-        logp_BT = batch.tensors[OLD_LOGP] if OLD_LOGP in batch else batch.tensors[C.INFER_LOGP]
-        kl_BT = kl_estimate(logp_BT, batch.tensors[REF_LOGP], estimator=self.config.algorithm.kl_estimator)
+        logp_BT = batch.tensors[C.OLD_LOGP] if C.OLD_LOGP in batch else batch.tensors[C.INFER_LOGP]
+        kl_BT = kl_estimate(logp_BT, batch.tensors[C.REF_LOGP], estimator=self.config.algorithm.kl_estimator)
         return kl_BT * mask_BT
 
     def _use_old_logp(self) -> bool:
@@ -432,9 +431,7 @@ class RLVRPipeline(BasePipeline):
         params = params.model_copy(update={"temperature": v.temperature})
         samples = self.scheduler.generate_all(self.eval_prompts, params)
         scored = self.rewards.score(samples)
-        from roll.pipelines.rlvr.reward_worker import CORRECT
-
-        out = {"reward": float(scored[C.SCORES].mean()), "accuracy": float(scored[CORRECT].mean())}
+        out = {"reward": float(scored[C.SCORES].mean()), "accuracy": float(scored[C.CORRECT].mean())}
         out.update(M.domain_metrics(scored, self.domain_of, prefix="domain"))
         return out
 

@@ -16,14 +16,11 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core import plugins
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.pipelines.rewards.types import RewardFunction, RewardRequest, RewardResult
-from roll.workers.roles import columns as C
-
-CORRECT = "correct_B"
-REWARD_ERROR = "reward_error_B"
 
 
 class RewardWorker(Worker):
@@ -43,8 +40,10 @@ class RewardWorker(Worker):
         return Batch(
             {
                 C.SCORES: torch.tensor([r.score for r in results], dtype=torch.float32),
-                CORRECT: torch.tensor([_correct(r) for r in results], dtype=torch.float32),
-                REWARD_ERROR: torch.tensor([float("error" in r.info) for r in results], dtype=torch.float32),
+                C.CORRECT: torch.tensor([_correct(r) for r in results], dtype=torch.float32),
+                C.REWARD_ERROR: torch.tensor(
+                    [float("error" in r.info) for r in results], dtype=torch.float32
+                ),
             }
         )
 
@@ -54,7 +53,7 @@ def _request(batch: Batch, i: int) -> RewardRequest:
         return str(batch[column][i]) if column in batch and batch[column][i] is not None else ""
 
     return RewardRequest(
-        response=text(C.TEXT), prompt=text("prompt"), ground_truth=text("ground_truth"), tag=text("tag")
+        response=text(C.TEXT), prompt=text(C.PROMPT), ground_truth=text(C.GROUND_TRUTH), tag=text(C.TAG)
     )
 
 

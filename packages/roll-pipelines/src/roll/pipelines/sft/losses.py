@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from roll.core.columns import IGNORE_INDEX, LABELS
 from roll.pipelines.algorithms.aggregate import masked_sum
-from roll.pipelines.common.columns import IGNORE_INDEX, LABELS
 from roll.workers.types import ForwardOutput, MicroBatch
 
 

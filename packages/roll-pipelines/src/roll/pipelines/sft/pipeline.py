@@ -14,22 +14,22 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
+from roll.core.columns import IGNORE_INDEX
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.tracking import reduce_metrics
 from roll.data.collate import collate_prompts
 from roll.data.tasks import get_task, is_builtin
 from roll.pipelines.common import data as D
-from roll.pipelines.common.columns import IGNORE_INDEX
 from roll.pipelines.common.config import strategy_for
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import optimizer_chunks, sum_metrics, train_chunks
 from roll.pipelines.sft import SFTConfig
 from roll.pipelines.sft.losses import SFTLoss
-from roll.pipelines.sft.worker import RESPONSE_IDS, SFTWorker
-from roll.workers.roles import columns as C
+from roll.pipelines.sft.worker import SFTWorker
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class SFTPipeline(BasePipeline):
         tensors = collate_prompts(prompts, pad_id=self.tokenizer.pad_token_id)
         batch = Batch({C.INPUT_IDS: tensors["input_ids"], C.ATTENTION_MASK: tensors["attention_mask"]})
         out = self.actor.generate_greedy(batch, self.config.eval.max_new_tokens)
-        return [self.decode(ids) for ids in out[RESPONSE_IDS]]
+        return [self.decode(ids) for ids in out[C.GENERATED_IDS]]
 
     def decode(self, ids_N: torch.Tensor) -> str:
         ids = ids_N.tolist()

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import PAD_COLUMN, Batch
 from roll.core.cluster import Dispatch, register
+from roll.core.columns import IGNORE_INDEX, LABELS
 from roll.pipelines.algorithms.aggregate import Aggregation
 from roll.pipelines.algorithms.preference import sft_cross_entropy
-from roll.pipelines.common.columns import IGNORE_INDEX, LABELS
 from roll.workers.logprobs import position_ids_from_mask
-from roll.workers.roles import columns as C
 from roll.workers.roles.actor import ActorTrainWorker
-
-RESPONSE_IDS = "generated_ids_BN"
-"""Greedy continuation tokens, ``[B, N]`` with ``N = max_new_tokens`` (stop tokens included, not cut)."""
 
 TOKEN_SUM = Aggregation("token-mean", num_global_tokens=1.0)
 """A token *sum*: token-mean over a global count of 1."""
@@ -85,4 +82,4 @@ class SFTWorker(ActorTrainWorker):
                 cache=out.cache,
                 use_cache=True,
             )
-        return Batch({RESPONSE_IDS: torch.cat(tokens, dim=1).cpu()}, meta=batch.meta)
+        return Batch({C.GENERATED_IDS: torch.cat(tokens, dim=1).cpu()}, meta=batch.meta)

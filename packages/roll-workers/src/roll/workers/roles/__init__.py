@@ -3,7 +3,7 @@
 Every role builds its strategy through the ``roll.strategy`` plugin group (``strategy_name``), so vllm/megatron
 plug in without changes here. Build a role with ``Cluster(role, WorkerCls, role_cfg, init_kwargs=...)`` and call
 ``cluster.setup()`` first (it joins the role's process group when it has several ranks and loads the model).
-Column names are in :mod:`roll.workers.roles.columns`.
+Column names are in :mod:`roll.core.columns`.
 
 Registered methods (dispatch mode) by role:
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core import plugins
 from roll.core.batch import PAD_COLUMN, Batch
 from roll.core.cluster import Worker
 from roll.core.errors import ConfigError, DataError
-from roll.workers.roles import columns as C
 from roll.workers.types import ForwardOutput, LossFn, MicroBatch
 
 

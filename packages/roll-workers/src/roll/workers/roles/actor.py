@@ -8,6 +8,7 @@ from typing import Any
 import ray
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers import logits_transfer
@@ -21,7 +22,6 @@ from roll.workers.model_update import (
     weights_checksum,
 )
 from roll.workers.roles import _common, checkpoint
-from roll.workers.roles import columns as C
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
 from roll.workers.types import LossFn

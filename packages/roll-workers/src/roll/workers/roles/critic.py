@@ -6,10 +6,10 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers.roles import _common
-from roll.workers.roles import columns as C
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.scalar import ScalarHeadModel
 from roll.workers.types import LossFn

@@ -16,12 +16,12 @@ from typing import Any, Literal
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import sync_in_process, weights_checksum
 from roll.workers.roles import _common
-from roll.workers.roles import columns as C
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.infer import _prompt_ids, _prompt_index, _samples_batch
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer

@@ -7,6 +7,7 @@ from typing import Any
 import ray
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import PAD_COLUMN, Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.core.errors import WorkerError
@@ -19,7 +20,6 @@ from roll.workers.model_update import (
     weights_checksum,
 )
 from roll.workers.roles import _common
-from roll.workers.roles import columns as C
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer, resolve_path
 from roll.workers.types import GeneratedSample

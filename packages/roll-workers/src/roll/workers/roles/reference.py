@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core import plugins
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers.roles import _common
-from roll.workers.roles import columns as C
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
 

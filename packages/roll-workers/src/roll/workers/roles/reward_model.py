@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers.roles import _common
-from roll.workers.roles import columns as C
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.scalar import ScalarHeadModel
 from roll.workers.types import LossFn

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.workers.roles import columns as C
 
 
 def to_sequences(samples: Batch, pad_token_id: int) -> Batch:

@@ -12,13 +12,13 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers import logits_transfer
 from roll.workers.logprobs import has_prev_from_mask, position_ids_from_mask
 from roll.workers.model_update import CollectiveGroup, free_port
 from roll.workers.roles import _common
-from roll.workers.roles import columns as C
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.reference import FrozenScorer
 

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import torch
 
-from roll.agentic.env_manager import batching as cols
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.pipelines.algorithms import advantages as adv
 from roll.pipelines.algorithms.presets import AlgorithmConfig
-from roll.workers.roles import columns as C
 
 __all__ = ["compute_advantages", "normalize_scores"]
 
@@ -36,8 +35,8 @@ def normalize_scores(batch: Batch, mode: str, eps: float = 1e-6) -> torch.Tensor
     if mode == "batch":
         return (scores_B - scores_B.mean()) / (scores_B.std(correction=0) + eps)
     if mode == "group":
-        return adv.group_normalize(scores_B, batch.tensors[cols.GROUP_ID], unbiased=False, eps=eps)
-    tags = list(batch.non_tensors[cols.TAG])
+        return adv.group_normalize(scores_B, batch.tensors[C.GROUP_ID], unbiased=False, eps=eps)
+    tags = list(batch.non_tensors[C.TAG])
     tag_ids_B = torch.tensor([sorted(set(tags)).index(t) for t in tags], dtype=torch.long)
     return adv.group_normalize(scores_B, tag_ids_B, unbiased=False, eps=eps)
 
@@ -53,10 +52,10 @@ def compute_advantages(
     """``advantages_BT`` (0 outside the loss mask) of an agentic batch."""
     mask_BT = batch.tensors[C.RESPONSE_MASK].float()
     scores_B = normalize_scores(batch, reward_norm)
-    groups_B = batch.tensors[cols.GROUP_ID]
+    groups_B = batch.tensors[C.GROUP_ID]
     if gigpo_weight is not None:
         adv_B = adv.gigpo_advantages(
-            scores_B, groups_B, batch.tensors[cols.STEP_RETURN].float(), batch.tensors[cols.ANCHOR_ID],
+            scores_B, groups_B, batch.tensors[C.STEP_RETURN].float(), batch.tensors[C.ANCHOR_ID],
             step_weight=gigpo_weight, norm_by_std=gigpo_norm_by_std,
         )  # fmt: skip
         return _clip(adv.expand_to_tokens(adv_B, mask_BT), algo) * mask_BT

@@ -12,10 +12,10 @@ several optimizer steps share one rollout, ``old_logp_BT``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
 
 import torch
 
+from roll.core import columns as C
 from roll.pipelines.algorithms.aggregate import Aggregation
 from roll.pipelines.algorithms.policy_loss import (
     cispo_policy_loss,
@@ -25,14 +25,9 @@ from roll.pipelines.algorithms.policy_loss import (
     topr_policy_loss,
 )
 from roll.pipelines.algorithms.presets import AlgorithmConfig
-from roll.workers.roles import columns as C
 from roll.workers.types import ForwardOutput, MicroBatch
 
-__all__ = ["ADVANTAGES", "LABELS", "OLD_LOGP", "AgenticPolicyLoss", "MaskedNLLLoss"]
-
-ADVANTAGES: Final = "advantages_BT"
-OLD_LOGP: Final = "old_logp_BT"
-LABELS: Final = "labels_BT"
+__all__ = ["AgenticPolicyLoss", "MaskedNLLLoss"]
 
 
 class _Sink:
@@ -75,8 +70,8 @@ class AgenticPolicyLoss:
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
         logp_BT = output.logp_BT
         mask_BT = micro_batch[C.RESPONSE_MASK].to(logp_BT.dtype)
-        old_BT = micro_batch[OLD_LOGP].to(logp_BT) if self.use_old_logp else logp_BT.detach()
-        adv_BT = micro_batch[ADVANTAGES].to(logp_BT)
+        old_BT = micro_batch[C.OLD_LOGP].to(logp_BT) if self.use_old_logp else logp_BT.detach()
+        adv_BT = micro_batch[C.ADVANTAGES].to(logp_BT)
         loss, metrics = self._surrogate(logp_BT, old_BT, adv_BT, mask_BT)
         if output.entropy_BT is not None:
             bonus, ent = entropy_bonus(output.entropy_BT, mask_BT, coef=self.algo.entropy_coef, agg=self.agg)

@@ -32,20 +32,20 @@ from roll.agentic.env_manager.manager import Rollout
 from roll.agentic.env_manager.slots import ResetOutcome, ResetRequest
 from roll.agentic.pipeline.agentic import AgenticConfig
 from roll.agentic.pipeline.agentic.advantages import compute_advantages
-from roll.agentic.pipeline.agentic.losses import ADVANTAGES, OLD_LOGP, AgenticPolicyLoss, MaskedNLLLoss
+from roll.agentic.pipeline.agentic.losses import AgenticPolicyLoss, MaskedNLLLoss
 from roll.agentic.pipeline.runtime import AgenticActorWorker, RolloutRuntime, plot_success
 from roll.agentic.types import EXPERT_ACTION
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import ConfigError
 from roll.core.pipeline import BasePipeline
 from roll.core.tracking import reduce_metrics
 from roll.workers.model_update import ModelUpdateGroup
-from roll.workers.roles import columns as C
 
 logger = logging.getLogger(__name__)
 ACTOR_FILES = "actor"
-TRAIN_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.INFER_LOGP, ADVANTAGES, OLD_LOGP)
+TRAIN_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.INFER_LOGP, C.ADVANTAGES, C.OLD_LOGP)
 EVAL_SEED_BASE = 1_000_000_007
 
 
@@ -111,7 +111,7 @@ class AgenticPipeline(BasePipeline):
         cfg = self.config
         batch = to_batch(samples, self.runtime.encoder.pad_token_id)
         gigpo = cfg.gigpo
-        batch[ADVANTAGES] = compute_advantages(
+        batch[C.ADVANTAGES] = compute_advantages(
             batch,
             cfg.algorithm,
             reward_norm=cfg.reward_norm,
@@ -120,7 +120,7 @@ class AgenticPipeline(BasePipeline):
         )
         if self._use_old_logp():
             seqs = Batch({k: batch.tensors[k] for k in (C.INPUT_IDS, C.ATTENTION_MASK)})
-            batch[OLD_LOGP] = self.actor.compute_logprobs(seqs)[C.LOGP] * batch.tensors[C.RESPONSE_MASK]
+            batch[C.OLD_LOGP] = self.actor.compute_logprobs(seqs)[C.LOGP] * batch.tensors[C.RESPONSE_MASK]
         return batch
 
     def train(self, batch: Batch, step: int) -> dict[str, float]:

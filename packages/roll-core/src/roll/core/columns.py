@@ -1,0 +1,100 @@
+"""Every :class:`~roll.core.batch.Batch` column name, defined once.
+
+A column's axes are in its name: ``B`` batch (rows), ``T`` tokens, ``K`` top-k, ``N`` generated positions.
+Names without a suffix are non-tensor columns (one Python value per row). No other module defines a column
+constant, and pipelines never spell a column as a bare string: they import this module as ``C``.
+
+Sequences use the padded layout of the strategies (``roll.workers.types.MicroBatch``): :data:`INPUT_IDS` and
+:data:`ATTENTION_MASK` hold prompt + response (left- or right-padded), :data:`RESPONSE_MASK` marks the tokens a
+loss looks at. Per-token scores follow the strategies' log-prob convention: ``logp_BT[b, t]`` is the log-prob of
+token ``t`` given the tokens before it, 0 where there is no prediction (padding, a row's first token).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# ---- sequences -------------------------------------------------------------------------------------------------
+INPUT_IDS: Final = "input_ids_BT"
+ATTENTION_MASK: Final = "attention_mask_BT"
+RESPONSE_MASK: Final = "response_mask_BT"
+"""The loss mask: 1 on the tokens the policy sampled (RL) or must learn (SFT on responses)."""
+POSITION_IDS: Final = "position_ids_BT"
+LABELS: Final = "labels_BT"
+"""Unshifted targets: the token itself where the loss is taken, ``IGNORE_INDEX`` elsewhere (prompt, padding).
+Since ``logp_BT[b, t]`` is the log-prob of token ``t``, ``labels_BT != IGNORE_INDEX`` is the loss mask."""
+IGNORE_INDEX: Final = -100
+
+# ---- per-token scores ------------------------------------------------------------------------------------------
+LOGP: Final = "logp_BT"
+"""Log-probs recomputed by a forward pass (``compute_logprobs``)."""
+ENTROPY: Final = "entropy_BT"
+INFER_LOGP: Final = "infer_logp_BT"
+"""Log-probs the inference worker reported while sampling (0 outside the response)."""
+OLD_LOGP: Final = "old_logp_BT"
+"""The trainer's log-probs of the rollout policy, before the step's first optimizer step."""
+REF_LOGP: Final = "ref_logp_BT"
+"""The frozen reference model's per-token log-probs (KL)."""
+TEACHER_LOGP: Final = "teacher_logp_BT"
+"""The routed teacher's per-token log-probs (on-policy distillation)."""
+VALUES: Final = "values_BT"
+"""A value head's output (critic)."""
+OLD_VALUES: Final = "old_values_BT"
+"""The critic's values of the rollout, before the step trains it (GAE and value clipping)."""
+RETURNS: Final = "returns_BT"
+"""The critic's regression targets."""
+ADVANTAGES: Final = "advantages_BT"
+TOKEN_REWARDS: Final = "rewards_BT"
+"""A row's reward placed on its last trained token, 0 elsewhere."""
+TOPK_VALUES: Final = "topk_values_BTK"
+"""Teacher logits of the ``k`` most likely next tokens at each position (raw logits, float32, descending)."""
+TOPK_INDICES: Final = "topk_indices_BTK"
+GENERATED_IDS: Final = "generated_ids_BN"
+"""Greedy continuation tokens, ``[B, N]`` with ``N = max_new_tokens`` (stop tokens included, not cut)."""
+
+# ---- per-row values --------------------------------------------------------------------------------------------
+SCORES: Final = "scores_B"
+"""A reward function's (or reward model's) score of each row."""
+REWARDS: Final = "rewards_B"
+"""The score after shaping (overlong penalty, clipping): what the advantage estimator sees."""
+REF_SEQ_LOGP: Final = "ref_logp_B"
+"""The reference model's summed response log-prob of each row (DPO)."""
+CORRECT: Final = "correct_B"
+"""1 where the reward function judged the answer correct."""
+REWARD_ERROR: Final = "reward_error_B"
+"""1 where the reward function failed on the row (its score is then the domain's failure score)."""
+PROMPT_INDEX: Final = "prompt_index_B"
+SAMPLE_INDEX: Final = "sample_index_B"
+"""Which of the ``n`` samples of its prompt a generated row is (0..n-1)."""
+SAMPLE_ID: Final = "sample_id_B"
+"""A globally unique row id; logits transfer matches teacher rows to student rows by it."""
+GROUP_ID: Final = "group_id_B"
+"""The group a row's advantage is normalized in (the samples of one prompt; the envs that shared a seed)."""
+POLICY_VERSION: Final = "policy_version_B"
+"""int64: the policy version of the weights that produced each generated row."""
+EPISODE_ID: Final = "episode_id_B"
+STEP: Final = "step_B"
+"""Agentic step mode: the turn a row is."""
+ANCHOR_ID: Final = "anchor_id_B"
+"""GiGPO: rows that saw the same environment state share an anchor id."""
+STEP_RETURN: Final = "step_return_B"
+EPISODE_RETURN: Final = "episode_return_B"
+
+# ---- non-tensor columns ----------------------------------------------------------------------------------------
+PROMPT_IDS: Final = "prompt_ids"
+"""The prompt's token ids as ``list[int]``."""
+PROMPT: Final = "prompt"
+"""The prompt's text, as a reward function sees it."""
+GROUND_TRUTH: Final = "ground_truth"
+TAG: Final = "tag"
+"""The row's domain: routes it to a reward domain, a teacher, or an env's metrics."""
+RESPONSE_IDS: Final = "response_ids"
+"""The generated token ids as ``list[int]`` (including the stop token that ended the sample)."""
+RESPONSE_LOGP: Final = "response_logp"
+"""``list[float]``, the log-prob of each generated token."""
+FINISH_REASON: Final = "finish_reason"
+"""``"stop"`` or ``"length"``."""
+TEXT: Final = "text"
+"""The decoded response (``None`` without a tokenizer)."""
+SUCCESS: Final = "success"
+"""Agentic: whether the episode reached the env's goal."""
