@@ -123,7 +123,7 @@ def test_route_by_tag_with_default_teacher_and_unknown_tag() -> None:
 
 def _cfg(teachers: dict[str, Any]) -> dict[str, Any]:
     return {
-        "model": {"path": "tiny-1m"},
+        "actor_train": {"model": {"path": "tiny-1m"}},
         "batch": {"prompts_per_step": 4, "samples_per_prompt": 2, "micro_batch_samples": 8},
         "data": {"sources": [{"path": "builtin:arithmetic", "builtin_kind": "rl", "max_samples": 8}]},
         "rewards": {"arithmetic": {"type": "arithmetic", "tags": ["arithmetic"]}},

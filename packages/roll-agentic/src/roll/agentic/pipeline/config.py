@@ -4,36 +4,42 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from roll.agentic.env_manager.config import EnvManagerConfig
 from roll.core.config.sections import RoleConfig, RunConfig
-from roll.core.errors import ConfigIssue
-from roll.workers.config import HFInferConfig
-from roll.workers.roles.config import ModelConfig
+from roll.core.config.validate import moved_keys_error
+from roll.workers.roles.config import DEFAULT_MODEL, InferRoleConfig, ModelConfig
 
 __all__ = ["AgenticRunConfig"]
 
 
 class AgenticRunConfig(RunConfig):
-    """What every agentic run has: the policy, its inference workers, the env workers and the env manager."""
+    """What every agentic run has: the policy's inference workers, the env workers and the env manager."""
 
-    model: ModelConfig = Field(default_factory=lambda: ModelConfig(path="tiny-1m"))
-    actor_infer: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=1))
+    actor_infer: InferRoleConfig = Field(default_factory=InferRoleConfig)
     env_workers: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=0.25))
-    infer_strategy: str = "hf"
-    infer: dict[str, Any] = Field(
-        default_factory=lambda: HFInferConfig().model_dump(),
-        description="config of infer_strategy (HFInferConfig fields for hf, VLLMConfig fields for vllm)",
-    )
     cpu_threads: int | None = Field(None, ge=1, description="torch threads per model worker (CPU runs)")
     env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig)
 
-    def _infer_issues(self) -> list[ConfigIssue]:
-        if self.infer_strategy != "hf":
-            return []
-        try:
-            HFInferConfig.model_validate(self.infer)
-        except ValueError as exc:
-            return [ConfigIssue("infer", f"not a valid hf inference config: {exc}")]
-        return []
+    @classmethod
+    def moved_keys(cls) -> dict[str, str]:
+        """Keys of the old layout and their new place (the hint of the error a config using one gets)."""
+        return {
+            "model": "actor_infer.model",
+            "infer_strategy": "actor_infer.strategy.type",
+            "infer": "actor_infer.strategy",
+        }
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_layout(cls, data: Any) -> Any:
+        error = moved_keys_error(data, cls.moved_keys())
+        if error is not None:
+            raise error
+        return data
+
+    @property
+    def policy_model(self) -> ModelConfig:
+        """The model the inference workers serve (``actor_infer.model``, default the tiny preset)."""
+        return self.actor_infer.model or ModelConfig(path=DEFAULT_MODEL)

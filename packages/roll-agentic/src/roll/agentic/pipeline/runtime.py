@@ -19,20 +19,15 @@ from roll.agentic.env_manager.manager import Generation, Rollout, RolloutManager
 from roll.agentic.env_manager.worker import ClusterEnvPool, EnvWorker, slots_per_worker, worker_kwargs
 from roll.agentic.pipeline.config import AgenticRunConfig
 from roll.core import columns as C
-from roll.core import plugins
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.workers.config import SamplingParams
-from roll.workers.roles.actor import ActorTrainWorker
 from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.model import load_tokenizer
 
 logger = logging.getLogger(__name__)
 
 MakeCluster = Callable[..., Cluster]
-
-
-AgenticActorWorker = ActorTrainWorker  # train_with_metrics, set_lr and threads live on the base role
 
 
 class ClusterGenerate:
@@ -61,23 +56,31 @@ class RolloutRuntime:
     """Inference + env-worker clusters and a :class:`RolloutManager` for ``groups`` x ``group_size`` envs."""
 
     def __init__(
-        self, config: AgenticRunConfig, make_cluster: MakeCluster, groups: int, group_size: int
+        self,
+        config: AgenticRunConfig,
+        make_cluster: MakeCluster,
+        groups: int,
+        group_size: int,
+        infer: Cluster | None = None,
     ) -> None:
+        """``infer``: the policy's inference cluster when a policy group owns it; else one is made here."""
         self.config = config
         self.groups, self.group_size = groups, group_size
-        self.tokenizer = load_tokenizer(config.model, "actor_infer")
+        self.tokenizer = load_tokenizer(config.policy_model, "actor_infer")
         self.encoder = ChatEncoder(self.tokenizer)
-        env = {"env_vars": {"OMP_NUM_THREADS": str(config.cpu_threads)}} if config.cpu_threads else None
-        infer_args = (config.model, self._infer_config(), config.infer_strategy)
-        self.infer = make_cluster("actor_infer", ActorInferWorker, init_args=infer_args, runtime_env=env)
+        self.owns_infer = infer is None
+        self.infer = infer if infer is not None else self._infer_cluster(make_cluster)
         self.envs = self._env_cluster(make_cluster)
         self.manager = RolloutManager(
             config.env_manager, self.envs, ClusterGenerate(self.infer, config.env_manager), self.encoder
         )
 
-    def _infer_config(self) -> Any:
-        spec = plugins.load("roll.strategy", self.config.infer_strategy)
-        return spec.config_model.model_validate(self.config.infer)
+    def _infer_cluster(self, make_cluster: MakeCluster) -> Cluster:
+        cfg = self.config
+        env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
+        strategy = cfg.actor_infer.strategy
+        args = (cfg.policy_model, strategy, strategy.type)
+        return make_cluster("actor_infer", ActorInferWorker, init_args=args, runtime_env=env)
 
     def _env_cluster(self, make_cluster: MakeCluster) -> ClusterEnvPool:
         em, workers = self.config.env_manager, self.config.env_workers.num_workers
@@ -87,7 +90,8 @@ class RolloutRuntime:
         return ClusterEnvPool(cluster, slots_per_worker(total, workers))
 
     def setup(self) -> None:
-        self.infer.setup()
+        if self.owns_infer:
+            self.infer.setup()
 
     def rollout(self, batch_seed: int, *, greedy: bool = False, groups: int | None = None) -> Rollout:
         self.manager.generate = ClusterGenerate(self.infer, self.config.env_manager, greedy=greedy)
@@ -156,7 +160,6 @@ def plot_success(output_dir: Path, keys: Sequence[str] = ("env/success_rate",)) 
 
 
 __all__ = [
-    "AgenticActorWorker",
     "ClusterGenerate",
     "RolloutRuntime",
     "dump_jsonl",

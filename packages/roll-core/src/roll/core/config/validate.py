@@ -139,3 +139,19 @@ def _reason(error: Any) -> str:
 def _short_repr(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def moved_keys_error(data: Any, moved: dict[str, str]) -> ValidationError | None:
+    """An error naming every key of ``data`` that ``moved`` maps to its new place (``old -> new path``), or None.
+
+    Call it from a ``model_validator(mode="before")`` so a config written for an older layout gets the new path
+    as its hint rather than a bare 'unknown key'.
+    """
+    if not isinstance(data, dict):
+        return None
+    issues = [
+        ConfigIssue(old, f"{old!r} is no longer a top-level key", f"move it to {new}")
+        for old, new in moved.items()
+        if old in data
+    ]
+    return issues_error(issues) if issues else None

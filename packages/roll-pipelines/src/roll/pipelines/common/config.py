@@ -10,19 +10,16 @@ from pydantic import Field
 
 from roll.core.config.base import RollModel
 from roll.core.config.batch import BatchConfig
-from roll.core.config.sections import RoleConfig
 from roll.core.errors import ConfigIssue
-from roll.workers.config import FSDP2Config
-from roll.workers.roles.config import ModelConfig
+from roll.workers.roles.config import (
+    DEFAULT_MODEL,
+    MICRO_BATCH_FIELDS,
+    TrainRoleConfig,
+    TrainStrategyConfig,
+    with_micro_batches,
+)
 
-DEFAULT_MODEL = "tiny-1m"
-
-
-class TrainRoleConfig(RoleConfig):
-    """A trained (or scored) model on ``num_workers`` data-parallel workers: placement, model and strategy."""
-
-    model: ModelConfig = Field(default_factory=lambda: ModelConfig(path=DEFAULT_MODEL))
-    strategy: FSDP2Config = Field(default_factory=FSDP2Config)
+__all__ = ["DEFAULT_MODEL", "EvalConfig", "TrainRoleConfig", "batch_issues", "strategy_for"]
 
 
 class EvalConfig(RollModel):
@@ -37,8 +34,8 @@ def batch_issues(
 ) -> list[ConfigIssue]:
     """Everything that makes ``batch`` impossible for ``role``; ``pairs`` asks for whole chosen/rejected pairs."""
     issues = batch.check(role.num_workers, where=f"{role_key}.num_workers")
-    for name in ("micro_batch_size", "max_tokens_per_micro_batch"):
-        if getattr(role.strategy, name) is not None:
+    for name in MICRO_BATCH_FIELDS:
+        if getattr(role.strategy, name, None) is not None:
             issues.append(
                 ConfigIssue(
                     f"{role_key}.strategy.{name}",
@@ -72,11 +69,6 @@ def _pair_issues(batch: BatchConfig) -> list[ConfigIssue]:
     return issues
 
 
-def strategy_for(role: TrainRoleConfig, batch: BatchConfig) -> FSDP2Config:
+def strategy_for(role: TrainRoleConfig, batch: BatchConfig) -> TrainStrategyConfig:
     """The role's strategy with its micro-batch size taken from ``batch``."""
-    return role.strategy.model_copy(
-        update={
-            "micro_batch_size": batch.micro_batch_samples,
-            "max_tokens_per_micro_batch": batch.micro_batch_tokens,
-        }
-    )
+    return with_micro_batches(role.strategy, batch.micro_batch_samples, batch.micro_batch_tokens)

@@ -22,9 +22,9 @@ Pieces:
   any pipeline can call them.
 - :class:`TeacherPanel` holds the teacher clusters and returns ``teacher_logp_BT`` for a batch, each row scored by
   the teacher its ``tag`` routes to.
-- :class:`OnPolicyDistillPipeline` is :class:`~roll.pipelines.rlvr.pipeline.RLVRPipeline` with teacher roles added
-  and its ``advantages`` step extended; generation, rewards, the loss, weight sync, evaluation and checkpoints are
-  RLVR's.
+- :class:`OnPolicyDistill` is the :class:`~roll.pipelines.rlvr.transform.AdvantageTransform` that RLVR's pipeline
+  composes (teacher roles, their warm-up, the advantage mix); generation, rewards, the loss, weight sync,
+  evaluation and checkpoints are RLVR's, and the mode is a plugin of its own (``distill_onpolicy``), not a subclass.
 
 The student's log-probs are the sampler's (``infer_logp_BT``): on-policy, the inference workers serve the
 trainer's weights, so they are the student's (up to kernel differences); with several optimizer steps per step
@@ -51,7 +51,7 @@ from roll.pipelines.distill.checks import check_same_tokenizer
 from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
 from roll.pipelines.distill.warmup import greedy_accuracy, warm_up_teacher
 from roll.pipelines.distill.worker import DistillTeacherWorker
-from roll.pipelines.rlvr.data import training_view
+from roll.pipelines.policy.views import training_view
 from roll.pipelines.rlvr.pipeline import RLVRPipeline
 
 logger = logging.getLogger(__name__)
@@ -159,41 +159,44 @@ class TeacherPanel:
         return out_BT
 
 
-class OnPolicyDistillPipeline(RLVRPipeline):
-    """RLVR with teacher roles and the distillation advantage (see the module docstring)."""
+class OnPolicyDistill:
+    """The :class:`~roll.pipelines.rlvr.transform.AdvantageTransform` of on-policy distillation: teacher roles,
+    their optional warm-up, and the distillation advantage mixed into RLVR's (see the module docstring)."""
 
-    config: OnPolicyDistillConfig
+    def __init__(self, config: OnPolicyDistillConfig) -> None:
+        self.config = config
+        self.teachers: TeacherPanel | None = None
+        self._reverse_kl = 0.0
 
     def roles(self) -> Mapping[str, RoleConfig]:
-        return {**super().roles(), **{f"teacher_{n}": t for n, t in self.config.teachers.items()}}
+        return {f"teacher_{n}": t for n, t in self.config.teachers.items()}
 
-    def _start_clusters(self) -> None:
-        models = {name: self._teacher_model(name) for name in self.config.teachers}
-        super()._start_clusters()
+    def prepare(self, pipeline: RLVRPipeline) -> list[Cluster]:
+        """Warm up the teachers that ask for it, then start one frozen cluster per teacher."""
+        models = {name: self._teacher_model(pipeline, name) for name in self.config.teachers}
         clusters = {
-            name: self.make_cluster(f"teacher_{name}", DistillTeacherWorker, init_args=(model,))
+            name: pipeline.make_cluster(f"teacher_{name}", DistillTeacherWorker, init_args=(model,))
             for name, model in models.items()
         }
-        for call in [c.setup.submit() for c in clusters.values()]:
-            call.result()
         self.teachers = TeacherPanel(clusters, {n: t.tags for n, t in self.config.teachers.items()})
+        return list(clusters.values())
 
-    def _teacher_model(self, name: str) -> Any:
+    def _teacher_model(self, pipeline: RLVRPipeline, name: str) -> Any:
         """The teacher's model after its optional warm-up; its tokenizer is checked against the student's."""
         teacher = self.config.teachers[name]
-        self._check_tokenizer(name, teacher.model.tokenizer or teacher.model.path)
+        self._check_tokenizer(pipeline, name, teacher.model.tokenizer or teacher.model.path)
         if teacher.warmup is None:
             return teacher.model
         data = teacher.warmup.data or (self.config.warmup.data if self.config.warmup else None)
         if data is None:
             raise DataError(f"teachers.{name}.warmup needs data: set teachers.{name}.warmup.data (SFT rows)")
-        rows = prepare_data(data, self.config.tokenize, kind="sft", tokenizer=self.tokenizer).train
-        pad_id = self.tokenizer.pad_token_id
+        rows = prepare_data(data, self.config.tokenize, kind="sft", tokenizer=pipeline.tokenizer).train
         return warm_up_teacher(
-            self, f"teacher_{name}", teacher, teacher.warmup, rows=rows, pad_id=pad_id, summary=self._accuracy
-        )
+            pipeline, f"teacher_{name}", teacher, teacher.warmup, rows=rows,
+            pad_id=pipeline.tokenizer.pad_token_id, summary=partial(self._accuracy, pipeline),
+        )  # fmt: skip
 
-    def _accuracy(self, cluster: Cluster) -> dict[str, float]:
+    def _accuracy(self, pipeline: RLVRPipeline, cluster: Cluster) -> dict[str, float]:
         """Greedy accuracy of a warmed-up teacher on the held-out prompts (``accuracy``, the prompts and token
         budget of the student's ``eval/accuracy``) and on up to 64 training prompts (``train_accuracy``: what it
         can teach), when a ``builtin:`` task verifies them."""
@@ -203,40 +206,39 @@ class OnPolicyDistillPipeline(RLVRPipeline):
         v = self.config.validation
         score = partial(
             greedy_accuracy, cluster, verify=get_task(sources[0].path, **sources[0].builtin_options).verify,
-            tokenizer=self.tokenizer, batch_size=v.num_prompts,
+            tokenizer=pipeline.tokenizer, batch_size=v.num_prompts,
             max_new_tokens=v.max_new_tokens or self.config.rollout.max_new_tokens,
         )  # fmt: skip
-        train = self.feeder.rows[: max(v.num_prompts, 64)]
+        train = pipeline.feeder.rows[: max(v.num_prompts, 64)]
         out = {
-            "train_accuracy": score([r["prompt_ids"] for r in train], [str(r["ground_truth"]) for r in train])
+            "train_accuracy": score([r[C.PROMPT_IDS] for r in train], [str(r[C.GROUND_TRUTH]) for r in train])
         }
-        if self.eval_prompts is not None:
-            ids, truths = self.eval_prompts[C.PROMPT_IDS], self.eval_prompts[C.GROUND_TRUTH]
+        if pipeline.eval_prompts is not None:
+            ids, truths = pipeline.eval_prompts[C.PROMPT_IDS], pipeline.eval_prompts[C.GROUND_TRUTH]
             out["accuracy"] = score(list(ids), [str(t) for t in truths])
         return out
 
-    def warmup(self) -> None:
-        """RLVR's SFT warm-up of the student, then its held-out metrics before any distillation, at step 0."""
-        super().warmup()
+    def after_warmup(self, pipeline: RLVRPipeline) -> None:
+        """The student's held-out metrics before any distillation, at step 0."""
         if self.config.eval_every:
-            self.tracker.log({f"eval/{k}": v for k, v in self.evaluate(0).items()}, 0)
+            pipeline.tracker.log({f"eval/{k}": v for k, v in pipeline.evaluate(0).items()}, 0)
 
-    def _check_tokenizer(self, name: str, reference: str) -> None:
+    def _check_tokenizer(self, pipeline: RLVRPipeline, name: str, reference: str) -> None:
         from roll.pipelines.common.data import load_tokenizer
 
-        model = self.config.model
-        key = "model.tokenizer" if model.tokenizer else "model.path"
+        model = self.config.policy_model
+        key = "actor_train.model.tokenizer" if model.tokenizer else "actor_train.model.path"
         t_key = (
             f"teachers.{name}.model.{'tokenizer' if self.config.teachers[name].model.tokenizer else 'path'}"
         )
         check_same_tokenizer(
-            self.tokenizer, load_tokenizer(reference), student_ref=model.tokenizer or model.path,
+            pipeline.tokenizer, load_tokenizer(reference), student_ref=model.tokenizer or model.path,
             teacher_ref=reference, student_key=key, teacher_key=t_key,
         )  # fmt: skip
 
     def advantages(self, batch: Batch) -> Batch:
-        """RLVR's advantages (rewards, KL, old log-probs), then the teachers' log-ratio mixed in."""
-        batch = super().advantages(batch)
+        """The teachers' log-ratio mixed into RLVR's advantages (rewards, KL, old log-probs already there)."""
+        assert self.teachers is not None  # prepare() ran
         s = self.config.onpolicy
         mask_BT = batch.tensors[C.RESPONSE_MASK].float()
         seqs = training_view(batch, (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK))
@@ -253,9 +255,10 @@ class OnPolicyDistillPipeline(RLVRPipeline):
         self._reverse_kl = float((student_BT * mask_BT - teacher_BT).sum() / mask_BT.sum().clamp(min=1))
         return batch
 
-    def log(
-        self, rollout: Any, batch: Batch, train: Mapping[str, float], timings: Mapping[str, float]
-    ) -> dict[str, float]:
-        out = super().log(rollout, batch, train, timings)
-        out["distill/reverse_kl"] = getattr(self, "_reverse_kl", 0.0)
-        return out
+    def metrics(self) -> dict[str, float]:
+        return {"distill/reverse_kl": self._reverse_kl}
+
+
+def build_pipeline(config: OnPolicyDistillConfig) -> RLVRPipeline:
+    """``distill_onpolicy``: RLVR's pipeline under its own name with the :class:`OnPolicyDistill` transform."""
+    return RLVRPipeline(config, name="distill_onpolicy", transform=OnPolicyDistill(config))

@@ -78,9 +78,9 @@ class OnPolicyDistillConfig(RLVRConfig):
 
 
 def _build(config: Any) -> Pipeline:
-    from roll.pipelines.distill.onpolicy import OnPolicyDistillPipeline
+    from roll.pipelines.distill.onpolicy import build_pipeline
 
-    return OnPolicyDistillPipeline(config)
+    return build_pipeline(config)
 
 
 SPEC = PipelineSpec(

@@ -26,7 +26,6 @@ from roll.pipelines.common.loop import TRAIN_METRIC_REDUCTION
 from roll.pipelines.distill import TeacherWarmupConfig
 from roll.pipelines.sft.losses import SFTLoss
 from roll.pipelines.sft.worker import SFTWorker
-from roll.workers.config import FSDP2Config
 from roll.workers.roles.config import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -37,7 +36,7 @@ Summary = Callable[[Cluster], dict[str, float]]
 """Extra metrics of the warmed-up teacher (e.g. its answer accuracy), computed before it is shut down."""
 
 
-def warmup_strategy(teacher: TrainRoleConfig, warm: TeacherWarmupConfig) -> FSDP2Config:
+def warmup_strategy(teacher: TrainRoleConfig, warm: TeacherWarmupConfig) -> Any:
     """The teacher's strategy for its SFT warm-up: the warm-up's lr and micro-batch size."""
     micro = warm.micro_batch_samples or max(1, warm.batch_size // teacher.num_workers)
     optimizer = teacher.strategy.optimizer.model_copy(update={"lr": warm.lr})
@@ -62,7 +61,9 @@ def warm_up_teacher(
         logger.info("%s warm-up: reusing %s", role, target)
     else:
         trainer = pipeline.make_cluster(
-            role, SFTWorker, init_args=(teacher.model, warmup_strategy(teacher, warm), warm.steps, "fsdp2")
+            role,
+            SFTWorker,
+            init_args=(teacher.model, warmup_strategy(teacher, warm), warm.steps, teacher.strategy.type),
         )
         trainer.setup()
         metrics = _train(trainer, warm, rows, pad_id, seed=pipeline.config.seed + 1, role=role)

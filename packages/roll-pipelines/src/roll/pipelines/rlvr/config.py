@@ -14,12 +14,23 @@ from pydantic import Field, model_validator
 from roll.core.config.base import RollModel
 from roll.core.config.batch import BatchConfig
 from roll.core.config.sections import RoleConfig, RunConfig
-from roll.core.config.validate import issues_error
+from roll.core.config.validate import issues_error, moved_keys_error
 from roll.core.errors import ConfigIssue
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.pipelines.algorithms.presets import AlgorithmConfig
-from roll.workers.config import FSDP2Config, HFInferConfig
-from roll.workers.roles.config import ModelConfig
+from roll.pipelines.common.config import batch_issues
+from roll.workers.roles.config import InferRoleConfig, ModelConfig, TrainRoleConfig, TrainStrategyConfig
+
+MOVED_KEYS = {
+    "model": "actor_train.model",
+    "train_strategy": "actor_train.strategy.type",
+    "train": "actor_train.strategy",
+    "infer_strategy": "actor_infer.strategy.type",
+    "infer": "actor_infer.strategy",
+    "critic_model": "critic.model",
+    "critic_train": "critic.strategy",
+}
+"""Keys of the old two-regime layout and where they live now (a config that uses one gets the path as hint)."""
 
 
 class RolloutConfig(RollModel):
@@ -71,31 +82,31 @@ class WarmupConfig(RollModel):
     data: DataConfig
 
 
+class CriticRoleConfig(TrainRoleConfig):
+    """The critic (``algorithm.use_critic``): a backbone with a one-output value head whose head starts random.
+    ``model`` and ``strategy`` default to the actor's (``actor_train``) before any warm-up."""
+
+    model: ModelConfig | None = None  # type: ignore[assignment]
+    strategy: TrainStrategyConfig | None = None  # type: ignore[assignment]
+
+
 class RLVRConfig(RunConfig):
     """Config of the ``rlvr`` pipeline. Roles: ``actor_train``, ``actor_infer``, ``reference`` (when the KL term
     needs it), ``critic`` (``algorithm.use_critic``: PPO's GAE), and ``reward_<domain>`` per entry of
     ``rewards``."""
 
     pipeline: str = "rlvr"
-    model: ModelConfig
-    actor_train: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=1))
-    actor_infer: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=1))
-    reference: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=0.5))
-    critic: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=0.5))
-    # The critic (algorithm.use_critic): a backbone with a one-output value head whose head starts random.
-    critic_model: ModelConfig | None = Field(
-        None, description="default: model (the actor before any warm-up)"
-    )
-    critic_train: FSDP2Config | None = Field(None, description="default: train")
+    actor_train: TrainRoleConfig
+    actor_infer: InferRoleConfig = Field(default_factory=InferRoleConfig)
+    reference: InferRoleConfig = Field(default_factory=lambda: InferRoleConfig(cpus_per_worker=0.5))
+    critic: CriticRoleConfig = Field(default_factory=lambda: CriticRoleConfig(cpus_per_worker=0.5))
     critic_warmup_steps: int = Field(
         0, ge=0, description="first RL steps train the critic only, so no advantage comes from a random head"
     )
-    train_strategy: str = "fsdp2"
-    train: FSDP2Config = Field(default_factory=FSDP2Config)
-    infer_strategy: str = "hf"
-    infer: dict[str, Any] = Field(
-        default_factory=lambda: HFInferConfig().model_dump(),
-        description="config of infer_strategy (HFInferConfig fields for hf, VLLMConfig fields for vllm)",
+    placement: Literal["separate", "hybrid"] = Field(
+        "separate",
+        description="separate: actor_train and actor_infer are their own actors; hybrid: one process holds both "
+        "(actor_train's placement, actor_infer's strategy; weight sync in process)",
     )
     cpu_threads: int | None = Field(None, ge=1, description="torch threads per model worker (CPU runs)")
     batch: BatchConfig
@@ -109,6 +120,19 @@ class RLVRConfig(RunConfig):
     bucket_mb: float = Field(256.0, gt=0, description="model-update bucket size")
     plot: bool = Field(True, description="write reward/accuracy PNG (plot.png) at the end of the run")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_layout(cls, data: Any) -> Any:
+        error = moved_keys_error(data, MOVED_KEYS)
+        if error is not None:
+            raise error
+        return data
+
+    @property
+    def policy_model(self) -> ModelConfig:
+        """The trained policy's model (``actor_train.model``): what inference, reference and critic default to."""
+        return self.actor_train.model
+
     @property
     def needs_reference(self) -> bool:
         return self.algorithm.kl_mode != "none"
@@ -119,9 +143,9 @@ class RLVRConfig(RunConfig):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        issues = self.batch.check(self.actor_train.num_workers, where="actor_train.num_workers")
+        issues = batch_issues(self.batch, self.actor_train, role_key="actor_train", pairs=False)
         issues += self.algorithm.check(self.batch.samples_per_prompt)
-        issues += self._tag_issues() + self._strategy_issues() + self._critic_issues()
+        issues += self._tag_issues() + self._critic_issues()
         if issues:
             raise issues_error(issues)
         return self
@@ -140,26 +164,21 @@ class RLVRConfig(RunConfig):
     def _critic_issues(self) -> list[ConfigIssue]:
         issues = []
         if not self.needs_critic:
-            given: dict[str, object] = {"critic_model": self.critic_model, "critic_train": self.critic_train}
+            given: dict[str, object] = {
+                "critic.model": self.critic.model,
+                "critic.strategy": self.critic.strategy,
+            }
             given["critic_warmup_steps"] = self.critic_warmup_steps or None
             for key in [k for k, v in given.items() if v is not None]:
                 message = f"{key} is set but algorithm.use_critic is false, so no critic runs"
                 hint = f"remove {key}, or use a critic preset (algorithm.preset=ppo)"
                 issues.append(ConfigIssue(key, message, hint))
             return issues
-        issues += self.batch.check(self.critic.num_workers, where="critic.num_workers")
+        issues += batch_issues(self.batch, self.critic, role_key="critic", pairs=False)
         if self.critic_warmup_steps >= self.max_steps:
             message = f"critic_warmup_steps = {self.critic_warmup_steps} >= max_steps = {self.max_steps}: the actor never trains"
             issues.append(ConfigIssue("critic_warmup_steps", message, "set it below max_steps"))
         return issues
-
-    def _strategy_issues(self) -> list[ConfigIssue]:
-        if self.infer_strategy == "hf":
-            try:
-                HFInferConfig.model_validate(self.infer)
-            except ValueError as exc:
-                return [ConfigIssue("infer", f"not a valid hf inference config: {exc}")]
-        return []
 
 
 SamplingMode = Literal["rollout", "validation"]

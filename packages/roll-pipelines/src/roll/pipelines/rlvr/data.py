@@ -69,11 +69,6 @@ def sft_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
     return Batch({C.INPUT_IDS: t["input_ids"], C.ATTENTION_MASK: t["attention_mask"], C.LABELS: t["labels"]})
 
 
-def training_view(batch: Batch, columns: Sequence[str]) -> Batch:
-    """Only the tensor ``columns`` the trainer reads (ragged lists and text stay on the driver)."""
-    return Batch({c: batch.tensors[c] for c in columns if c in batch.tensors})
-
-
 def group_view(values_B: torch.Tensor, group_size: int) -> torch.Tensor:
     """``[B] -> [P, G]`` for prompt-major rows."""
     return values_B.reshape(-1, group_size)

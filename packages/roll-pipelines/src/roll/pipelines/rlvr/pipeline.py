@@ -36,26 +36,22 @@ from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler, RolloutBatch
-from roll.core.tracking import reduce_metrics
 from roll.pipelines.algorithms import advantages as adv
 from roll.pipelines.algorithms.dapo import dynamic_sampling_filter, overlong_filter, soft_overlong_penalty
 from roll.pipelines.algorithms.kl import build_kl_controller, kl_estimate
 from roll.pipelines.common.data import load_tokenizer, prepare_data
+from roll.pipelines.policy.critic import batch_metrics
+from roll.pipelines.policy.group import CriticSpec, PolicyGroup, PolicySpec
 from roll.pipelines.rlvr import metrics as M
 from roll.pipelines.rlvr.config import RLVRConfig
-from roll.pipelines.rlvr.critic import Critic, batch_metrics
-from roll.pipelines.rlvr.data import CARRY_COLUMNS, PromptFeeder, prompt_batch, sft_batch, training_view
+from roll.pipelines.rlvr.data import CARRY_COLUMNS, PromptFeeder, prompt_batch, sft_batch
 from roll.pipelines.rlvr.losses import PolicyLoss, SFTLoss, ValueLoss
 from roll.pipelines.rlvr.reward_worker import RewardWorker
-from roll.pipelines.rlvr.workers import RLVRActorWorker, RLVRCriticWorker
+from roll.pipelines.rlvr.transform import AdvantageTransform
 from roll.workers.config import SamplingParams
-from roll.workers.model_update import ModelUpdateGroup
-from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.sequences import to_sequences
 
 logger = logging.getLogger(__name__)
-ACTOR_FILES = "actor"
-CRITIC_FILES = "critic"
 TRAIN_COLUMNS = (
     C.INPUT_IDS,
     C.ATTENTION_MASK,
@@ -72,102 +68,66 @@ class RLVRPipeline(BasePipeline):
 
     config: RLVRConfig
 
-    def __init__(self, config: RLVRConfig) -> None:
-        super().__init__(config, name="rlvr")
+    def __init__(
+        self, config: RLVRConfig, *, name: str = "rlvr", transform: AdvantageTransform | None = None
+    ) -> None:
+        super().__init__(config, name=name)
+        self.transform = transform
         algo = config.algorithm
         self.kl = build_kl_controller(algo.kl_coef, target=algo.kl_target, horizon=algo.kl_horizon)
         self.running = adv.RunningMeanStd() if algo.reward_norm == "running" else None
         self.domain_of = {tag: name for name, d in config.rewards.items() for tag in d.tags}
         self.scheduler: GenerateScheduler | None = None
-        self.critic: Critic | None = None
 
     # ------------------------------------------------------------------------------------------- roles
 
     def roles(self) -> Mapping[str, RoleConfig]:
         cfg = self.config
-        roles = {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer}
+        roles: dict[str, RoleConfig] = {"actor_train": cfg.actor_train}
+        if cfg.placement == "separate":
+            roles["actor_infer"] = cfg.actor_infer
         if cfg.needs_reference:
             roles["reference"] = cfg.reference
         if cfg.needs_critic:
             roles["critic"] = cfg.critic
         roles.update({f"reward_{name}": domain.workers for name, domain in cfg.rewards.items()})
+        if self.transform is not None:
+            roles.update(self.transform.roles())
         return roles
 
     def setup(self) -> None:
         cfg = self.config
-        self.tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+        self.tokenizer = load_tokenizer(cfg.policy_model.tokenizer or cfg.policy_model.path)
         data = prepare_data(cfg.data, cfg.tokenize, kind="prompt", tokenizer=self.tokenizer)
         self.feeder = PromptFeeder(data.train, seed=cfg.seed)
         self.eval_prompts = prompt_batch(data.eval[: cfg.validation.num_prompts]) if data.eval else None
-        self._start_clusters()
-        self.updater = ModelUpdateGroup(self.actor, self.infer, bucket_mb=cfg.bucket_mb)
-        self.ref_updater = (
-            ModelUpdateGroup(self.actor, self.reference, bucket_mb=cfg.bucket_mb)
-            if cfg.needs_reference
-            else None
-        )
-        self.rewards = RewardScheduler(self.reward_clusters, self.domain_of, method="score")
-        self.scheduler = self._make_scheduler()
-
-    def _start_clusters(self) -> None:
-        cfg = self.config
-        env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
-        train_cfg = self._train_strategy_config()
-        total = cfg.max_steps * cfg.batch.optimizer_steps_per_step + (cfg.warmup.steps if cfg.warmup else 0)
-        self.actor = self.make_cluster(
-            "actor_train", RLVRActorWorker, init_args=(cfg.model, train_cfg, total, cfg.train_strategy),
-            init_kwargs={"threads": cfg.cpu_threads}, runtime_env=env,
-        )  # fmt: skip
-        infer_args = (cfg.model, self._infer_strategy_config(), cfg.infer_strategy)
-        self.infer = self.make_cluster("actor_infer", ActorInferWorker, init_args=infer_args, runtime_env=env)
-        self.reference = (
-            self.make_cluster("reference", ActorInferWorker, init_args=infer_args, runtime_env=env)
-            if cfg.needs_reference
-            else None
-        )
+        self.policy = PolicyGroup(self._policy_spec(), self.make_cluster)
+        extra = self.transform.prepare(self) if self.transform is not None else []
         self.reward_clusters = {
             name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
             for name, d in cfg.rewards.items()
         }
-        critic = self._make_critic(total, env) if cfg.needs_critic else None
-        models = (self.actor, self.infer, self.reference, critic.cluster if critic else None)
-        pending = [c.setup.submit() for c in models if c is not None]
-        for call in pending:
-            call.result()
-        self.critic = critic
+        self.policy.start(also=[*self.reward_clusters.values(), *extra])
+        self.rewards = RewardScheduler(self.reward_clusters, self.domain_of, method="score")
+        self.scheduler = self._make_scheduler()
 
-    def _make_critic(self, total_steps: int, env: dict[str, Any] | None) -> Critic:
+    def _policy_spec(self) -> PolicySpec:
         cfg = self.config
-        train_cfg = (cfg.critic_train or cfg.train).model_copy(
-            update={"micro_batch_size": cfg.batch.micro_batch_samples,
-                    "max_tokens_per_micro_batch": cfg.batch.micro_batch_tokens}
+        total = cfg.max_steps * cfg.batch.optimizer_steps_per_step + (cfg.warmup.steps if cfg.warmup else 0)
+        critic = None
+        if cfg.needs_critic:
+            a = cfg.algorithm
+            loss = ValueLoss(
+                clip_range=a.value_clip,
+                agg_mode=a.loss_agg_mode,
+                norm_len=a.loss_agg_norm_len or cfg.rollout.max_new_tokens,
+            )
+            critic = CriticSpec(cfg.critic, cfg.critic.model, loss)
+        return PolicySpec(
+            actor=cfg.actor_train, infer=cfg.actor_infer, batch=cfg.batch, total_steps=total,
+            reference=cfg.reference if cfg.needs_reference else None, critic=critic,
+            cpu_threads=cfg.cpu_threads, bucket_mb=cfg.bucket_mb, seed=cfg.seed, placement=cfg.placement,
         )  # fmt: skip
-        cluster = self.make_cluster(
-            "critic", RLVRCriticWorker,
-            init_args=(cfg.critic_model or cfg.model, train_cfg, total_steps, cfg.train_strategy),
-            init_kwargs={"threads": cfg.cpu_threads}, runtime_env=env,
-        )  # fmt: skip
-        a = cfg.algorithm
-        loss = ValueLoss(
-            clip_range=a.value_clip,
-            agg_mode=a.loss_agg_mode,
-            norm_len=a.loss_agg_norm_len or cfg.rollout.max_new_tokens,
-        )
-        return Critic(cluster, loss)
-
-    def _train_strategy_config(self) -> Any:
-        b = self.config.batch
-        update = {
-            "micro_batch_size": b.micro_batch_samples,
-            "max_tokens_per_micro_batch": b.micro_batch_tokens,
-        }
-        return self.config.train.model_copy(update=update)
-
-    def _infer_strategy_config(self) -> Any:
-        from roll.core import plugins
-
-        spec = plugins.load("roll.strategy", self.config.infer_strategy)
-        return spec.config_model.model_validate(self.config.infer)
 
     def _make_scheduler(self) -> GenerateScheduler:
         cfg, r = self.config, self.config.rollout
@@ -184,7 +144,7 @@ class RLVRPipeline(BasePipeline):
         group_filter = self._group_filter if cfg.algorithm.dynamic_sampling else None
         params = self._sampling(n=cfg.batch.samples_per_prompt, temperature=r.temperature)
         return GenerateScheduler(
-            self.infer,
+            self.policy.infer,
             self.feeder,
             options,
             gen_args=(params,),
@@ -220,23 +180,25 @@ class RLVRPipeline(BasePipeline):
             self._plot()
 
     def _resume_or_warmup(self) -> None:
-        if self.step == 0 and self.config.warmup is not None and self.updater.version == 0:
+        if self.step == 0 and self.config.warmup is not None and self.policy.version == 0:
             self.warmup()
 
     def train_step(self, step: int) -> Mapping[str, float]:
         self._resume_or_warmup()
         timings: dict[str, float] = {}
-        rollout = self._timed(timings, "generate", lambda: self.generate())
+        with self.policy.phase("generate"):
+            rollout = self._timed(timings, "generate", lambda: self.generate())
         batch = self._timed(timings, "score", lambda: self.score(rollout))
-        batch = self._timed(timings, "advantages", lambda: self.advantages(batch))
-        train_metrics = self._timed(timings, "train", lambda: self.train(batch))
+        with self.policy.phase("train"):
+            batch = self._timed(timings, "advantages", lambda: self.advantages(batch))
+            train_metrics = self._timed(timings, "train", lambda: self.train(batch))
         self._timed(timings, "sync", lambda: self.sync_weights())
         return self.log(rollout, batch, train_metrics, timings)
 
     def generate(self) -> RolloutBatch:
         """``P`` scored groups from the scheduler (see :mod:`roll.core.scheduler.generate`)."""
         assert self.scheduler is not None  # built in setup()
-        return self.scheduler.get_batch(self.config.batch.prompts_per_step, self.updater.version)
+        return self.scheduler.get_batch(self.config.batch.prompts_per_step, self.policy.version)
 
     def score(self, rollout: RolloutBatch) -> Batch:
         """Padded sequences, plus ``rewards_B``: the scores after overlong penalty and clipping."""
@@ -263,13 +225,12 @@ class RLVRPipeline(BasePipeline):
             truncated_B = torch.tensor([r == "length" for r in batch[C.FINISH_REASON]])
             mask_BT = overlong_filter(mask_BT, truncated_B)
             batch[C.RESPONSE_MASK] = mask_BT.long()
-        seqs = training_view(batch, (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK))
-        if self.critic is not None:
-            batch[C.OLD_VALUES] = self.critic.values(seqs, mask_BT)
-        if self.reference is not None:
-            batch[C.REF_LOGP] = self.reference.compute_logprobs(seqs)[C.LOGP] * mask_BT
+        if self.policy.critic is not None:
+            batch[C.OLD_VALUES] = self.policy.values(batch)
+        if self.policy.reference is not None:
+            batch[C.REF_LOGP] = self.policy.ref_logp(batch)
         if self._use_old_logp():
-            batch[C.OLD_LOGP] = self.actor.compute_logprobs(seqs)[C.LOGP] * mask_BT
+            batch[C.OLD_LOGP] = self.policy.old_logp(batch)
         rewards_PG = adv.normalize_rewards(
             batch.tensors[C.REWARDS].reshape(-1, G), mode=a.reward_norm, running=self.running
         )
@@ -277,7 +238,7 @@ class RLVRPipeline(BasePipeline):
         if a.advantage_clip is not None:
             advantages_BT = adv.clip_advantages(advantages_BT, max_abs=a.advantage_clip)
         batch[C.ADVANTAGES] = advantages_BT * mask_BT
-        return batch
+        return self.transform.advantages(batch) if self.transform is not None else batch
 
     def _estimate(self, batch: Batch, rewards_PG: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
         a = self.config.algorithm
@@ -327,47 +288,33 @@ class RLVRPipeline(BasePipeline):
         return self.config.batch.optimizer_steps_per_step > 1
 
     def train(self, batch: Batch) -> dict[str, float]:
-        """One ``train_with_metrics`` call per optimizer step (mini-batches in a seeded shuffled order); the
-        critic trains on the same mini-batches meanwhile. During ``critic_warmup_steps`` only the critic trains."""
-        steps = self.config.batch.optimizer_steps_per_step
-        order = torch.randperm(
-            len(batch), generator=torch.Generator().manual_seed(self.config.seed + self.step)
-        )
-        parts = batch.select(order).chunk(steps) if steps > 1 else [batch]
-        if self.critic is not None:
-            self.critic.train(parts)
-        metrics: dict[str, float] = {}
-        if self.critic is None or self.step >= self.config.critic_warmup_steps:
-            metrics = self._train_actor(parts)
-        if self.critic is not None:
-            metrics.update(self.critic.collect())
-        return metrics
-
-    def _train_actor(self, parts: list[Batch]) -> dict[str, float]:
+        """The policy loss on ``actor_train``, one optimizer step per mini-batch; the critic trains on the same
+        mini-batches meanwhile. During ``critic_warmup_steps`` only the critic trains."""
         loss = PolicyLoss(
             self.config.algorithm,
             norm_len=self.config.rollout.max_new_tokens,
             use_old_logp=self._use_old_logp(),
             kl_coef=self.kl.value,
         )
-        per_rank: list[dict[str, float]] = []
-        for part in parts:
-            view = training_view(part, TRAIN_COLUMNS)
-            per_rank += self.actor.train_with_metrics(view, loss, self.config.rollout.temperature)
-        metrics = reduce_metrics(per_rank, how={"tokens": "sum"})
-        self.kl.update(metrics.get("actor/kl", 0.0), sum(len(p) for p in parts))
+        train_actor = self.policy.critic is None or self.step >= self.config.critic_warmup_steps
+        metrics = self.policy.train(
+            batch, loss, columns=TRAIN_COLUMNS, optimizer_steps=self.config.batch.optimizer_steps_per_step,
+            step=self.step, temperature=self.config.rollout.temperature, train_actor=train_actor,
+        )  # fmt: skip
+        if train_actor:
+            self.kl.update(metrics.get("actor/kl", 0.0), len(batch))
         return metrics
 
     def sync_weights(self) -> None:
         """Push the trained weights to the inference workers; the new policy version is the step count."""
-        self.updater.sync()
+        self.policy.sync()
 
     def log(
         self, rollout: RolloutBatch, batch: Batch, train: Mapping[str, float], timings: Mapping[str, float]
     ) -> dict[str, float]:
         out = {**rollout.metrics, **{f"actor/{k}" if "/" not in k else k: v for k, v in train.items()}}
         out.update(
-            M.rollout_metrics(batch, trainer_version=self.updater.version - 1, domain_of=self.domain_of)
+            M.rollout_metrics(batch, trainer_version=self.policy.version - 1, domain_of=self.domain_of)
         )
         gen_tokens, all_tokens = M.generated_tokens(batch), M.total_tokens(batch)
         out.update(M.throughput(gen_tokens, timings["generate"], "generate"))
@@ -376,12 +323,14 @@ class RLVRPipeline(BasePipeline):
         out.update(
             M.throughput(gen_tokens, rollout.metrics.get("time/reward_request_s", 0.0) or 1e-9, "reward")
         )
-        if self.critic is not None:
+        if self.policy.critic is not None:
             out.update(batch_metrics(batch, batch.tensors[C.RESPONSE_MASK].float()))
         out["time/sync_s"] = timings["sync"]
         out["time/score_s"] = timings["score"]
         out["actor/kl_coef"] = self.kl.value
-        out["policy_version"] = float(self.updater.version)
+        out["policy_version"] = float(self.policy.version)
+        if self.transform is not None:
+            out.update(self.transform.metrics())
         return out
 
     @staticmethod
@@ -398,27 +347,19 @@ class RLVRPipeline(BasePipeline):
         wu = self.config.warmup
         assert wu is not None
         sft = prepare_data(wu.data, self.config.tokenize, kind="sft", tokenizer=self.tokenizer).train
-        lr = self.config.train.optimizer.lr
-        if wu.lr is not None:
-            self.actor.set_lr(wu.lr)
-        loss, start = SFTLoss(), time.perf_counter()
         order = torch.randperm(len(sft), generator=torch.Generator().manual_seed(self.config.seed))
-        for i in range(wu.steps):
-            rows = [sft[int(order[(i * wu.batch_size + j) % len(sft)])] for j in range(wu.batch_size)]
-            metrics = reduce_metrics(
-                self.actor.train_with_metrics(sft_batch(rows, pad_id=self.tokenizer.pad_token_id), loss)
+        pad_id = self.tokenizer.pad_token_id
+        batches = (
+            sft_batch(
+                [sft[int(order[(i * wu.batch_size + j) % len(sft)])] for j in range(wu.batch_size)],
+                pad_id=pad_id,
             )
-            self.tracker.log({f"warmup/{k}": v for k, v in metrics.items()}, i - wu.steps)
-        self.actor.set_lr(lr)
-        self.sync_weights()
-        if self.ref_updater is not None:
-            self.ref_updater.sync(self.updater.version)
-        logger.info(
-            "warm-up: %d steps in %.1fs, last nll %.3f",
-            wu.steps,
-            time.perf_counter() - start,
-            metrics.get("actor/nll", float("nan")),
+            for i in range(wu.steps)
         )
+        metrics = self.policy.warmup_sft(batches, SFTLoss(), lr=wu.lr, log=self.tracker.log)
+        logger.info("warm-up: last nll %.3f", metrics.get("actor/nll", float("nan")))
+        if self.transform is not None:
+            self.transform.after_warmup(self)
 
     # ------------------------------------------------------------------------------------------- evaluation
 
@@ -438,24 +379,21 @@ class RLVRPipeline(BasePipeline):
     # ------------------------------------------------------------------------------------------- checkpoints
 
     def save_files(self, directory: Path) -> None:
-        self.actor.save_checkpoint(str(directory / ACTOR_FILES))
-        if self.critic is not None:
-            self.critic.cluster.save_checkpoint(str(directory / CRITIC_FILES))
+        self.policy.save(directory)
 
     def load_files(self, directory: Path) -> None:
-        self.actor.load_checkpoint(str(directory / ACTOR_FILES))
-        if self.critic is not None:
-            self.critic.cluster.load_checkpoint(str(directory / CRITIC_FILES))
+        self.policy.load(directory)
+
+    def export(self, output_dir: Path) -> None:
+        self.policy.export_hf(output_dir)
 
     def state(self) -> Mapping[str, Any]:
-        return {"feeder": self.feeder.state(), "version": self.updater.version, "kl": self.kl.state_dict()}
+        return {"feeder": self.feeder.state(), **self.policy.state(), "kl": self.kl.state_dict()}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         self.feeder.load_state(state["feeder"])
         self.kl.load_state_dict(dict(state["kl"]))
-        self.updater.sync(int(state["version"]))
-        if self.ref_updater is not None and self.config.warmup is not None:
-            self.ref_updater.sync(int(state["version"]))
+        self.policy.load_state(state, warmed_up=self.config.warmup is not None)
 
     def shutdown(self) -> None:
         if self.scheduler is not None:

@@ -1,14 +1,48 @@
-"""Config models of worker roles. Light module: pydantic only, no torch, so ``roll validate`` stays fast."""
+"""Config models of worker roles: the model a role loads and the one model-role section every pipeline uses.
+
+A model role is ``{num_workers, cpus_per_worker, gpus_per_worker, device_group, model, strategy}``: placement
+(:class:`~roll.core.config.sections.RoleConfig`), the model, and ``strategy``, a ``type``-discriminated union of
+the strategy configs of roll-workers. Which strategy types a role accepts is declared here once
+(:data:`STRATEGY_KINDS`): a trained role (:class:`TrainRoleConfig`) takes ``fsdp2`` or ``megatron``, a generating or
+scoring role (:class:`InferRoleConfig`) takes ``hf`` or ``vllm``; a strategy of the other kind is a config error
+naming the role's kind and the types it accepts. A ``strategy`` without ``type`` is the kind's default
+(``fsdp2`` to train, ``hf`` to generate).
+
+Micro-batch sizes are not a strategy's business: they come from the run's ``batch`` section and reach the strategy
+at build time (:func:`with_micro_batches`). Light module: pydantic only, no torch, so ``roll validate`` stays fast.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from roll.core.config.base import RollModel
+from roll.core.config.sections import RoleConfig
+from roll.workers.config import FSDP2Config, HFInferConfig
+from roll.workers.megatron_config import MegatronConfig
+from roll.workers.vllm_config import VLLMConfig
 
 LoadDType = Literal["auto", "float32", "bfloat16", "float16"]
+StrategyKind = Literal["train", "infer"]
+
+DEFAULT_MODEL = "tiny-1m"
+
+STRATEGY_KINDS: dict[str, StrategyKind] = {
+    "fsdp2": "train",
+    "megatron": "train",
+    "hf": "infer",
+    "vllm": "infer",
+}
+"""Strategy ``type`` -> kind; the ``roll.strategy`` entry points of the same names must agree (a test checks)."""
+
+TrainStrategyConfig = Annotated[FSDP2Config | MegatronConfig, Field(discriminator="type")]
+InferStrategyConfig = Annotated[HFInferConfig | VLLMConfig, Field(discriminator="type")]
+StrategyConfig = FSDP2Config | MegatronConfig | HFInferConfig | VLLMConfig
+
+MICRO_BATCH_FIELDS = ("micro_batch_size", "max_tokens_per_micro_batch")
+"""Strategy fields that :func:`with_micro_batches` fills from ``batch``; a config must leave them unset."""
 
 
 class ModelConfig(RollModel):
@@ -29,4 +63,73 @@ class ModelConfig(RollModel):
     trust_remote_code: bool = False
 
 
-__all__ = ["LoadDType", "ModelConfig"]
+DEFAULT_STRATEGY: dict[StrategyKind, str] = {"train": "fsdp2", "infer": "hf"}
+"""The ``type`` a strategy section without one gets."""
+
+
+def _check_kind(value: Any, kind: StrategyKind) -> Any:
+    """Give a strategy section without ``type`` the kind's default, and reject a ``type`` of the other kind
+    before pydantic's generic 'tag does not match' error."""
+    if isinstance(value, dict) and "type" not in value:
+        return {"type": DEFAULT_STRATEGY[kind], **value}
+    if isinstance(value, dict) and isinstance(value.get("type"), str):
+        other = STRATEGY_KINDS.get(value["type"])
+        if other is not None and other != kind:
+            accepted = ", ".join(t for t, k in STRATEGY_KINDS.items() if k == kind)
+            role = "trains" if kind == "train" else "generates or scores (forward only)"
+            raise ValueError(
+                f"strategy type {value['type']!r} is an {other} strategy, but this role {role} and needs a "
+                f"{kind} strategy: one of {accepted}"
+            )
+    return value
+
+
+class TrainRoleConfig(RoleConfig):
+    """A trained model on ``num_workers`` data-parallel workers: placement, model and a train strategy."""
+
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(path=DEFAULT_MODEL))
+    strategy: TrainStrategyConfig = Field(default_factory=FSDP2Config)
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _train_kind(cls, value: Any) -> Any:
+        return _check_kind(value, "train")
+
+
+class InferRoleConfig(RoleConfig):
+    """A generating or forward-only scoring model: placement, model (``None``: the run's policy) and an infer
+    strategy."""
+
+    model: ModelConfig | None = Field(None, description="default: the trained policy's model (actor_train)")
+    strategy: InferStrategyConfig = Field(default_factory=HFInferConfig)
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _infer_kind(cls, value: Any) -> Any:
+        return _check_kind(value, "infer")
+
+
+S = TypeVar("S", bound=RollModel)
+
+
+def with_micro_batches(strategy: S, micro_batch_samples: int | None, micro_batch_tokens: int | None) -> S:
+    """``strategy`` with the micro-batch fields it has taken from the run's ``batch`` section."""
+    update = {"micro_batch_size": micro_batch_samples, "max_tokens_per_micro_batch": micro_batch_tokens}
+    fields = type(strategy).model_fields
+    return strategy.model_copy(update={k: v for k, v in update.items() if k in fields and v is not None})
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "MICRO_BATCH_FIELDS",
+    "STRATEGY_KINDS",
+    "InferRoleConfig",
+    "InferStrategyConfig",
+    "LoadDType",
+    "ModelConfig",
+    "StrategyConfig",
+    "StrategyKind",
+    "TrainRoleConfig",
+    "TrainStrategyConfig",
+    "with_micro_batches",
+]

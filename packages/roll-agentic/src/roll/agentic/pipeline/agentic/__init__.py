@@ -19,12 +19,12 @@ from pydantic import Field, model_validator
 from roll.agentic.pipeline.config import AgenticRunConfig
 from roll.core.config.base import RollModel
 from roll.core.config.batch import BatchConfig
-from roll.core.config.sections import RoleConfig
 from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.pipelines.algorithms.presets import AlgorithmConfig
-from roll.workers.config import FSDP2Config
+from roll.pipelines.common.config import batch_issues
+from roll.workers.roles.config import ModelConfig, TrainRoleConfig
 
 __all__ = ["SPEC", "AgenticConfig", "GiGPOConfig", "WarmupConfig"]
 
@@ -61,9 +61,7 @@ class AgenticConfig(AgenticRunConfig):
     """Config of the ``agentic`` pipeline. Roles: ``actor_train``, ``actor_infer``, ``env_workers``."""
 
     pipeline: str = "agentic"
-    actor_train: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=1))
-    train_strategy: str = "fsdp2"
-    train: FSDP2Config = Field(default_factory=FSDP2Config)
+    actor_train: TrainRoleConfig = Field(default_factory=TrainRoleConfig)
     batch: BatchConfig = Field(
         default_factory=lambda: BatchConfig(prompts_per_step=8, samples_per_prompt=4, micro_batch_samples=32)
     )
@@ -74,13 +72,30 @@ class AgenticConfig(AgenticRunConfig):
     )
     warmup: WarmupConfig | None = None
     bucket_mb: float = Field(256.0, gt=0, description="model-update bucket size")
+    placement: Literal["separate", "hybrid"] = Field(
+        "separate", description="hybrid: actor_train's process also generates (actor_infer's strategy)"
+    )
     plot: bool = Field(True, description="write the success-rate curve (plot.png) at the end of the run")
+
+    @classmethod
+    def moved_keys(cls) -> dict[str, str]:
+        return {
+            **super().moved_keys(),
+            "model": "actor_train.model",
+            "train_strategy": "actor_train.strategy.type",
+            "train": "actor_train.strategy",
+        }
+
+    @property
+    def policy_model(self) -> ModelConfig:
+        """The trained policy's model (``actor_train.model``); ``actor_infer`` serves it."""
+        return self.actor_train.model
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        issues = self.batch.check(self.actor_train.num_workers, where="actor_train.num_workers")
+        issues = batch_issues(self.batch, self.actor_train, role_key="actor_train", pairs=False)
         issues += self.algorithm.check(self.batch.samples_per_prompt)
-        issues += self._algorithm_issues() + self._gigpo_issues() + self._infer_issues()
+        issues += self._algorithm_issues() + self._gigpo_issues()
         if issues:
             raise issues_error(issues)
         return self

@@ -24,8 +24,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from roll.agentic.env_manager.batching import to_batch
 from roll.agentic.env_manager.episode import Sample
 from roll.agentic.env_manager.manager import Rollout
@@ -33,18 +31,17 @@ from roll.agentic.env_manager.slots import ResetOutcome, ResetRequest
 from roll.agentic.pipeline.agentic import AgenticConfig
 from roll.agentic.pipeline.agentic.advantages import compute_advantages
 from roll.agentic.pipeline.agentic.losses import AgenticPolicyLoss, MaskedNLLLoss
-from roll.agentic.pipeline.runtime import AgenticActorWorker, RolloutRuntime, plot_success
+from roll.agentic.pipeline.runtime import RolloutRuntime, plot_success
 from roll.agentic.types import EXPERT_ACTION
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import ConfigError
 from roll.core.pipeline import BasePipeline
-from roll.core.tracking import reduce_metrics
-from roll.workers.model_update import ModelUpdateGroup
+from roll.pipelines.policy.group import PolicyGroup, PolicySpec
+from roll.pipelines.policy.views import training_view
 
 logger = logging.getLogger(__name__)
-ACTOR_FILES = "actor"
 TRAIN_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.INFER_LOGP, C.ADVANTAGES, C.OLD_LOGP)
 EVAL_SEED_BASE = 1_000_000_007
 
@@ -59,37 +56,28 @@ class AgenticPipeline(BasePipeline):
 
     def roles(self) -> Mapping[str, RoleConfig]:
         cfg = self.config
-        return {
-            "actor_train": cfg.actor_train,
-            "actor_infer": cfg.actor_infer,
-            "env_workers": cfg.env_workers,
-        }
+        roles: dict[str, RoleConfig] = {"actor_train": cfg.actor_train, "env_workers": cfg.env_workers}
+        if cfg.placement == "separate":
+            roles["actor_infer"] = cfg.actor_infer
+        return roles
 
     def setup(self) -> None:
-        cfg = self.config
-        b = cfg.batch
-        self.runtime = RolloutRuntime(cfg, self.make_cluster, b.prompts_per_step, b.samples_per_prompt)
-        env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
-        train_cfg = cfg.train.model_copy(
-            update={
-                "micro_batch_size": b.micro_batch_samples,
-                "max_tokens_per_micro_batch": b.micro_batch_tokens,
-            }
-        )
+        cfg, b = self.config, self.config.batch
         total = cfg.max_steps * b.optimizer_steps_per_step + (cfg.warmup.steps if cfg.warmup else 0)
-        self.actor = self.make_cluster(
-            "actor_train", AgenticActorWorker, init_args=(cfg.model, train_cfg, total, cfg.train_strategy),
-            init_kwargs={"threads": cfg.cpu_threads}, runtime_env=env,
+        spec = PolicySpec(
+            actor=cfg.actor_train, infer=cfg.actor_infer, batch=b, total_steps=total,
+            cpu_threads=cfg.cpu_threads, bucket_mb=cfg.bucket_mb, seed=cfg.seed, placement=cfg.placement,
         )  # fmt: skip
-        pending = [self.actor.setup.submit(), self.runtime.infer.setup.submit()]
-        for call in pending:
-            call.result()
-        self.updater = ModelUpdateGroup(self.actor, self.runtime.infer, bucket_mb=cfg.bucket_mb)
+        self.policy = PolicyGroup(spec, self.make_cluster)
+        self.policy.start()
+        self.runtime = RolloutRuntime(
+            cfg, self.make_cluster, b.prompts_per_step, b.samples_per_prompt, infer=self.policy.infer
+        )
 
     # ------------------------------------------------------------------------------------------- the step
 
     def train_step(self, step: int) -> Mapping[str, float]:
-        if step == 0 and self.config.warmup is not None and self.updater.version == 0:
+        if step == 0 and self.config.warmup is not None and self.policy.version == 0:
             self.warmup()
         timings: dict[str, float] = {}
         rollout = _timed(timings, "rollout", lambda: self.rollout(step))
@@ -119,27 +107,22 @@ class AgenticPipeline(BasePipeline):
             gigpo_norm_by_std=gigpo.norm_by_std if gigpo else True,
         )
         if self._use_old_logp():
-            seqs = Batch({k: batch.tensors[k] for k in (C.INPUT_IDS, C.ATTENTION_MASK)})
-            batch[C.OLD_LOGP] = self.actor.compute_logprobs(seqs)[C.LOGP] * batch.tensors[C.RESPONSE_MASK]
+            batch[C.OLD_LOGP] = self.policy.old_logp(batch)
         return batch
 
     def train(self, batch: Batch, step: int) -> dict[str, float]:
-        """One ``train_with_metrics`` call per optimizer step (a seeded shuffle, near-equal parts)."""
+        """The policy loss on ``actor_train``, one optimizer step per mini-batch."""
         cfg = self.config
         loss = AgenticPolicyLoss(
             cfg.algorithm, norm_len=cfg.env_manager.max_new_tokens, use_old_logp=self._use_old_logp()
         )
-        view = Batch({k: batch.tensors[k] for k in TRAIN_COLUMNS if k in batch})
-        order = torch.randperm(len(view), generator=torch.Generator().manual_seed(cfg.seed + step))
-        parts = min(cfg.batch.optimizer_steps_per_step, len(view))
-        sizes = [len(view) // parts + (i < len(view) % parts) for i in range(parts)]
-        per_rank: list[dict[str, float]] = []
-        for part in view.select(order).split(sizes):
-            per_rank += self.actor.train_with_metrics(part, loss, cfg.env_manager.temperature or 1.0)
-        return reduce_metrics(per_rank, how={"tokens": "sum"})
+        return self.policy.train(
+            batch, loss, columns=TRAIN_COLUMNS, optimizer_steps=cfg.batch.optimizer_steps_per_step,
+            step=step, temperature=cfg.env_manager.temperature or 1.0,
+        )  # fmt: skip
 
     def sync_weights(self) -> None:
-        self.updater.sync()
+        self.policy.sync()
 
     def log(
         self, metrics: dict[str, float], samples: list[Sample], timings: Mapping[str, float]
@@ -148,7 +131,7 @@ class AgenticPipeline(BasePipeline):
         out["samples"] = float(len(samples))
         out["tokens/trained"] = float(sum(sum(s.loss_mask) for s in samples))
         out.update({f"time/{k}_s": v for k, v in timings.items()})
-        out["policy_version"] = float(self.updater.version)
+        out["policy_version"] = float(self.policy.version)
         return out
 
     def _use_old_logp(self) -> bool:
@@ -161,19 +144,19 @@ class AgenticPipeline(BasePipeline):
         wu = self.config.warmup
         if wu is None:
             return
-        lr = self.config.train.optimizer.lr
-        if wu.lr is not None:
-            self.actor.set_lr(wu.lr)
-        rng, loss = random.Random(self.config.seed), MaskedNLLLoss()
-        metrics: dict[str, float] = {}
-        for i in range(wu.steps):
-            samples = self._warmup_samples(rng, wu.batch_size, wu.answer_template, wu.expert_fraction)
-            batch = to_batch(samples, self.runtime.encoder.pad_token_id)
-            view = Batch({k: batch.tensors[k] for k in (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK)})
-            metrics = reduce_metrics(self.actor.train_with_metrics(view, loss))
-            self.tracker.log({f"warmup/{k}": v for k, v in metrics.items()}, i - wu.steps)
-        self.actor.set_lr(lr)
-        self.sync_weights()
+        rng = random.Random(self.config.seed)
+        pad_id = self.runtime.encoder.pad_token_id
+        columns = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK)
+        batches = (
+            training_view(
+                to_batch(
+                    self._warmup_samples(rng, wu.batch_size, wu.answer_template, wu.expert_fraction), pad_id
+                ),
+                columns,
+            )
+            for _ in range(wu.steps)
+        )
+        metrics = self.policy.warmup_sft(batches, MaskedNLLLoss(), lr=wu.lr, log=self.tracker.log)
         logger.info("warm-up: %d steps, last nll %.3f", wu.steps, metrics.get("actor/nll", float("nan")))
 
     def _warmup_samples(
@@ -210,16 +193,19 @@ class AgenticPipeline(BasePipeline):
     # ------------------------------------------------------------------------------------------- checkpoints
 
     def save_files(self, directory: Path) -> None:
-        self.actor.save_checkpoint(str(directory / ACTOR_FILES))
+        self.policy.save(directory)
 
     def load_files(self, directory: Path) -> None:
-        self.actor.load_checkpoint(str(directory / ACTOR_FILES))
+        self.policy.load(directory)
+
+    def export(self, output_dir: Path) -> None:
+        self.policy.export_hf(output_dir)
 
     def state(self) -> Mapping[str, Any]:
-        return {"version": self.updater.version}
+        return self.policy.state()
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        self.updater.sync(int(state["version"]))
+        self.policy.load_state(state, warmed_up=self.config.warmup is not None)
 
     def run(self) -> dict[str, float]:
         try:

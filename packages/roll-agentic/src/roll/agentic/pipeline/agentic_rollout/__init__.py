@@ -10,12 +10,11 @@ This module holds only the config and ``SPEC`` (no torch, no Ray); :mod:`.pipeli
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from roll.agentic.pipeline.config import AgenticRunConfig
-from roll.core.config.validate import issues_error
 from roll.core.types import Pipeline, PipelineSpec
 
 __all__ = ["SPEC", "AgenticRolloutConfig"]
@@ -29,13 +28,6 @@ class AgenticRolloutConfig(AgenticRunConfig):
     group_size: int = Field(1, ge=1, description="envs per seed (>1 estimates pass@k-style spread)")
     greedy: bool = Field(True, description="greedy decoding; false samples with env_manager.temperature")
     trajectories_file: str = "trajectories.jsonl"
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Self:
-        issues = self._infer_issues()
-        if issues:
-            raise issues_error(issues)
-        return self
 
 
 def _build(config: Any) -> Pipeline:

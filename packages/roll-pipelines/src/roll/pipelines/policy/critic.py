@@ -17,8 +17,9 @@ from roll.core.batch import Batch
 from roll.core.cluster import Cluster, PendingCall
 from roll.core.tracking import reduce_metrics
 from roll.pipelines.algorithms.aggregate import masked_mean, masked_var
-from roll.pipelines.rlvr.data import training_view
-from roll.pipelines.rlvr.losses import ValueLoss, action_values
+from roll.pipelines.policy.views import training_view
+from roll.pipelines.rlvr.losses import action_values
+from roll.workers.types import LossFn
 
 CRITIC_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.OLD_VALUES, C.RETURNS)
 
@@ -35,7 +36,7 @@ def explained_variance(values_BT: torch.Tensor, returns_BT: torch.Tensor, mask_B
 class Critic:
     """The critic cluster's two uses in a step: :meth:`values` and :meth:`train` / :meth:`collect`."""
 
-    def __init__(self, cluster: Cluster, loss: ValueLoss) -> None:
+    def __init__(self, cluster: Cluster, loss: LossFn) -> None:
         self.cluster, self.loss = cluster, loss
         self._pending: list[PendingCall] = []
 

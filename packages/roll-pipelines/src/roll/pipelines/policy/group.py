@@ -1,0 +1,289 @@
+"""The policy group: one trained policy and everything around it that every RL mode needs.
+
+:class:`PolicyGroup` owns the train cluster (``actor_train``), the inference cluster (``actor_infer``), the
+:class:`~roll.workers.model_update.ModelUpdateGroup` between them, and optionally a frozen ``reference`` (KL) and a
+``critic`` (GAE). RL modes (rlvr, agentic, on-policy distillation) compose one; they differ in how they make a
+batch and its advantages, never in a copy of this trainer. What it does, each a short method:
+
+- :meth:`start`: build the clusters and set them up in parallel (Ray actors import torch concurrently);
+- :meth:`warmup_sft`: an SFT warm-up on the train cluster at its own learning rate, then a weight sync;
+- :meth:`old_logp`, :meth:`ref_logp`, :meth:`values`: the forward-only scores an advantage step needs;
+- :meth:`train`: a seeded shuffle of the batch into ``optimizer_steps`` mini-batches, one optimizer step each,
+  the critic training on the same mini-batches at the same time;
+- :meth:`sync`: weights to the inference workers (and the reference after a warm-up), versioned;
+- :meth:`save` / :meth:`load` / :meth:`export_hf` / :meth:`state` / :meth:`load_state`: checkpoints and export;
+- :meth:`phase`: time-sharing for colocated roles: the side that is idle in a phase offloads (vLLM sleeps,
+  trainers move their state to CPU) when ``actor_train`` and ``actor_infer`` name the same ``device_group``.
+
+Placement ``hybrid`` holds train and infer strategies in one process (:class:`~roll.workers.roles.hybrid.
+HybridActorWorker`): one cluster is both the train and the inference cluster, and a sync is an in-process copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from roll.core import columns as C
+from roll.core.batch import Batch
+from roll.core.cluster import Cluster, Worker
+from roll.core.config.batch import BatchConfig
+from roll.core.tracking import reduce_metrics
+from roll.pipelines.common.export import export_hf
+from roll.pipelines.policy.critic import Critic
+from roll.pipelines.policy.views import training_view
+from roll.workers.model_update import ModelUpdateGroup
+from roll.workers.roles.actor import ActorTrainWorker
+from roll.workers.roles.config import InferRoleConfig, ModelConfig, TrainRoleConfig, with_micro_batches
+from roll.workers.roles.critic import CriticWorker
+from roll.workers.roles.infer import ActorInferWorker
+from roll.workers.types import LossFn
+
+logger = logging.getLogger(__name__)
+
+Placement = Literal["separate", "hybrid"]
+MakeCluster = Callable[..., Cluster]
+SEQUENCE_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK)
+ACTOR_FILES, CRITIC_FILES = "actor", "critic"
+
+
+@dataclass(frozen=True)
+class CriticSpec:
+    """The critic role: its placement and model/strategy (``None``: the actor's) and its value loss."""
+
+    role: TrainRoleConfig
+    model: ModelConfig | None
+    loss: LossFn
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What a :class:`PolicyGroup` builds. ``total_steps`` sizes the LR schedule (warm-up steps included)."""
+
+    actor: TrainRoleConfig
+    infer: InferRoleConfig
+    batch: BatchConfig
+    total_steps: int
+    reference: InferRoleConfig | None = None
+    critic: CriticSpec | None = None
+    cpu_threads: int | None = None
+    bucket_mb: float = 256.0
+    seed: int = 0
+    placement: Placement = "separate"
+
+
+class PolicyGroup:
+    """See the module docstring. Build it in a pipeline's ``setup`` with the pipeline's ``make_cluster``."""
+
+    def __init__(self, spec: PolicySpec, make_cluster: MakeCluster) -> None:
+        self.spec = spec
+        self._make_cluster = make_cluster
+        self.actor: Cluster
+        self.infer: Cluster
+        self.reference: Cluster | None = None
+        self.critic: Critic | None = None
+        self.updater: ModelUpdateGroup
+        self.ref_updater: ModelUpdateGroup | None = None
+
+    # ------------------------------------------------------------------------------------------ building
+
+    @property
+    def model(self) -> ModelConfig:
+        return self.spec.actor.model
+
+    def start(self, *, actor_worker: type[Worker] = ActorTrainWorker, also: Iterable[Cluster] = ()) -> None:
+        """Create the clusters and run every ``setup`` in parallel (``also``: other clusters to set up with them)."""
+        s = self.spec
+        env = {"env_vars": {"OMP_NUM_THREADS": str(s.cpu_threads)}} if s.cpu_threads else None
+        train_cfg = with_micro_batches(
+            s.actor.strategy, s.batch.micro_batch_samples, s.batch.micro_batch_tokens
+        )
+        threads = {"threads": s.cpu_threads}
+        if s.placement == "hybrid":
+            from roll.workers.roles.hybrid import HybridActorWorker
+
+            args = (
+                self.model,
+                train_cfg,
+                s.infer.strategy,
+                s.total_steps,
+                train_cfg.type,
+                s.infer.strategy.type,
+            )
+            self.actor = self._make_cluster(
+                "actor_train", HybridActorWorker, init_args=args, init_kwargs=threads, runtime_env=env
+            )
+            self.infer = self.actor
+        else:
+            plain = (self.model, train_cfg, s.total_steps, train_cfg.type)
+            self.actor = self._make_cluster(
+                "actor_train", actor_worker, init_args=plain, init_kwargs=threads, runtime_env=env
+            )
+            self.infer = self._infer_cluster("actor_infer", s.infer, env)
+        if s.reference is not None:
+            self.reference = self._infer_cluster("reference", s.reference, env)
+        critic = self._critic_cluster(env) if s.critic is not None else None
+        clusters = [self.actor, self.infer, self.reference, critic, *also]
+        unique = list({id(c): c for c in clusters if c is not None}.values())
+        for call in [c.setup.submit() for c in unique]:
+            call.result()
+        if s.critic is not None and critic is not None:
+            self.critic = Critic(critic, s.critic.loss)
+        self.updater = ModelUpdateGroup(self.actor, self.infer, bucket_mb=s.bucket_mb)
+        if self.reference is not None:
+            self.ref_updater = ModelUpdateGroup(self.actor, self.reference, bucket_mb=s.bucket_mb)
+
+    def _infer_cluster(self, role: str, cfg: InferRoleConfig, env: dict[str, Any] | None) -> Cluster:
+        args = (cfg.model or self.model, cfg.strategy, cfg.strategy.type)
+        return self._make_cluster(role, ActorInferWorker, init_args=args, runtime_env=env)
+
+    def _critic_cluster(self, env: dict[str, Any] | None) -> Cluster:
+        s = self.spec
+        assert s.critic is not None
+        role = s.critic.role
+        strategy = role.strategy if role.strategy is not None else s.actor.strategy
+        train_cfg = with_micro_batches(strategy, s.batch.micro_batch_samples, s.batch.micro_batch_tokens)
+        args = (s.critic.model or self.model, train_cfg, s.total_steps, train_cfg.type)
+        return self._make_cluster(
+            "critic", CriticWorker, init_args=args, init_kwargs={"threads": s.cpu_threads}, runtime_env=env
+        )
+
+    # ------------------------------------------------------------------------------------------ scores
+
+    @property
+    def version(self) -> int:
+        """The policy version the inference workers serve (the number of syncs)."""
+        return self.updater.version
+
+    def old_logp(self, batch: Batch) -> torch.Tensor:
+        """``old_logp_BT``: the trainer's log-probs of the rollout before this step trains (0 off the response)."""
+        logp_BT: torch.Tensor = self.actor.compute_logprobs(training_view(batch, SEQUENCE_COLUMNS))[C.LOGP]
+        return logp_BT * batch.tensors[C.RESPONSE_MASK].float()
+
+    def ref_logp(self, batch: Batch) -> torch.Tensor:
+        """``ref_logp_BT`` from the frozen reference (0 off the response)."""
+        assert self.reference is not None, "ref_logp needs a reference role"
+        ref_BT: torch.Tensor = self.reference.compute_logprobs(training_view(batch, SEQUENCE_COLUMNS))[C.LOGP]
+        return ref_BT * batch.tensors[C.RESPONSE_MASK].float()
+
+    def values(self, batch: Batch) -> torch.Tensor:
+        """``old_values_BT`` from the critic, before it trains on this batch."""
+        assert self.critic is not None, "values needs a critic role"
+        return self.critic.values(batch, batch.tensors[C.RESPONSE_MASK].float())
+
+    # ------------------------------------------------------------------------------------------ training
+
+    def train(
+        self,
+        batch: Batch,
+        loss: LossFn,
+        *,
+        columns: Iterable[str],
+        optimizer_steps: int,
+        step: int,
+        temperature: float = 1.0,
+        train_actor: bool = True,
+    ) -> dict[str, float]:
+        """One optimizer step per mini-batch (with several, a shuffle seeded by ``(seed, step)`` into near-equal
+        parts); the critic trains on the same mini-batches meanwhile. ``train_actor=False``: the critic alone."""
+        parts = [batch]
+        if optimizer_steps > 1:
+            order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(self.spec.seed + step))
+            parts = _near_equal_parts(batch.select(order), optimizer_steps)
+        if self.critic is not None:
+            self.critic.train(parts)
+        metrics: dict[str, float] = {}
+        if train_actor:
+            per_rank: list[dict[str, float]] = []
+            view = tuple(columns)
+            for part in parts:
+                per_rank += self.actor.train_with_metrics(training_view(part, view), loss, temperature)
+            metrics = reduce_metrics(per_rank, how={"tokens": "sum"})
+        if self.critic is not None:
+            metrics.update(self.critic.collect())
+        return metrics
+
+    def warmup_sft(
+        self,
+        batches: Iterable[Batch],
+        loss: LossFn,
+        *,
+        lr: float | None,
+        log: Callable[[dict[str, float], int], None],
+    ) -> dict[str, float]:
+        """SFT on ``batches`` (at ``lr`` when given, then back to the RL rate), then push the weights to inference
+        and, since the warmed-up model is the RL start, to the reference. Returns the last step's metrics."""
+        base_lr = self.spec.actor.strategy.optimizer.lr
+        if lr is not None:
+            self.actor.set_lr(lr)
+        batches = list(batches)
+        metrics: dict[str, float] = {}
+        start = time.perf_counter()
+        for i, batch in enumerate(batches):
+            metrics = reduce_metrics(self.actor.train_with_metrics(batch, loss))
+            log({f"warmup/{k}": v for k, v in metrics.items()}, i - len(batches))
+        self.actor.set_lr(base_lr)
+        self.sync()
+        if self.ref_updater is not None:
+            self.ref_updater.sync(self.version)
+        logger.info("warm-up: %d steps in %.1fs", len(batches), time.perf_counter() - start)
+        return metrics
+
+    def sync(self, version: int | None = None) -> None:
+        """Push the trained weights to the inference workers; the new policy version is ``version`` or +1."""
+        self.updater.sync(version)
+
+    @contextmanager
+    def phase(self, name: Literal["generate", "train"]) -> Iterator[None]:
+        """Colocated roles (one ``device_group``) time-share: the side idle in this phase offloads meanwhile."""
+        s = self.spec
+        shared = s.placement == "separate" and s.actor.device_group is not None
+        if not shared or s.actor.device_group != s.infer.device_group:
+            yield
+            return
+        idle = self.actor if name == "generate" else self.infer
+        idle.offload()
+        try:
+            yield
+        finally:
+            idle.reload()
+
+    # ------------------------------------------------------------------------------------------ persistence
+
+    def save(self, directory: Path) -> None:
+        self.actor.save_checkpoint(str(directory / ACTOR_FILES))
+        if self.critic is not None:
+            self.critic.cluster.save_checkpoint(str(directory / CRITIC_FILES))
+
+    def load(self, directory: Path) -> None:
+        self.actor.load_checkpoint(str(directory / ACTOR_FILES))
+        if self.critic is not None:
+            self.critic.cluster.load_checkpoint(str(directory / CRITIC_FILES))
+
+    def state(self) -> dict[str, Any]:
+        return {"version": self.version}
+
+    def load_state(self, state: Mapping[str, Any], *, warmed_up: bool) -> None:
+        """Restore the served version: the inference workers (and, after a warm-up, the reference) get the
+        checkpoint's weights."""
+        version = int(state["version"])
+        self.sync(version)
+        if self.ref_updater is not None and warmed_up:
+            self.ref_updater.sync(version)
+
+    def export_hf(self, output_dir: Path) -> Path:
+        """The trained policy as a transformers ``save_pretrained`` folder under ``output_dir/hf``."""
+        return export_hf(self.actor, output_dir)
+
+
+def _near_equal_parts(batch: Batch, parts: int) -> list[Batch]:
+    parts = max(1, min(parts, len(batch)))
+    sizes = [len(batch) // parts + (i < len(batch) % parts) for i in range(parts)]
+    return list(batch.split(sizes))
