@@ -18,8 +18,8 @@ from torch.testing import assert_close
 from roll.core import columns as C
 from roll.core.config.loader import load_tree, validate
 from roll.core.errors import ConfigError
-from roll.pipelines.rlvr import SPEC, RLVRConfig
 from roll.pipelines.policy.critic import explained_variance
+from roll.pipelines.rlvr import SPEC, RLVRConfig
 from roll.pipelines.rlvr.losses import ValueLoss, action_values
 from roll.workers.types import ForwardOutput
 
@@ -90,7 +90,9 @@ def test_critic_keys_without_a_critic_are_rejected_by_name() -> None:
     with pytest.raises(ConfigError) as err:
         load(["algorithm.preset=grpo", "algorithm.use_critic=false", "algorithm.adv_estimator=grpo"])
     message = str(err.value)
-    assert "critic.strategy" in message and "critic_warmup_steps" in message and "use_critic is false" in message
+    assert (
+        "critic.strategy" in message and "critic_warmup_steps" in message and "use_critic is false" in message
+    )
     with pytest.raises(ConfigError, match="critic_warmup_steps = 2 >= max_steps = 2"):
         load(["max_steps=2"])
     with pytest.raises(ConfigError, match=r"critic\.num_workers"):
