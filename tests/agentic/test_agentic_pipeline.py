@@ -37,7 +37,9 @@ def _series(path: Path, key: str) -> list[float]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_success_rate_rises_on_the_learnable_env(ray_local: Any, tmp_path: Path) -> None:
+def test_success_rate_rises_on_the_learnable_env(
+    ray_local: Any, tmp_path: Path, export_matches_trainer: Any
+) -> None:
     """The one end-to-end learning test of roll-agentic (2-3 minutes on 2 quiet cores; 10 under heavy load).
 
     Measured with this seed: success 0.66, 0.80, 0.76, 0.77, 0.88, 0.92, 0.95, 0.97 over RL steps 1-8 (the same
@@ -59,6 +61,7 @@ def test_success_rate_rises_on_the_learnable_env(ray_local: Any, tmp_path: Path)
     assert last > first + 0.1, f"success did not rise: {success}"
     assert last > 0.85, f"GRPO should sharpen the ~75% expert-imitating warm-up policy: {success}"
     assert (tmp_path / "plot.png").exists()
+    export_matches_trainer(tmp_path)
 
 
 def test_expert_warmup_needs_envs_that_report_the_expert_action() -> None:

@@ -253,3 +253,26 @@ def test_slots_validate_and_read_valid_actions() -> None:
     out = slots.reset([ResetRequest(0, 3), None])
     assert out[1] is None and out[0] is not None and out[0].error is None
     assert slots.step([None, StepRequest("Left")])[1].error is not None  # type: ignore[union-attr]
+
+
+class Versioned(Scripted):
+    """:class:`Scripted`, but the k-th call reports policy version ``7 + k`` (weights updated between turns)."""
+
+    def __call__(self, prompts: list[list[int]], *, seed: int) -> list[Generation]:
+        version = 7 + len(self.prompts)
+        return [Generation(g.ids, g.logp, version) for g in super().__call__(prompts, seed=seed)]
+
+
+def test_samples_record_the_policy_version_that_sampled_them(encoder: ChatEncoder) -> None:
+    """Turn 1 is sampled by version 7, turn 2 by 8: step rows carry their turn's version, the trajectory row the
+    oldest (7: the bound on its staleness), and the batch column ``policy_version_B`` holds them."""
+    config = EnvManagerConfig(envs=[EnvEntryConfig(type="two_turn")])
+    pool = EnvSlots(1, lambda entry: TwoTurnEnv(), timeout_s=5.0)
+    answers = ["<answer>Left</answer>", "<answer>Up</answer>"]
+    rollout = RolloutManager(config, pool, Versioned(encoder, answers), encoder).rollout(1, 1, batch_seed=0)
+    steps = rollout.samples("step")
+    assert [s.policy_version for s in steps] == [7, 8]
+    [trajectory] = rollout.samples("trajectory")
+    assert trajectory.policy_version == 7
+    batch = to_batch(steps, encoder.pad_token_id)
+    assert batch.tensors[C.POLICY_VERSION].tolist() == [7, 8]

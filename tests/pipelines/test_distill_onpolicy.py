@@ -145,7 +145,9 @@ E2E_STEPS = 40
 
 
 @pytest.mark.slow
-def test_onpolicy_distillation_raises_the_students_reward(ray_local: Any, tmp_path: Path) -> None:
+def test_onpolicy_distillation_raises_the_students_reward(
+    ray_local: Any, tmp_path: Path, export_matches_trainer: Any
+) -> None:
     """The student's sampled accuracy over steps 21-40 beats steps 1-10 (128 samples a step), below a teacher
     that knows the sums, and its reverse KL to the teacher falls. The example's advantage: future log-ratios summed
     (gamma 1), minus their batch mean. Measured (cpu_threads=1; the test took 110 s on a loaded 2-core box):
@@ -161,6 +163,7 @@ def test_onpolicy_distillation_raises_the_students_reward(ray_local: Any, tmp_pa
         f"max_steps={E2E_STEPS}",
         "eval_every=0",
         "checkpoint.every_n_steps=0",
+        "checkpoint.export_hf=true",
         "tracking.backends=[jsonl]",
         "tracking.progress=false",
         "ray.address=auto",
@@ -190,3 +193,4 @@ def test_onpolicy_distillation_raises_the_students_reward(ray_local: Any, tmp_pa
     assert teacher["teacher_arith_warmup/train_accuracy"] > first + 0.5, (teacher, first)
     assert late > first + 0.065, f"accuracy did not rise: steps 1-10 {first:.3f}, steps 21-40 {late:.3f}"
     assert sum(kl[20:]) / 20 < 0.85 * sum(kl[:10]) / 10, kl
+    export_matches_trainer(tmp_path)

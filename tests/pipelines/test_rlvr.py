@@ -87,10 +87,11 @@ def test_sft_loss_is_token_nll_over_labels() -> None:
 
 
 @pytest.mark.slow
-def test_reward_rises_on_arithmetic(ray_local: Any, tmp_path: Path) -> None:
+def test_reward_rises_on_arithmetic(ray_local: Any, tmp_path: Path, export_matches_trainer: Any) -> None:
     cfg = load(
         [
             f"output_dir={tmp_path}",
+            "checkpoint.export_hf=true",
             "max_steps=40",
             "eval_every=0",
             "tracking.progress=false",
@@ -112,4 +113,5 @@ def test_reward_rises_on_arithmetic(ray_local: Any, tmp_path: Path) -> None:
         "sync mode trains on the current policy only"
     )
     assert (tmp_path / "plot.png").stat().st_size > 1000
+    export_matches_trainer(tmp_path)
     assert list(tmp_path.glob("tensorboard/**/events.*")) or list(tmp_path.glob("**/events.out.tfevents*"))

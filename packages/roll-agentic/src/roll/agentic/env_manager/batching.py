@@ -55,6 +55,7 @@ def to_batch(samples: Sequence[Sample], pad_token_id: int) -> Batch:
         C.ANCHOR_ID: torch.tensor([s.anchor for s in samples], dtype=torch.long),
         C.STEP_RETURN: _floats([s.step_return for s in samples]),
         C.EPISODE_RETURN: _floats([s.episode_return for s in samples]),
+        C.POLICY_VERSION: torch.tensor([s.policy_version for s in samples], dtype=torch.long),
     }
     non_tensors: dict[str, list[Any]] = {
         C.TAG: [s.tag for s in samples],

@@ -42,6 +42,7 @@ class Turn:
     format_ok: bool
     reward: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
+    policy_version: int = 0
 
 
 @dataclass
@@ -60,6 +61,8 @@ class Sample:
     anchor: int = 0
     step_return: float = 0.0
     episode_return: float = 0.0
+    policy_version: int = 0
+    """The oldest policy version that sampled a trained token of the row (its staleness bound)."""
 
 
 @dataclass
@@ -160,6 +163,7 @@ def trajectory_sample(episode: Episode) -> Sample:
         success=episode.success,
         step=len(episode.turns),
         episode_return=episode.total_reward,
+        policy_version=min((t.policy_version for t in episode.turns), default=0),
     )
 
 
@@ -183,6 +187,7 @@ def step_samples(episode: Episode, gamma: float = 1.0) -> list[Sample]:
                 anchor=anchor_id(episode.group, turn.observation),
                 step_return=ret,
                 episode_return=episode.total_reward,
+                policy_version=turn.policy_version,
             )
         )
     return samples

@@ -39,10 +39,12 @@ DEFAULT_MAX_TURNS = 64
 
 @dataclass(frozen=True)
 class Generation:
-    """One sampled answer: token ids (the stop token included) and their log-probs."""
+    """One sampled answer: token ids (the stop token included), their log-probs, and the policy version of the
+    weights that sampled it."""
 
     ids: list[int]
     logp: list[float]
+    policy_version: int = 0
 
 
 class GenerateFn(Protocol):
@@ -180,7 +182,10 @@ class RolloutManager:
             action, format_ok = parse_action(text, episode.valid_actions, self.config.parse)
         else:
             action, format_ok = None, True  # the env reads the raw text; it reports format in info
-        return Turn(episode.observation, prompt, list(gen.ids), list(gen.logp), text, action, format_ok)
+        return Turn(
+            episode.observation, prompt, list(gen.ids), list(gen.logp), text, action, format_ok,
+            policy_version=gen.policy_version,
+        )  # fmt: skip
 
     def _apply(self, episode: Episode, turn: Turn, outcome: StepOutcome, turn_index: int) -> None:
         if outcome.result is None:

@@ -49,7 +49,13 @@ class ClusterGenerate:
         )
         out = self.infer.generate(Batch(non_tensors={C.PROMPT_IDS: prompts}), params)
         ids, logps = out.non_tensors[C.RESPONSE_IDS], out.non_tensors[C.RESPONSE_LOGP]
-        return [Generation([int(t) for t in i], [float(v) for v in lp]) for i, lp in zip(ids, logps)]
+        versions = (
+            out.tensors[C.POLICY_VERSION].tolist() if C.POLICY_VERSION in out.tensors else [0] * len(ids)
+        )
+        return [
+            Generation([int(t) for t in i], [float(v) for v in lp], int(version))
+            for i, lp, version in zip(ids, logps, versions)
+        ]
 
 
 class RolloutRuntime:

@@ -1,7 +1,7 @@
 """PPO's critic inside RLVR: values for GAE before the update, the clipped value loss after it.
 
 A value head at position ``t`` has read the token of step ``t``; the value of the state the policy acted in is
-one position to the left (:func:`~roll.pipelines.rlvr.losses.action_values`). Values, returns and the value loss
+one position to the left (:func:`~roll.pipelines.algorithms.value_loss.action_values`). Values, returns and the value loss
 live on the response tokens only (``response_mask_BT``); the critic trains on the same mini-batches as the actor,
 its calls queued on its own actors so that it trains while the actor does.
 """
@@ -17,8 +17,8 @@ from roll.core.batch import Batch
 from roll.core.cluster import Cluster, PendingCall
 from roll.core.tracking import reduce_metrics
 from roll.pipelines.algorithms.aggregate import masked_mean, masked_var
+from roll.pipelines.algorithms.value_loss import action_values
 from roll.pipelines.policy.views import training_view
-from roll.pipelines.rlvr.losses import action_values
 from roll.workers.types import LossFn
 
 CRITIC_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.OLD_VALUES, C.RETURNS)

@@ -99,7 +99,8 @@ class PolicyGroup:
         return self.spec.actor.model
 
     def start(self, *, actor_worker: type[Worker] = ActorTrainWorker, also: Iterable[Cluster] = ()) -> None:
-        """Create the clusters and run every ``setup`` in parallel (``also``: other clusters to set up with them)."""
+        """Create the clusters and run every ``setup`` in parallel (``also``: the mode's other clusters, set up with
+        them when they have a ``setup``)."""
         s = self.spec
         env = {"env_vars": {"OMP_NUM_THREADS": str(s.cpu_threads)}} if s.cpu_threads else None
         train_cfg = with_micro_batches(
@@ -131,7 +132,8 @@ class PolicyGroup:
             self.reference = self._infer_cluster("reference", s.reference, env)
         critic = self._critic_cluster(env) if s.critic is not None else None
         clusters = [self.actor, self.infer, self.reference, critic, *also]
-        unique = list({id(c): c for c in clusters if c is not None}.values())
+        # Clusters without a setup method (reward workers) start in their constructors; Ray made them already.
+        unique = list({id(c): c for c in clusters if c is not None and hasattr(c, "setup")}.values())
         for call in [c.setup.submit() for c in unique]:
             call.result()
         if s.critic is not None and critic is not None:

@@ -19,7 +19,7 @@ from roll.core.errors import ConfigIssue
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.pipelines.common.config import batch_issues
-from roll.workers.roles.config import InferRoleConfig, ModelConfig, TrainRoleConfig, TrainStrategyConfig
+from roll.workers.roles.config import CriticRoleConfig, InferRoleConfig, ModelConfig, TrainRoleConfig
 
 MOVED_KEYS = {
     "model": "actor_train.model",
@@ -80,14 +80,6 @@ class WarmupConfig(RollModel):
     batch_size: int = Field(32, ge=1)
     lr: float | None = Field(None, gt=0, description="default: the RL optimizer's lr")
     data: DataConfig
-
-
-class CriticRoleConfig(TrainRoleConfig):
-    """The critic (``algorithm.use_critic``): a backbone with a one-output value head whose head starts random.
-    ``model`` and ``strategy`` default to the actor's (``actor_train``) before any warm-up."""
-
-    model: ModelConfig | None = None  # type: ignore[assignment]
-    strategy: TrainStrategyConfig | None = None  # type: ignore[assignment]
 
 
 class RLVRConfig(RunConfig):

@@ -36,19 +36,8 @@ from roll.pipelines.algorithms.policy_loss import (
     truncated_is_weight,
 )
 from roll.pipelines.algorithms.presets import AlgorithmConfig
-from roll.pipelines.algorithms.value_loss import clipped_value_loss
+from roll.pipelines.algorithms.value_loss import action_values, clipped_value_loss
 from roll.workers.types import ForwardOutput, MicroBatch
-
-
-def action_values(values_BT: torch.Tensor) -> torch.Tensor:
-    """The critic's value of the state *before* each token: ``V_BT[:, t] = head_BT[:, t - 1]``, 0 at ``t = 0``.
-
-    The value head at position ``t`` has read tokens ``0..t``, the token of step ``t`` included; the state in
-    which the policy chose token ``t`` is tokens ``0..t-1``, so its value is the head's output one position to the
-    left (as ``logp_BT[:, t]`` scores token ``t`` from the logits at ``t - 1``). A response never starts at
-    ``t = 0`` (the prompt comes first), so the zero there is never trained on.
-    """
-    return torch.nn.functional.pad(values_BT[:, :-1], (1, 0))
 
 
 @dataclass

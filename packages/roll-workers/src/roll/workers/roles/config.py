@@ -112,6 +112,14 @@ class InferRoleConfig(RoleConfig):
 S = TypeVar("S", bound=RollModel)
 
 
+class CriticRoleConfig(TrainRoleConfig):
+    """A value model (PPO's critic): a backbone with a one-output value head whose head starts random.
+    ``model`` and ``strategy`` default to the trained policy's (``actor_train``, before any warm-up)."""
+
+    model: ModelConfig | None = None  # type: ignore[assignment]
+    strategy: TrainStrategyConfig | None = None  # type: ignore[assignment]
+
+
 def with_micro_batches(strategy: S, micro_batch_samples: int | None, micro_batch_tokens: int | None) -> S:
     """``strategy`` with the micro-batch fields it has taken from the run's ``batch`` section."""
     update = {"micro_batch_size": micro_batch_samples, "max_tokens_per_micro_batch": micro_batch_tokens}
@@ -123,6 +131,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "MICRO_BATCH_FIELDS",
     "STRATEGY_KINDS",
+    "CriticRoleConfig",
     "InferRoleConfig",
     "InferStrategyConfig",
     "LoadDType",

@@ -72,6 +72,11 @@ class AgenticConfig(AgenticRunConfig):
     )
     warmup: WarmupConfig | None = None
     bucket_mb: float = Field(256.0, gt=0, description="model-update bucket size")
+    async_generation_ratio: Literal[0, 1] = Field(
+        0,
+        description="1: roll out step t+1 on the current weights while step t trains (staleness exactly 1; the "
+        "pending rollout is checkpointed); 0: synchronous",
+    )
     placement: Literal["separate", "hybrid"] = Field(
         "separate", description="hybrid: actor_train's process also generates (actor_infer's strategy)"
     )
@@ -110,7 +115,7 @@ class AgenticConfig(AgenticRunConfig):
         if a.kl_mode != "none":
             message = f"kl_mode={a.kl_mode!r}: the agentic pipeline runs no reference model yet"
             issues.append(ConfigIssue("algorithm.kl_mode", message, "set algorithm.kl_mode: none"))
-        for key in ("dynamic_sampling", "overlong_filter", "overlong_penalty"):
+        for key in ("overlong_filter", "overlong_penalty"):
             if getattr(a, key):
                 issues.append(
                     ConfigIssue(f"algorithm.{key}", f"{key} is an RLVR option", f"set {key}: false")
