@@ -49,3 +49,30 @@ def test_doc_yaml_snippet_validates_on_the_quickstart(
 
 def test_docs_have_yaml_snippets() -> None:
     assert SNIPPETS, "docs/gpu.md shows YAML snippets; the pattern that finds them broke"
+
+
+TRAINED_ROLES = ("actor_train", "student", "critic")
+
+
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if p.stem != "smoke"], ids=lambda p: p.stem)
+def test_megatron_is_selectable_in_every_trained_role(path: Path) -> None:
+    """``strategy: {type: megatron, tensor_parallel_size: 2}`` validates in every trained role of every example
+    but the smoke run (no model) (running it needs CUDA; choosing it must not), and an inference strategy there is rejected naming both."""
+    from roll.core.config.loader import load_tree, validate
+    from roll.core.errors import ConfigError
+
+    spec, config = load_run_config(path, [])
+    roles = [r for r in TRAINED_ROLES if r in type(config).model_fields]
+    if "critic" in roles and not getattr(config, "needs_critic", False):
+        roles.remove("critic")  # a critic section without a critic algorithm is itself an error
+    assert roles, f"{path.stem} has no trained role"
+    tree = load_tree(path, [])
+    for role in roles:
+        tree.data.setdefault(role, {})["strategy"] = {"type": "megatron", "tensor_parallel_size": 2}
+    validated = validate(tree, spec.config_model)
+    assert all(getattr(validated, r).strategy.type == "megatron" for r in roles)
+    tree.data[roles[0]]["strategy"] = {"type": "vllm"}
+    with pytest.raises(
+        ConfigError, match=rf"{roles[0]}\.strategy.*'vllm' is an infer strategy.*fsdp2, megatron"
+    ):
+        validate(tree, spec.config_model)
