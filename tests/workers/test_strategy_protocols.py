@@ -18,9 +18,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _signatures import incompatibility
 
+from roll.core.errors import ConfigError, PluginError
+from roll.core.types import StrategySpec
+from roll.workers.config import FSDP2Config
 from roll.workers.fsdp2 import FSDP2TrainStrategy
 from roll.workers.hf_infer import HFInferStrategy
 from roll.workers.megatron_train import MegatronTrainStrategy
+from roll.workers.roles._common import build_train
 from roll.workers.types import InferStrategy, ScoringStrategy, TrainStrategy
 from roll.workers.vllm_infer import VLLMInferStrategy
 
@@ -75,3 +79,19 @@ def test_the_checker_rejects_an_incompatible_signature() -> None:
     assert incompatibility(Proto.f, no_default) == "parameter 'temperature' has no default"
     assert incompatibility(Proto.f, missing) == "lacks parameter 'temperature'"
     assert incompatibility(Proto.f, fine) is None
+
+
+def test_megatron_rejects_a_head_forward_before_needing_its_stack() -> None:
+    """A critic or reward model configured with megatron fails with the fix, not with a TypeError (or a missing
+    Megatron install) from deep inside the build."""
+    with pytest.raises(ConfigError, match=r"use strategy\.type fsdp2 for a critic"):
+        MegatronTrainStrategy(object(), forward=lambda *args: None)
+
+
+def test_a_plugin_that_builds_an_incomplete_strategy_is_named() -> None:
+    class Half:
+        def train_step(self) -> None: ...
+
+    spec = StrategySpec(name="half", kind="train", config_model=FSDP2Config, build=lambda cfg, model: Half())
+    with pytest.raises(PluginError, match=r"actor: strategy 'half' built a Half.*lacks.*'set_lr'"):
+        build_train(spec, FSDP2Config(), None, "actor")
