@@ -10,6 +10,7 @@ so the two kinds interleave correctly); a 1-rank cluster is the second reward do
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -17,9 +18,11 @@ from typing import Any
 import pytest
 import torch
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster, Dispatch, Worker, WorkerContext, register
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
+from roll.core.seeding import TRAIN_STREAM, derive_seed
 from roll.core.testing import tiny_role
 
 G = 4
@@ -37,7 +40,7 @@ class Rollout(Worker):
         time.sleep(self.delay_s)
         x_P = prompts["x_P"]
         rows = x_P.repeat_interleave(n)
-        return Batch(
+        out = Batch(
             {
                 "x_B": rows,
                 "g_B": torch.arange(n).repeat(len(x_P)),
@@ -45,6 +48,9 @@ class Rollout(Worker):
                 "rank_B": torch.full((len(rows),), self.rank),
             }
         )
+        if C.PROMPT_SEED in prompts:  # echo each prompt's seed on its samples, for the seeding test
+            out[C.PROMPT_SEED] = prompts[C.PROMPT_SEED].repeat_interleave(n)
+        return out
 
     @register(Dispatch.ONE_TO_ALL)
     def update_weights(self, version: int) -> None:
@@ -64,10 +70,10 @@ def rollout(ray_local: Any) -> Iterator[Cluster]:
 
 
 class Counter:
-    """A prompt source: consecutive integers; tags alternate between ``a`` and ``b``."""
+    """A prompt source: consecutive integers from ``start``; tags alternate between ``a`` and ``b``."""
 
-    def __init__(self) -> None:
-        self.next = itertools.count()
+    def __init__(self, start: int = 0) -> None:
+        self.next = itertools.count(start)
 
     def __call__(self, n: int) -> Batch:
         xs = [next(self.next) for _ in range(n)]
@@ -80,10 +86,39 @@ def drop_all_equal(scored: Batch, group_size: int) -> tuple[torch.Tensor, Mappin
     return keep_P, {"all_equal": float((~keep_P).sum())}
 
 
-def make(rollout: Cluster, **options: Any) -> GenerateScheduler:
+def make(rollout: Cluster, start: int = 0, **options: Any) -> GenerateScheduler:
     opts = GenerateOptions(**{"group_size": G, "request_prompts": 2, "carry_columns": ("tag",), **options})
     scorer = RewardScheduler({"r": rollout}, {"a": "r", "b": "r"})
-    return GenerateScheduler(rollout, Counter(), opts, gen_args=(G,), scorer=scorer)
+    return GenerateScheduler(rollout, Counter(start), opts, gen_args=(G,), scorer=scorer)
+
+
+def seeds_by_prompt(batch: Batch) -> dict[int, int]:
+    return dict(zip(batch["x_B"].tolist(), batch[C.PROMPT_SEED].tolist()))
+
+
+def test_prompt_seeds_follow_the_feed_and_continue_after_a_resume(rollout: Cluster) -> None:
+    """With ``seed=7`` the ``n``-th prompt drawn (here prompt ``x = n``) is sent with ``derive_seed(7, 0, n)``,
+    whichever request and rank carried it; a scheduler restored from the first one's ``state_dict`` after step 1
+    (and a source resumed at prompt 6) sends step 2's prompts with the seeds the uninterrupted one sent."""
+    with make(rollout, seed=7) as first:
+        step1 = first.get_batch(6, trainer_version=0).batch
+        state = json.loads(json.dumps(first.state_dict()))  # what a checkpoint keeps
+        step2 = first.get_batch(6, trainer_version=0).batch
+    assert seeds_by_prompt(step1) == {x: derive_seed(7, TRAIN_STREAM, x) for x in range(6)}
+    with make(rollout, start=6, seed=7) as resumed:
+        resumed.load_state_dict(state)
+        again = resumed.get_batch(6, trainer_version=0).batch
+    assert (
+        seeds_by_prompt(again)
+        == seeds_by_prompt(step2)
+        == {x: derive_seed(7, TRAIN_STREAM, x) for x in range(6, 12)}
+    )
+    assert resumed.state()["rollout/prompts_generated"] == 12
+
+
+def test_without_a_seed_no_prompt_seed_is_sent(rollout: Cluster) -> None:
+    with make(rollout) as scheduler:
+        assert C.PROMPT_SEED not in scheduler.get_batch(2, trainer_version=0).batch
 
 
 def test_sync_batch_is_whole_groups_from_many_requests_on_both_ranks(rollout: Cluster) -> None:

@@ -163,6 +163,32 @@ def test_lr_schedule_golden_values() -> None:
     assert math.isclose(lr_multiplier(3, SchedulerConfig(), 4), 1.0)
 
 
+def test_set_lr_rebases_the_schedule() -> None:
+    """Linear decay over 4 steps from 1e-2: after two steps (1e-2, 7.5e-3) the next rate is 5e-3; ``set_lr(1e-3)``
+    makes the next step use 1e-3 itself and the one after 1e-3 * 0.25 (step 3 of 4: multiplier 0.25)."""
+    strategy = FSDP2TrainStrategy(
+        tiny_model(), config(scheduler=SchedulerConfig(kind="linear")), total_steps=4
+    )
+    for _ in range(2):
+        strategy.train_step(make_batch(2), TokenMeanNLL())
+    assert strategy.lr == pytest.approx(5e-3)
+    strategy.set_lr(1e-3)
+    lrs = [strategy.train_step(make_batch(2), TokenMeanNLL()).lr for _ in range(2)]
+    assert lrs == pytest.approx([1e-3, 2.5e-4])
+
+
+def test_model_state_dict_round_trip_restores_weights_and_lora_names() -> None:
+    """The checkpoint state keeps peft names under LoRA (so training resumes with the adapter) and loads back."""
+    cfg = config(lora=LoraConfig(r=2, alpha=4, target_modules=["q_proj"]))
+    a = FSDP2TrainStrategy(tiny_model(), cfg)
+    a.train_step(make_batch(), TokenMeanNLL())
+    state = a.model_state_dict()
+    assert any(".lora_A." in name for name in state)
+    b = FSDP2TrainStrategy(tiny_model(1), cfg)
+    b.load_model_state_dict(state)
+    assert_params_close(params_of(a), params_of(b), atol=0)
+
+
 def test_optimizer_state_round_trip_gives_identical_next_step(tmp_path: Path) -> None:
     cfg = config(scheduler=SchedulerConfig(kind="linear", warmup_steps=1))
     a = FSDP2TrainStrategy(tiny_model(), cfg, total_steps=5)

@@ -137,6 +137,30 @@ def test_n_per_prompt_and_seeds_are_reproducible(strategy: HFInferStrategy) -> N
     assert len({tuple(s.token_ids) for s in a[:3]}) > 1  # the n samples of a prompt differ
 
 
+def test_a_seeded_prompt_samples_the_same_alone_batched_chunked_and_after_other_calls() -> None:
+    """Prompt seed 1234 fixes prompt ``[11, 2]``'s 3 samples: alone; third among others of other lengths (other
+    left padding); in a chunk of 3 sequences (``generation_batch_size=3``, one prompt per chunk); after unrelated
+    unseeded calls. Seed 1235 changes them. Temperature 1.5 over 128 tokens: two runs of 3 x 8 tokens agree by
+    chance with probability far below 1e-9."""
+    strategy = HFInferStrategy(tiny_model(), HFInferConfig(device="cpu"))
+    chunked = HFInferStrategy(tiny_model(), HFInferConfig(device="cpu", generation_batch_size=3))
+    params = SamplingParams(n=3, temperature=1.5, max_new_tokens=8)
+    alone = [s.token_ids for s in strategy.generate([[11, 2]], params, seeds=[1234])]
+    others = [[5, 17, 3, 99, 42, 7, 8], [64, 65, 66, 67]]
+    strategy.generate(others, params)  # unseeded: advances torch's global RNG, and the model's cache state
+    batched = strategy.generate([*others, [11, 2]], params, seeds=[1, 2, 1234])
+    assert [s.token_ids for s in batched[6:]] == alone
+    split = chunked.generate([[64, 65], [11, 2]], params, seeds=[9, 1234])
+    assert [s.token_ids for s in split[3:]] == alone
+    assert len({tuple(t) for t in alone}) > 1  # the 3 samples differ from each other
+    assert [s.token_ids for s in strategy.generate([[11, 2]], params, seeds=[1235])] != alone
+
+
+def test_seeds_must_match_the_prompts(strategy: HFInferStrategy) -> None:
+    with pytest.raises(DataError, match="2 seeds for 3 prompts"):
+        strategy.generate(PROMPTS, SamplingParams(), seeds=[1, 2])
+
+
 def test_top_k_one_and_tiny_top_p_equal_greedy(strategy: HFInferStrategy) -> None:
     greedy = strategy.generate(PROMPTS, SamplingParams(temperature=0, max_new_tokens=8))
     top_k = strategy.generate(PROMPTS, SamplingParams(temperature=1.3, top_k=1, max_new_tokens=8, seed=1))

@@ -1,5 +1,9 @@
-"""HybridActorWorker: train and generate in one actor; after a train step and an in-process sync its generation
-equals that of a fresh hf inference strategy built from the trainer's weights."""
+"""HybridActorWorker: train and generate in one actor, usable as a pipeline's train *and* infer cluster.
+
+After a train step and an in-process sync its generation equals that of a fresh hf inference strategy built from
+the trainer's weights, and its seeded samples and their log-probs equal those of a separate 2-rank
+``ActorInferWorker`` cluster loaded with the same weights (so the seeds do not depend on how rows were split).
+"""
 
 from __future__ import annotations
 
@@ -8,48 +12,85 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import ray
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _roles_helpers import MODEL, ClusterSet, Spec, TokenSumNLL, fsdp2, hf_infer, sequences
+from _signatures import incompatibility
 
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
+from roll.core.cluster.cluster import registered_methods
+from roll.core.errors import WorkerError
 from roll.core.testing import tiny_role
 from roll.workers.config import SamplingParams
-from roll.workers.model_update import weights_checksum
-from roll.workers.roles import HybridActorWorker
+from roll.workers.model_update import ModelUpdateGroup, pack_bucket, weights_checksum
+from roll.workers.roles import ActorInferWorker, ActorTrainWorker, HybridActorWorker
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
 
+TRANSPORT = {
+    "stage_weights",
+    "weight_bucket",
+    "release_weights",
+    "update_endpoint",
+    "join_update_group",
+    "broadcast_weights",
+    "update_weights",
+    "receive_weights",
+    "join_transfer_group",
+    "receive_topk",
+    "train_with_metrics",
+}
+"""Cross-process model-update and logits-transfer plumbing (a hybrid syncs in process) and the metric variant
+of train_step that issue 12 removes; every other registered method of the two roles is the pipelines' API."""
+
 
 @pytest.fixture(scope="module")
-def hybrid(ray_local: object) -> Iterator[Cluster]:
+def clusters(shared_roles: ClusterSet) -> Iterator[dict[str, Cluster]]:
+    """This module's 1-rank hybrid plus the shared 2-rank ``infer`` cluster (conftest.py)."""
+    shared_roles.start()
     spec = Spec(
         "actor", HybridActorWorker, tiny_role(), {"model": MODEL, "strategy": fsdp2(), "infer": hf_infer()}
     )
-    own = ClusterSet({"hybrid": spec})
+    own = ClusterSet({"hybrid": spec}).start()
     try:
-        yield own.get()["hybrid"]
+        yield {**shared_roles.get(), **own.get()}
     finally:
         own.shutdown()
 
 
-def test_generation_after_train_and_sync_equals_a_fresh_infer_strategy(hybrid: Cluster) -> None:
+@pytest.mark.parametrize("role_cls", [ActorTrainWorker, ActorInferWorker], ids=lambda c: c.__name__)
+def test_hybrid_has_the_methods_pipelines_call_on_either_cluster(role_cls: type) -> None:
+    mine = registered_methods(HybridActorWorker)
+    problems = []
+    for name, spec in registered_methods(role_cls).items():
+        if name in TRANSPORT:
+            continue
+        if name not in mine or mine[name].mode != spec.mode:
+            problems.append(f"{name}: missing or dispatched differently")
+        elif (why := incompatibility(getattr(role_cls, name), getattr(HybridActorWorker, name))) is not None:
+            problems.append(f"{name}: {why}")
+    assert problems == []
+
+
+def test_generation_after_train_and_sync_equals_a_fresh_infer_strategy(clusters: dict[str, Cluster]) -> None:
     from transformers import AutoModelForCausalLM
 
     from roll.data.tiny import resolve_model_path
     from roll.workers.hf_infer import HFInferStrategy
 
+    hybrid = clusters["hybrid"]
     prompts = Batch(non_tensors={C.PROMPT_IDS: PROMPTS})
     before = hybrid.generate(prompts, GREEDY)
     hybrid.train_step(sequences(rows=4, seed=1), TokenSumNLL())
-    assert hybrid.weights_checksum("infer") != hybrid.weights_checksum("train")  # not synced yet
+    assert hybrid.weights_checksum(side="infer") != hybrid.weights_checksum(side="train")  # not synced yet
     assert hybrid.sync_weights(3) == [1]  # one bucket, handed over in process
     assert hybrid.policy_version() == [3]
-    assert hybrid.weights_checksum("infer") == hybrid.weights_checksum("train")
+    assert hybrid.weights_checksum(side="infer") == hybrid.weights_checksum(side="train")
     after = hybrid.generate(prompts, GREEDY)
     assert after[C.POLICY_VERSION].tolist() == [3] * 3
 
@@ -58,7 +99,7 @@ def test_generation_after_train_and_sync_equals_a_fresh_infer_strategy(hybrid: C
     model.load_state_dict(state)
     fresh = HFInferStrategy(model, hf_infer()).generate(PROMPTS, GREEDY)
     assert list(after[C.RESPONSE_IDS]) == [s.token_ids for s in fresh]
-    assert weights_checksum(model.state_dict()) == hybrid.weights_checksum("infer")[0]
+    assert weights_checksum(model.state_dict()) == hybrid.weights_checksum(side="infer")[0]
     assert list(after[C.RESPONSE_IDS]) != list(before[C.RESPONSE_IDS])  # the step changed what it generates
     seqs = sequences(rows=3, seed=5)
     logp = hybrid.compute_logprobs(seqs)[C.LOGP]
@@ -67,3 +108,29 @@ def test_generation_after_train_and_sync_equals_a_fresh_infer_strategy(hybrid: C
         HFInferStrategy(model, hf_infer()).compute_logprobs(seqs[C.INPUT_IDS], seqs[C.ATTENTION_MASK]).logp_BT
     )
     torch.testing.assert_close(logp[mask], local[mask], atol=1e-5, rtol=0)
+
+
+def test_one_hybrid_cluster_serves_as_train_and_infer_cluster(clusters: dict[str, Cluster]) -> None:
+    """``ModelUpdateGroup(hybrid, hybrid)`` syncs in process and verifies; then 4 prompts x 2 samples at
+    temperature 1 with ``seed=11`` give the same tokens and log-probs on the hybrid (1 rank, all 4 prompts) as on
+    the shared 2-rank infer cluster (2 prompts each) loaded with the hybrid's weights."""
+    hybrid, infer = clusters["hybrid"], clusters["infer"]
+    updater = ModelUpdateGroup(hybrid, hybrid)
+    assert updater.mode == "in_process"
+    hybrid.train_step(sequences(rows=4, seed=2), TokenSumNLL())
+    report = updater.sync()
+    updater.verify()
+    assert (report.buckets, hybrid.policy_version()) == (1, [report.policy_version])
+    infer.update_weights([ray.put(pack_bucket(hybrid.full_state_dict()[0]))], report.policy_version)
+
+    prompts = Batch(non_tensors={C.PROMPT_IDS: [*PROMPTS, [14, 15]]})
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=8, ignore_eos=True, seed=11)
+    mine, theirs = hybrid.generate(prompts, params), infer.generate(prompts, params)
+    assert mine[C.PROMPT_INDEX].tolist() == theirs[C.PROMPT_INDEX].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert list(mine[C.RESPONSE_IDS]) == list(theirs[C.RESPONSE_IDS])
+    assert len({tuple(r) for r in mine[C.RESPONSE_IDS]}) > 4  # sampled, not one repeated answer
+    assert mine[C.POLICY_VERSION].tolist() == theirs[C.POLICY_VERSION].tolist() == [report.policy_version] * 8
+    for a, b in zip(mine[C.RESPONSE_LOGP], theirs[C.RESPONSE_LOGP]):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
+    with pytest.raises(WorkerError, match="in_process"):
+        ModelUpdateGroup(hybrid, infer, mode="in_process")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,6 +28,7 @@ from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
+    set_model_state_dict,
     set_optimizer_state_dict,
 )
 from torch.distributed.tensor import DTensor
@@ -71,6 +72,9 @@ class FSDP2TrainStrategy:
     ``total_steps`` (optimizer steps of the run) sizes the LR decay. Batches use the padded layout of
     :data:`roll.workers.types.MicroBatch`.
     """
+
+    model: torch.nn.Module
+    device: torch.device
 
     def __init__(
         self,
@@ -205,6 +209,18 @@ class FSDP2TrainStrategy:
         self.optimizer.zero_grad(set_to_none=True)
         return norm_value
 
+    @property
+    def lr(self) -> float:
+        """The learning rate the next optimizer step uses."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def set_lr(self, lr: float) -> None:
+        """Use ``lr`` as the base rate from now on: the next step uses ``lr`` itself, later ones ``lr`` times the
+        schedule's multiplier."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["initial_lr"] = lr
+        self.scheduler.base_lrs = [lr for _ in self.optimizer.param_groups]
+
     @torch.no_grad()
     def compute_logprobs(
         self,
@@ -253,6 +269,17 @@ class FSDP2TrainStrategy:
         if self.config.lora is None or not sd:
             return sd
         return merge_lora_state_dict(sd, self.config.lora)
+
+    def model_state_dict(self) -> dict[str, torch.Tensor]:
+        """The module's full, *unmerged* state (peft names under LoRA) on CPU on rank 0, ``{}`` elsewhere; what a
+        checkpoint stores, so training resumes with the adapter. Collective."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        sd = cast(dict[str, torch.Tensor], get_model_state_dict(self.model, options=options))
+        return sd if self.rank == 0 else {}
+
+    def load_model_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Load a full :meth:`model_state_dict` (every rank passes it and keeps its shard)."""
+        set_model_state_dict(self.model, dict(state), options=StateDictOptions(full_state_dict=True))
 
     @property
     def lora_config(self) -> LoraConfig | None:

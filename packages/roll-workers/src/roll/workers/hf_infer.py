@@ -1,14 +1,15 @@
 """The ``hf`` inference strategy: a KV-cached decode loop of our own over a transformers causal LM.
 
 Why our own loop rather than ``model.generate``: we need the log-prob of every sampled token (RL ratios), n samples
-per prompt from one prefill, rows that stop costing compute once they finish, and per-call seeds; and the generic
+per prompt from one prefill, rows that stop costing compute once they finish, and per-sample seeds; and the generic
 ``generate`` pays per-step overheads (logits processors, stopping criteria, mask rebuilding) that dominate on
 small models. The loop:
 
 1. left-pad the prompts; position ids count valid tokens, so padding never shifts a sequence's positions;
 2. prefill the prompts once, keep only the last position's logits, then repeat the cache rows ``n`` times;
 3. each step samples one token per live row, records its log-prob, then drops finished rows from the batch and
-   the cache (``DynamicCache.batch_select_indices``) and feeds only the new token.
+   the cache (``DynamicCache.batch_select_indices``) and feeds only the new token. A row's ``t``-th token inverts
+   the CDF at uniform ``t`` of the row's own seeded stream, so batching never changes what a prompt samples.
 
 Log-probs are those of the sampled token under ``log_softmax(logits / temperature)``, before top-k/top-p
 truncation (temperature 1 when greedy). That is the distribution a trainer can recompute exactly
@@ -27,6 +28,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from roll.core.errors import DataError, WorkerError
+from roll.core.seeding import derive_seed
 from roll.workers.config import HFInferConfig, LoraConfig, SamplingParams
 from roll.workers.logprobs import forward_scores, left_pad, split_micro_batches, trim_padding
 from roll.workers.lora import AdapterMerger
@@ -68,6 +70,9 @@ class HFInferStrategy:
     generation config.
     """
 
+    model: torch.nn.Module
+    device: torch.device
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -94,27 +99,42 @@ class HFInferStrategy:
 
     # ---- generation -------------------------------------------------------------------------------------------
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[GeneratedSample]:
-        """Sample ``params.n`` continuations of each prompt; results are ordered by (prompt, sample)."""
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
+    ) -> list[GeneratedSample]:
+        """Sample ``params.n`` continuations of each prompt; results are ordered by (prompt, sample).
+
+        Sample ``s`` of prompt ``p`` draws its uniforms from its own stream, seeded ``derive_seed(seeds[p], s)``
+        (:mod:`roll.core.seeding`): the same prompt with the same seed gives the same tokens alone or batched,
+        in any chunk, after any earlier call. Without ``seeds`` prompt ``p`` gets ``derive_seed(params.seed, p)``
+        (or, with no ``params.seed`` either, a base seed drawn from torch's global RNG).
+        """
         if params.stop_strings and self.tokenizer is None:
             raise DataError("stop_strings need a tokenizer; build the strategy with tokenizer=...")
-        generator = self._generator(params.seed)
+        prompt_seeds = prompt_seeds_for(len(prompts), params.seed, seeds)
         per_chunk = max(1, self.config.generation_batch_size // params.n)
         samples: list[GeneratedSample] = []
         for start in range(0, len(prompts), per_chunk):
             chunk = [list(p) for p in prompts[start : start + per_chunk]]
-            samples += self._generate_chunk(chunk, params, generator, start)
+            u_BN = self._uniforms(prompt_seeds[start : start + len(chunk)], params)
+            samples += self._generate_chunk(chunk, params, u_BN, start)
         return samples
 
-    def _generator(self, seed: int | None) -> torch.Generator:
-        # Without a seed, draw one from the global RNG, so torch.manual_seed still makes a run reproducible.
-        if seed is None:
-            seed = int(torch.randint(0, 2**62, (1,)).item())
-        return torch.Generator(device=self.device).manual_seed(seed)
+    def _uniforms(self, prompt_seeds: Sequence[int], params: SamplingParams) -> torch.Tensor:
+        """``[P * n, max_new_tokens]`` uniforms in [0, 1), row ``p * n + s`` from sample ``(p, s)``'s own stream."""
+        rows = []
+        for seed in prompt_seeds:
+            for s in range(params.n):
+                generator = torch.Generator().manual_seed(derive_seed(seed, s))
+                rows.append(torch.rand(params.max_new_tokens, generator=generator))
+        return torch.stack(rows).to(self.device)
 
     @torch.inference_mode()
     def _generate_chunk(
-        self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator, offset: int
+        self, prompts: list[list[int]], params: SamplingParams, u_BN: torch.Tensor, offset: int
     ) -> list[GeneratedSample]:
         self._max_new = params.max_new_tokens
         state = self._prefill(prompts, params.n)
@@ -125,7 +145,7 @@ class HFInferStrategy:
         reasons: list[FinishReason] = ["length"] * B
         stop_ids = torch.tensor(self._stop_ids(params), dtype=torch.long, device=self.device)
         for step in range(max_new):
-            tok_B, tok_logp_B = sample_tokens(state.logits_BV, params, generator)
+            tok_B, tok_logp_B = sample_tokens(state.logits_BV, params, u_BN[state.slot_B, step])
             tokens_BN[state.slot_B, step] = tok_B
             logp_BN[state.slot_B, step] = tok_logp_B
             done_B = torch.isin(tok_B, stop_ids)
@@ -392,12 +412,25 @@ class PreallocatedLayer(DynamicLayer):  # type: ignore[no-untyped-call,misc,unus
             self._refresh()
 
 
+def prompt_seeds_for(num_prompts: int, base: int | None, seeds: Sequence[int] | None) -> list[int]:
+    """Each prompt's seed: ``seeds`` as given, else ``derive_seed(base, p)``; ``base`` None draws one from torch's
+    global RNG (so ``torch.manual_seed`` still makes an unseeded run reproducible)."""
+    if seeds is not None:
+        if len(seeds) != num_prompts:
+            raise DataError(f"generate got {len(seeds)} seeds for {num_prompts} prompts; give one per prompt")
+        return [int(s) for s in seeds]
+    if base is None:
+        base = int(torch.randint(0, 2**62, (1,)).item())
+    return [derive_seed(base, p) for p in range(num_prompts)]
+
+
 def sample_tokens(
-    logits_BV: torch.Tensor, params: SamplingParams, generator: torch.Generator
+    logits_BV: torch.Tensor, params: SamplingParams, u_B: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row and its log-prob under ``log_softmax(logits / T)`` (``T = 1`` when greedy).
 
-    Sampling draws from the temperature-scaled distribution restricted to top-k and then top-p.
+    Sampling draws from the temperature-scaled distribution restricted to top-k and then top-p, by inverting its
+    CDF at each row's uniform ``u_B`` (in [0, 1)), so a row's token depends on its own logits and uniform only.
     """
     if params.temperature == 0:
         tok_B = logits_BV.argmax(-1)
@@ -406,19 +439,19 @@ def sample_tokens(
     scaled_BV = logits_BV / params.temperature
     logp_BV = scaled_BV.log_softmax(-1)
     filtered_BV = _top_k_top_p(scaled_BV, params.top_k, params.top_p)
-    tok_B = _inverse_cdf_sample(filtered_BV.softmax(-1), generator)
+    tok_B = _inverse_cdf_sample(filtered_BV.softmax(-1), u_B)
     return tok_B, logp_BV.gather(-1, tok_B[:, None]).squeeze(-1)
 
 
-def _inverse_cdf_sample(probs_BV: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One draw per row by inverting the CDF: B uniforms instead of ``torch.multinomial``'s per-call setup.
+def _inverse_cdf_sample(probs_BV: torch.Tensor, u_B: torch.Tensor) -> torch.Tensor:
+    """One draw per row by inverting the CDF at ``u_B`` (cheaper than ``torch.multinomial``'s per-call setup).
 
     ``searchsorted(..., right=True)`` returns the first index whose CDF exceeds ``u``, so zero-probability
     (filtered) tokens are never drawn; ``u`` stays strictly below the total mass.
     """
     cdf_BV = probs_BV.cumsum(-1)
     total_B1 = cdf_BV[:, -1:]
-    u_B1 = torch.rand(total_B1.shape, generator=generator, device=probs_BV.device) * total_B1
+    u_B1 = u_B.to(device=probs_BV.device, dtype=cdf_BV.dtype)[:, None] * total_B1
     u_B1 = torch.minimum(u_B1, torch.nextafter(total_B1, torch.zeros_like(total_B1)))
     return torch.searchsorted(cdf_BV, u_B1, right=True).squeeze(-1).clamp_(max=probs_BV.shape[-1] - 1)
 

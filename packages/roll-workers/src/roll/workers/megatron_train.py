@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from roll.core.errors import CheckpointError, ConfigError, PluginError, WorkerError
+from roll.workers.config import LoraConfig
 from roll.workers.fsdp2 import lr_multiplier
 from roll.workers.logprobs import split_micro_batches
 from roll.workers.megatron_config import MegatronConfig
@@ -272,12 +273,29 @@ class MegatronTrainStrategy:
     :data:`roll.workers.types.MicroBatch`; every rank of one pipeline must receive the same batch.
     """
 
-    def __init__(self, model: Any, config: MegatronConfig | None = None, *, total_steps: int = 1) -> None:
+    model: Any  # Megatron's DistributedDataParallel around this stage's GPTModel
+    device: torch.device
+
+    def __init__(
+        self,
+        model: Any,
+        config: MegatronConfig | None = None,
+        *,
+        total_steps: int = 1,
+        forward: Callable[..., ForwardOutput] | None = None,
+    ) -> None:
+        if forward is not None:
+            raise ConfigError(
+                "the megatron strategy trains causal LMs only (no value or score head): use strategy.type "
+                "fsdp2 for a critic or a reward model"
+            )
         require_megatron()
         self.config = config or MegatronConfig()
         self.total_steps = total_steps
+        self._base_lr = self.config.optimizer.lr
         self.hf_config = model.config
         init_parallel(self.config)
+        self.device = torch.device("cuda", torch.cuda.current_device())
         self.layout = GPTLayout.from_hf_config(
             self.hf_config,
             tp_size=self.config.tensor_parallel_size,
@@ -438,7 +456,20 @@ class MegatronTrainStrategy:
         return float(grad_norm) if grad_norm is not None else float("nan")
 
     def _current_lr(self) -> float:
-        return self.config.optimizer.lr * lr_multiplier(self._step, self.config.scheduler, self.total_steps)
+        return self._base_lr * lr_multiplier(self._step, self.config.scheduler, self.total_steps)
+
+    @property
+    def lr(self) -> float:
+        """The learning rate the next optimizer step uses."""
+        return self._current_lr()
+
+    def set_lr(self, lr: float) -> None:
+        """Use ``lr`` as the base rate from now on (the schedule's multiplier still applies)."""
+        self._base_lr = lr
+
+    def split(self, batch: MicroBatch) -> list[dict[str, torch.Tensor]]:
+        """Micro-batches of ``micro_batch_size`` rows (one micro-batch when it is ``None``)."""
+        return split_micro_batches(batch, micro_batch_size=self.config.micro_batch_size)
 
     # ---- scoring ------------------------------------------------------------------------------------------
 
@@ -480,6 +511,20 @@ class MegatronTrainStrategy:
         ent = self._from_last_stage(ent) if ent is not None else None
         return TokenScores(logp_BT=logp, entropy_BT=ent)
 
+    def forward_only(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> ForwardOutput:
+        """:meth:`compute_logprobs` as a :class:`ForwardOutput` (a causal LM has no other head here)."""
+        scores = self.compute_logprobs(
+            input_ids, attention_mask, temperature=temperature, with_entropy=with_entropy
+        )
+        return ForwardOutput(logp_BT=scores.logp_BT, entropy_BT=scores.entropy_BT)
+
     @staticmethod
     def _fill(
         logp: torch.Tensor, ent: torch.Tensor | None, stored: list[Any], shapes: list[torch.Size]
@@ -493,8 +538,9 @@ class MegatronTrainStrategy:
 
     # ---- state --------------------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Full HF-named weights on CPU on global rank 0 (``{}`` elsewhere). Collective over TP and PP."""
+    def state_dict(self, all_ranks: bool = False) -> dict[str, torch.Tensor]:
+        """Full HF-named weights on CPU on global rank 0 (``{}`` elsewhere) or, with ``all_ranks``, on every rank
+        (each rank gathers over its own TP and PP groups, so every DP replica has them). Collective over TP and PP."""
         from megatron.core import parallel_state
 
         local = {k: v for k, v in self.model.module.state_dict().items() if not k.endswith("_extra_state")}
@@ -513,9 +559,27 @@ class MegatronTrainStrategy:
         )
         stages: list[Any] = [None] * parallel_state.get_pipeline_model_parallel_world_size()
         dist.all_gather_object(stages, stage, group=parallel_state.get_pipeline_model_parallel_group())
-        if dist.get_rank() != 0:
+        if dist.get_rank() != 0 and not all_ranks:
             return {}
         return {k: v for s in stages for k, v in s.items()}
+
+    @property
+    def lora_config(self) -> LoraConfig | None:
+        """Always None: the megatron strategy trains all weights (no LoRA)."""
+        return None
+
+    def lora_state_dict(self, all_ranks: bool = False) -> dict[str, torch.Tensor]:
+        raise WorkerError("the megatron strategy trains no LoRA adapter; send state_dict() instead")
+
+    def model_state_dict(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint stores: the HF-named :meth:`state_dict` (rank 0; ``{}`` elsewhere). Collective."""
+        return self.state_dict()
+
+    def load_model_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Load full HF-named weights (every rank passes them and keeps its shard), then refresh the optimizer's
+        fp32 main copies from them (Megatron's ``reload_model_params``)."""
+        load_stage_weights(self.model.module, dict(state), self.layout)
+        self.optimizer.reload_model_params()
 
     def export_hf(self, path: str | Path) -> None:
         """Write a transformers ``save_pretrained`` folder (safetensors) from rank 0. Collective."""
@@ -535,7 +599,8 @@ class MegatronTrainStrategy:
         from megatron.core import parallel_state
 
         if parallel_state.get_data_parallel_rank() == 0:
-            torch.save({"optimizer": self.optimizer.state_dict(), "step": self._step}, target)
+            state = {"optimizer": self.optimizer.state_dict(), "step": self._step, "base_lr": self._base_lr}
+            torch.save(state, target)
         dist.barrier()
 
     def load_optimizer(self, path: str | Path) -> None:
@@ -549,6 +614,7 @@ class MegatronTrainStrategy:
         if hasattr(self.optimizer, "load_parameter_state"):
             self.optimizer.load_parameter_state(f"{target}.params")
         self._step = int(saved["step"])
+        self._base_lr = float(saved.get("base_lr", self.config.optimizer.lr))
 
     @staticmethod
     def _rank_path(path: str | Path) -> str:

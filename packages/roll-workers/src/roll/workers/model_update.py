@@ -43,6 +43,7 @@ import torch.distributed as dist
 
 from roll.core.errors import WorkerError
 from roll.workers.config import LoraConfig
+from roll.workers.types import InferStrategy, TrainStrategy
 
 __all__ = [
     "BucketMeta",
@@ -64,7 +65,7 @@ __all__ = [
     "weights_checksum",
 ]
 
-Mode = Literal["auto", "object_store", "collective"]
+Mode = Literal["auto", "object_store", "collective", "in_process"]
 
 
 # ---- buckets -----------------------------------------------------------------------------------------------------
@@ -162,19 +163,18 @@ def weights_checksum(named: Mapping[str, torch.Tensor], dtype: torch.dtype | Non
 
 
 def update_payload(
-    train_strategy: Any, all_ranks: bool = False
+    train_strategy: TrainStrategy, all_ranks: bool = False
 ) -> tuple[dict[str, torch.Tensor], LoraConfig | None]:
-    """What a model update sends: the LoRA adapter alone (and its config) when the strategy trains one (it has a
-    ``lora_config`` that is not None and ``lora_state_dict()``), else the full weights and ``None``.
+    """What a model update sends: the LoRA adapter alone (and its config) when the strategy trains one
+    (``lora_config`` is not None), else the full weights and ``None``.
 
     Collective over the trainer's ranks (every rank must call it); the tensors are on rank 0, ``{}`` elsewhere,
-    unless ``all_ranks`` (every rank gets them; the strategy's methods must take ``all_ranks``, as fsdp2's do).
+    unless ``all_ranks`` (every rank gets them).
     """
-    kwargs = {"all_ranks": True} if all_ranks else {}
-    lora = getattr(train_strategy, "lora_config", None)
+    lora = train_strategy.lora_config
     if lora is not None:
-        return train_strategy.lora_state_dict(**kwargs), lora
-    return train_strategy.state_dict(**kwargs), None
+        return train_strategy.lora_state_dict(all_ranks=all_ranks), lora
+    return train_strategy.state_dict(all_ranks=all_ranks), None
 
 
 def plan_update(
@@ -188,24 +188,21 @@ def plan_update(
 
 
 def load_payload(
-    infer_strategy: Any, named: Mapping[str, torch.Tensor], lora: LoraConfig | None, policy_version: int
+    infer_strategy: InferStrategy,
+    named: Mapping[str, torch.Tensor],
+    lora: LoraConfig | None,
+    policy_version: int,
 ) -> None:
     """Apply one bucket to an inference strategy: ``load_adapter`` for an adapter, ``load_weights`` otherwise."""
     if lora is None:
         infer_strategy.load_weights(named, policy_version)
-        return
-    load_adapter = getattr(infer_strategy, "load_adapter", None)
-    if load_adapter is None:
-        raise WorkerError(
-            f"{type(infer_strategy).__name__} cannot apply a LoRA update (no load_adapter); use an inference "
-            f"strategy that does (hf, vllm with enable_lora) or train without strategy.lora"
-        )
-    load_adapter(named, lora, policy_version)
+    else:
+        infer_strategy.load_adapter(named, lora, policy_version)
 
 
 def sync_in_process(
-    train_strategy: Any,
-    infer_strategy: Any,
+    train_strategy: TrainStrategy,
+    infer_strategy: InferStrategy,
     policy_version: int,
     bucket_mb: float = 256.0,
     all_ranks: bool = False,
@@ -308,7 +305,7 @@ def send_weights(
     return len(buckets), sum(b.meta.nbytes for b in buckets)
 
 
-def receive_weights(group: CollectiveGroup, policy_version: int, infer_strategy: Any) -> int:
+def receive_weights(group: CollectiveGroup, policy_version: int, infer_strategy: InferStrategy) -> int:
     """A receiving rank: read the plan of ``policy_version``, receive each bucket and load it into
     ``infer_strategy`` (:func:`load_payload`). Returns the bucket count."""
     metas: list[BucketMeta] = group.get(f"weights/{policy_version}")
@@ -330,6 +327,7 @@ class UpdateReport:
     mode: str
     buckets: int
     bytes: int
+    """Bytes sent between processes (0 in process: the tensors are handed over where they are)."""
     seconds: float
 
 
@@ -337,8 +335,10 @@ class ModelUpdateGroup:
     """Pushes ``train`` (an :class:`~roll.workers.roles.ActorTrainWorker` Cluster) weights to ``infer`` (an
     :class:`~roll.workers.roles.ActorInferWorker` Cluster); see the module docstring for the transports.
 
-    ``mode="auto"`` picks ``object_store`` when both roles name the same ``device_group`` (colocated) or all
-    actors share one node, and ``collective`` otherwise. ``backend`` (collective only): ``None`` = nccl when the
+    ``mode="auto"`` picks ``in_process`` when ``train`` and ``infer`` are one cluster (a
+    :class:`~roll.workers.roles.hybrid.HybridActorWorker` cluster: each rank copies its trainer's weights into its
+    own inference model, ``sync_weights``), ``object_store`` when both roles name the same ``device_group``
+    (colocated) or all actors share one node, and ``collective`` otherwise. ``backend`` (collective only): ``None`` = nccl when the
     trainer has GPUs, else gloo. Versions count up from ``start_version`` unless :meth:`sync` is given one.
     """
 
@@ -355,6 +355,11 @@ class ModelUpdateGroup:
         self.train, self.infer = train, infer
         self.bucket_mb = bucket_mb
         self.mode: str = _pick_mode(train, infer) if mode == "auto" else mode
+        if (self.mode == "in_process") != (train is infer):
+            raise WorkerError(
+                f"model update {train.role} -> {infer.role}: mode 'in_process' is for one (hybrid) cluster on "
+                f"both ends and the only mode for it; got mode {mode!r}"
+            )
         gpus = train.role_cfg.gpus_per_worker > 0
         self.backend = backend or ("nccl" if gpus else "gloo")
         self.version = start_version
@@ -366,7 +371,9 @@ class ModelUpdateGroup:
         the last version + 1). Blocks until every inference worker has loaded them."""
         self.version = self.version + 1 if policy_version is None else policy_version
         start = time.monotonic()
-        if self.mode == "object_store":
+        if self.mode == "in_process":
+            buckets, nbytes = self.train.sync_weights(self.version, self.bucket_mb)[0], 0  # nothing leaves
+        elif self.mode == "object_store":
             buckets, nbytes = self._sync_object_store()
         else:
             buckets, nbytes = self._sync_collective()
@@ -375,8 +382,9 @@ class ModelUpdateGroup:
     def verify(self) -> None:
         """Raise :class:`WorkerError` unless every inference worker serves ``self.version`` with weights
         bit-identical to the trainer's."""
-        want = self.train.weights_checksum()[0]
-        got = self.infer.weights_checksum()
+        sides = ({"side": "train"}, {"side": "infer"}) if self.mode == "in_process" else ({}, {})
+        want = self.train.weights_checksum(**sides[0])[0]
+        got = self.infer.weights_checksum(**sides[1])
         versions = self.infer.policy_version()
         bad = [r for r, (c, v) in enumerate(zip(got, versions)) if c != want or v != self.version]
         if bad:
@@ -416,6 +424,8 @@ class ModelUpdateGroup:
 
 
 def _pick_mode(train: Any, infer: Any) -> str:
+    if train is infer:
+        return "in_process"
     group = train.role_cfg.device_group
     if group is not None and group == infer.role_cfg.device_group:
         return "object_store"

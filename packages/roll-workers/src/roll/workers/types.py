@@ -7,10 +7,14 @@ Map of the abstractions:
 - :class:`InferStrategy` (``kind="infer"``; hf, vllm): ``generate`` samples continuations of token-id prompts,
   ``compute_logprobs`` scores given sequences forward-only, ``load_weights`` receives named tensors from the
   trainer and records the ``policy_version`` they belong to, so a rollout can say which weights produced it.
-- :class:`TrainStrategy` (``kind="train"``; fsdp2, megatron): ``train_step`` runs forward/backward over
-  micro-batches with exact token-level gradient accumulation and one optimizer step; ``state_dict`` gathers full
-  weights for export and for the model update; optimizer and scheduler state save and load for checkpoints.
-- Both ``offload``/``reload`` so colocated roles can time-share a device between phases.
+- :class:`TrainStrategy` (``kind="train"``; fsdp2, megatron): ``split`` cuts a batch into micro-batches,
+  ``forward_backward`` accumulates gradients over them with exact token-level accumulation and ``optimizer_step``
+  takes one step (``train_step`` does all three); ``lr``/``set_lr`` read and rebase the LR schedule;
+  ``state_dict`` gathers full (LoRA-merged) weights for export and for the model update, ``lora_state_dict`` the
+  adapter alone; ``model_state_dict``/``load_model_state_dict`` and ``save_optimizer``/``load_optimizer`` are the
+  checkpoint; ``forward_only`` gives a custom head's outputs (values, scores).
+- Both ``offload``/``reload`` so colocated roles can time-share a device between phases, and both score
+  (:class:`ScoringStrategy`), so a frozen reference or teacher takes either kind.
 - :class:`LossFn`: the trainer's contract with algorithms. It returns a *sum* over its units (tokens, sequences)
   and the strategy divides by the global unit count across all micro-batches and ranks, so gradient accumulation
   and data parallelism equal one big batch exactly.
@@ -119,13 +123,43 @@ class LossFn(Protocol):
 
 
 @runtime_checkable
+class ScoringStrategy(Protocol):
+    """What a frozen scorer (reference, teacher) calls: forward-only log-probs and offload/reload. Every train
+    and every infer strategy has these, so a frozen role takes either kind."""
+
+    def compute_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> TokenScores: ...
+
+    def offload(self) -> None: ...
+
+    def reload(self) -> None: ...
+
+
+@runtime_checkable
 class InferStrategy(Protocol):
-    """Generation and forward-only scoring on one inference worker."""
+    """Generation and forward-only scoring on one inference worker.
+
+    ``generate`` seeds per prompt: ``seeds[p]`` fixes the samples of prompt ``p`` (sample ``s`` draws from
+    ``derive_seed(seeds[p], s)``, :mod:`roll.core.seeding`) whatever else is in the call and whatever the strategy
+    generated before. Without ``seeds`` prompt ``p`` gets ``derive_seed(params.seed, p)`` when ``params.seed`` is
+    set; with neither, the backend's own RNG decides.
+    """
 
     @property
     def policy_version(self) -> int: ...
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[GeneratedSample]: ...
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
+    ) -> list[GeneratedSample]: ...
 
     def compute_logprobs(
         self,
@@ -150,15 +184,40 @@ class InferStrategy(Protocol):
 
 @runtime_checkable
 class TrainStrategy(Protocol):
-    """Training of one data-parallel rank (the model may be sharded across ranks)."""
+    """Training of one data-parallel rank (the model may be sharded across ranks).
 
-    def train_step(self, batch: MicroBatch, loss_fn: LossFn) -> TrainStepResult: ...
+    A role's step is ``split`` -> ``forward_backward`` -> ``optimizer_step`` (``lr`` read before the step is the
+    rate it uses). The optimizer and LR scheduler stay inside the strategy: roles reach them only through
+    ``lr``, ``set_lr`` and ``save_optimizer``/``load_optimizer``. ``model`` is the backend's module (for fsdp2 the
+    transformers model, possibly FSDP-sharded or peft-wrapped; for megatron the DDP-wrapped ``GPTModel``) and
+    ``device`` where it computes, for roles that run their own forwards (evaluation).
+    """
+
+    @property
+    def model(self) -> torch.nn.Module: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def lr(self) -> float: ...
+
+    @property
+    def lora_config(self) -> LoraConfig | None: ...
+
+    def split(self, batch: MicroBatch) -> Sequence[MicroBatch]: ...
+
+    def train_step(
+        self, batch: MicroBatch, loss_fn: LossFn, *, temperature: float = 1.0
+    ) -> TrainStepResult: ...
 
     def forward_backward(
-        self, micro_batches: Sequence[MicroBatch], loss_fn: LossFn
+        self, micro_batches: Sequence[MicroBatch], loss_fn: LossFn, *, temperature: float = 1.0
     ) -> tuple[float, float]: ...
 
     def optimizer_step(self) -> float: ...
+
+    def set_lr(self, lr: float) -> None: ...
 
     def compute_logprobs(
         self,
@@ -169,7 +228,22 @@ class TrainStrategy(Protocol):
         with_entropy: bool = False,
     ) -> TokenScores: ...
 
-    def state_dict(self) -> dict[str, torch.Tensor]: ...
+    def forward_only(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> ForwardOutput: ...
+
+    def state_dict(self, all_ranks: bool = False) -> dict[str, torch.Tensor]: ...
+
+    def lora_state_dict(self, all_ranks: bool = False) -> dict[str, torch.Tensor]: ...
+
+    def model_state_dict(self) -> dict[str, torch.Tensor]: ...
+
+    def load_model_state_dict(self, state: Mapping[str, torch.Tensor]) -> None: ...
 
     def export_hf(self, path: str | Path) -> None: ...
 

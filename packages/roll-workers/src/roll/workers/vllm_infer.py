@@ -9,7 +9,8 @@ Design:
   coroutines to it and wait; :meth:`VLLMInferStrategy.submit` returns a future for request-level use (a scheduler
   can keep many requests in flight and :meth:`abort` any of them from another thread).
 - **One vLLM request per sample**: ``prompts x n`` requests with ``n=1`` each, ids ``"{call}-{prompt}-{sample}"``,
-  so each sample can be aborted alone and, with a seed, gets its own seed ``seed + prompt * n + sample``. Prefix
+  so each sample can be aborted alone and, when seeded, gets its own seed ``derive_seed(prompt_seed, sample)``
+  (:mod:`roll.core.seeding`; vLLM seeds each request's sampler), independent of what else is in flight. Prefix
   caching makes the shared prompt cheap.
 - **Weights** arrive through our worker extension (:class:`RollWorkerExtension`, passed as vLLM's
   ``worker_extension_cls`` and called with ``collective_rpc``): by value (CPU tensors, any placement), by CUDA IPC
@@ -40,6 +41,7 @@ from typing import Any, TypeVar
 import torch
 
 from roll.core.errors import DataError, PluginError, WorkerError, WorkerTimeoutError
+from roll.core.seeding import derive_seed
 from roll.workers.config import LoraConfig, SamplingParams
 from roll.workers.types import FinishReason, GeneratedSample, TokenScores
 from roll.workers.vllm_config import VLLMConfig
@@ -132,6 +134,18 @@ def to_vllm_params(params: SamplingParams, *, seed: int | None, detokenize: bool
     )
 
 
+def sample_seed(
+    base: int | None, prompt_seed: int | None, prompt_index: int, sample_index: int
+) -> int | None:
+    """The vLLM seed of one sample: ``derive_seed(prompt_seed, s)``, with ``prompt_seed`` defaulting to
+    ``derive_seed(base, p)``; None (the engine's RNG) when neither is given. The hf strategy derives the same."""
+    if prompt_seed is None:
+        if base is None:
+            return None
+        prompt_seed = derive_seed(base, prompt_index)
+    return derive_seed(prompt_seed, sample_index)
+
+
 def sampled_logprobs(token_ids: Sequence[int], logprobs: Any) -> list[float]:
     """Log-prob of each sampled token from vLLM's per-position ``{token_id: Logprob}`` entries."""
     if logprobs is None:
@@ -188,15 +202,30 @@ class VLLMInferStrategy:
 
     # ---- generation ---------------------------------------------------------------------------------------
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[GeneratedSample]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
+    ) -> list[GeneratedSample]:
         """Sample ``params.n`` continuations of each prompt; ordered by (prompt, sample). Aborted samples are
-        left out."""
+        left out. Sample ``s`` of prompt ``p`` is one request with vLLM seed ``derive_seed(seeds[p], s)`` (without
+        ``seeds``: ``derive_seed(derive_seed(params.seed, p), s)``, or the engine's RNG when unseeded)."""
         if params.stop_strings and self.config.skip_tokenizer_init:
             raise DataError("stop_strings need the tokenizer; set skip_tokenizer_init: false")
+        if seeds is not None and len(seeds) != len(prompts):
+            raise DataError(
+                f"generate got {len(seeds)} seeds for {len(prompts)} prompts; give one per prompt"
+            )
         call = next(self._calls)
         coros = [
             self._generate_one(
-                list(prompt), params, request_id=f"{call}-{p}-{s}", prompt_index=p, sample_index=s
+                list(prompt),
+                params,
+                request_id=f"{call}-{p}-{s}",
+                prompt_index=p,
+                sample_index=s,
+                seed=sample_seed(params.seed, None if seeds is None else seeds[p], p, s),
             )
             for p, prompt in enumerate(prompts)
             for s in range(params.n)
@@ -212,11 +241,18 @@ class VLLMInferStrategy:
         request_id: str,
         prompt_index: int = 0,
         sample_index: int = 0,
+        prompt_seed: int | None = None,
     ) -> concurrent.futures.Future[GeneratedSample | None]:
         """Start one sample as request ``request_id`` (``params.n`` is ignored); the future resolves to the sample,
-        or ``None`` when it was aborted. Ids must be unique among requests in flight."""
+        or ``None`` when it was aborted. Ids must be unique among requests in flight. Seeded as in
+        :meth:`generate` (``prompt_seed`` plays ``seeds[prompt_index]``)."""
         coro = self._generate_one(
-            list(prompt), params, request_id=request_id, prompt_index=prompt_index, sample_index=sample_index
+            list(prompt),
+            params,
+            request_id=request_id,
+            prompt_index=prompt_index,
+            sample_index=sample_index,
+            seed=sample_seed(params.seed, prompt_seed, prompt_index, sample_index),
         )
         return self._loop.submit(coro)
 
@@ -233,8 +269,8 @@ class VLLMInferStrategy:
         request_id: str,
         prompt_index: int,
         sample_index: int,
+        seed: int | None,
     ) -> GeneratedSample | None:
-        seed = None if params.seed is None else params.seed + prompt_index * params.n + sample_index
         vllm_params = to_vllm_params(params, seed=seed, detokenize=not self.config.skip_tokenizer_init)
         version = self._policy_version
         final = None

@@ -25,6 +25,12 @@ What it does, in the order a step sees it:
   a request never sees weights change half-way. With ``async_ratio == 0`` (sync mode) the caller's thread does
   the work inside :meth:`get_batch` and ``max_staleness`` is 0.
 - **Validation**: :meth:`generate_all` runs a fixed prompt batch request by request, with no filter.
+- **Seeded per prompt** (``seed`` set): every prompt row sent gets :data:`~roll.core.columns.PROMPT_SEED` =
+  ``derive_seed(seed, TRAIN_STREAM, n)`` for the ``n``-th prompt drawn from the source since the run began
+  (``generate_all``: ``derive_seed(seed, EVAL_STREAM, row)``), unless the source set one. The inference workers
+  seed each sample from it, so what a prompt samples depends on the run seed and its place in the feed only:
+  not on batching, ranks or what was generated before. ``n`` is part of :meth:`state_dict`, so a run resumed
+  from a checkpoint taken between steps continues the same seed sequence.
 
 Generic: the scheduler knows a Batch, a Cluster method name, the group size, a version column and callbacks.
 """
@@ -48,6 +54,7 @@ from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.errors import DataError
 from roll.core.scheduler.rank_calls import CallPool, submit_to_rank
+from roll.core.seeding import EVAL_STREAM, TRAIN_STREAM, derive_seed
 
 __all__ = [
     "GenerateOptions",
@@ -97,6 +104,9 @@ class GenerateOptions:
     carry_columns: tuple[str, ...] = ()
     """Prompt columns (ground truth, tag, ...) copied onto each prompt's ``G`` samples when the worker's output
     lacks them."""
+    seed: int | None = None
+    """The run's sampling seed: each prompt sent gets ``prompt_seed_B`` (see the module docstring); None sends
+    none (the workers then sample from their own RNG state, which a resume does not reproduce)."""
 
     @property
     def staleness_bound(self) -> int:
@@ -202,6 +212,7 @@ class GenerateScheduler:
     def generate_all(self, prompts: Batch, *args: Any) -> Batch:
         """Samples for every prompt of ``prompts`` (``G`` per prompt, prompt order), request by request."""
         pool: CallPool[int] = CallPool()
+        prompts = self._seeded(prompts, EVAL_STREAM, 0)
         requests = prompts.split(_sizes(len(prompts), self.options.request_prompts))
         results: dict[int, Batch] = {}
         free = self._free_slots(pool)
@@ -217,6 +228,19 @@ class GenerateScheduler:
         """Cumulative counters (for logs and tests)."""
         with self._lock:
             return self._counters.as_metrics()
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able state for a checkpoint taken between steps: the cumulative counters, among them the number
+        of prompts drawn (the position of the per-prompt seed stream). Buffered and in-flight groups (async mode)
+        are not part of it."""
+        with self._lock:
+            return {"counters": {**vars(self._counters), "filter_stats": dict(self._counters.filter_stats)}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (call before the first :meth:`get_batch`)."""
+        counters = dict(state["counters"])
+        with self._lock:
+            self._counters = _Counters(**counters)
 
     def close(self) -> None:
         """Stop the async thread (requests already on the workers finish there and are discarded)."""
@@ -318,6 +342,7 @@ class GenerateScheduler:
     def _submit_request(self, rank: int, prompts: Batch) -> None:
         job_id = self._next_id
         self._next_id += 1
+        prompts = self._seeded(prompts, TRAIN_STREAM, self._counters.prompts)
         call = submit_to_rank(self.cluster, rank, self.options.method, prompts, *self.gen_args)
         self._pool.add(job_id, call)
         with self._lock:
@@ -337,6 +362,14 @@ class GenerateScheduler:
         for job_id, (job, _, _) in list(self._jobs.items()):
             if job is not None and _refs_ready(job.refs):
                 self._on_scored(job_id, job.result())
+
+    def _seeded(self, prompts: Batch, stream: int, first: int) -> Batch:
+        """``prompts`` with ``prompt_seed_B`` (row ``i``: ``derive_seed(seed, stream, first + i)``) when the
+        scheduler has a seed and the rows carry none."""
+        if self.options.seed is None or C.PROMPT_SEED in prompts:
+            return prompts
+        seeds = [derive_seed(self.options.seed, stream, first + i) for i in range(len(prompts))]
+        return prompts.union(Batch({C.PROMPT_SEED: torch.tensor(seeds, dtype=torch.long)}))
 
     def _carry(self, prompts: Batch, samples: Batch) -> Batch:
         missing = [c for c in self.options.carry_columns if c not in samples]

@@ -17,16 +17,19 @@ Registered methods (dispatch mode) by role:
   a LoRA trainer sends its adapter only); distillation: ``join_transfer_group`` ALL,
   ``receive_topk(batch, name, num_sources, k, key="topk") -> Batch`` DP.
 - :class:`ActorInferWorker` ``(model, infer: HFInferConfig, strategy_name="hf")``: ``setup()`` ALL;
-  ``generate(prompts, params: SamplingParams) -> Batch`` DP (n rows per prompt; see
-  :func:`~roll.workers.roles.sequences.to_sequences`); ``compute_logprobs(batch, temperature=1.0,
+  ``generate(prompts, params: SamplingParams) -> Batch`` DP (n rows per prompt, seeded by each row's
+  ``prompt_seed_B`` when given; see :func:`~roll.workers.roles.sequences.to_sequences`); ``compute_logprobs(batch, temperature=1.0,
   with_entropy=False) -> Batch`` DP; ``update_weights(bucket_refs, policy_version)`` / ``join_update_group`` /
   ``receive_weights(name, policy_version)`` ALL; ``policy_version() -> list[int]`` ALL;
   ``weights_checksum(dtype=None) -> list[str]`` ALL; ``offload()`` / ``reload()`` ALL.
 - :class:`HybridActorWorker` ``(model, strategy: FSDP2Config, infer: HFInferConfig, total_steps=1,
-  strategy_name="fsdp2", infer_name="hf")``: both in one process; ``setup()`` ALL; ``train_step`` DP;
-  ``sync_weights(policy_version) -> list[int]`` ALL (in process, no copy through the object store); ``generate``
-  DP; ``compute_logprobs`` DP (trainer); ``policy_version()`` / ``full_state_dict()`` /
-  ``weights_checksum(side="infer")`` / ``offload(side)`` / ``reload(side)`` ALL.
+  strategy_name="fsdp2", infer_name="hf")``: both in one process, and one cluster of it can be a pipeline's
+  train and infer cluster at once: the methods above of ``ActorTrainWorker`` (``train_step``, ``set_lr``,
+  ``compute_logprobs`` (trainer), ``save_checkpoint``/``load_checkpoint``, ``export_hf``, ``full_state_dict``)
+  and of ``ActorInferWorker`` (``generate``, ``policy_version``) with the same signatures and dispatch;
+  ``weights_checksum(dtype=None, side="infer")`` / ``offload(side=None)`` / ``reload(side=None)`` ALL (``side``
+  picks one strategy; None: both); the model update is ``sync_weights(policy_version) -> list[int]`` ALL (in
+  process), which ``ModelUpdateGroup(hybrid, hybrid)`` uses (mode ``in_process``).
 - :class:`ReferenceWorker` ``(model, strategy=None, strategy_name="hf")``: ``setup()``,
   ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch`` DP, ``offload``/``reload``.
 - :class:`CriticWorker` ``(model, strategy: FSDP2Config, total_steps=1, strategy_name="fsdp2")``: ``setup()``,

@@ -10,18 +10,51 @@ from roll.core import columns as C
 from roll.core import plugins
 from roll.core.batch import PAD_COLUMN, Batch
 from roll.core.cluster import Worker
-from roll.core.errors import ConfigError, DataError
-from roll.workers.types import ForwardOutput, LossFn, MicroBatch
+from roll.core.errors import ConfigError, DataError, PluginError
+from roll.core.types import StrategySpec
+from roll.workers.types import (
+    ForwardOutput,
+    InferStrategy,
+    LossFn,
+    MicroBatch,
+    ScoringStrategy,
+    TrainStrategy,
+)
 
 
-def strategy_spec(name: str, kind: str, role: str) -> Any:
+def strategy_spec(name: str, kind: str, role: str) -> StrategySpec:
     """The ``roll.strategy`` plugin ``name``, checked to be of ``kind`` (train/infer)."""
-    spec = plugins.load("roll.strategy", name)
+    spec: StrategySpec = plugins.load("roll.strategy", name)  # checked to be a StrategySpec by the loader
     if spec.kind != kind:
         raise ConfigError(
             f"{role}: strategy {name!r} is a {spec.kind} strategy; this role needs a {kind} one"
         )
     return spec
+
+
+def build_train(spec: StrategySpec, config: Any, model: Any, role: str, **kwargs: Any) -> TrainStrategy:
+    """``spec.build(config, model, **kwargs)``, checked to implement :class:`TrainStrategy`."""
+    strategy = spec.build(config, model, **kwargs)
+    if not isinstance(strategy, TrainStrategy):
+        raise _incomplete(strategy, TrainStrategy, spec.name, role)
+    return strategy
+
+
+def build_infer(spec: StrategySpec, config: Any, model: Any, role: str, **kwargs: Any) -> InferStrategy:
+    """``spec.build(config, model, **kwargs)``, checked to implement :class:`InferStrategy`."""
+    strategy = spec.build(config, model, **kwargs)
+    if not isinstance(strategy, InferStrategy):
+        raise _incomplete(strategy, InferStrategy, spec.name, role)
+    return strategy
+
+
+def _incomplete(strategy: object, protocol: type, name: str, role: str) -> PluginError:
+    members = sorted(n for n in vars(protocol) if not n.startswith("_"))
+    missing = [m for m in members if not hasattr(strategy, m)]
+    return PluginError(
+        f"{role}: strategy {name!r} built a {type(strategy).__name__}, which lacks the {protocol.__name__} "
+        f"members {missing}"
+    )
 
 
 def join_default_group(worker: Worker) -> None:
@@ -67,7 +100,9 @@ class ZeroWeight:
         return 0.0
 
 
-def train_on(strategy: Any, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
+def train_on(
+    strategy: TrainStrategy, batch: Batch, loss_fn: LossFn, temperature: float = 1.0
+) -> dict[str, float]:
     """One optimizer step on this rank's real rows; DP padding rows are not trained on.
 
     A rank that received only padding runs its forwards with a zero-weighted loss, because FSDP's collectives
@@ -78,10 +113,19 @@ def train_on(strategy: Any, batch: Batch, loss_fn: LossFn, temperature: float = 
         real, loss_fn = batch.slice(0, 1), ZeroWeight(loss_fn)
     mbs = strategy.split(micro_batch(real))
     loss, units = strategy.forward_backward(mbs, loss_fn, temperature=temperature)
-    lr = float(strategy.optimizer.param_groups[0]["lr"])
+    lr = strategy.lr
     grad_norm = strategy.optimizer_step()
     tokens = float(real.tensors[C.ATTENTION_MASK].sum()) if not isinstance(loss_fn, ZeroWeight) else 0.0
     return {"loss": loss, "grad_norm": grad_norm, "lr": lr, "tokens": tokens, "units": units}
+
+
+def logprobs_of(strategy: ScoringStrategy, batch: Batch, temperature: float, with_entropy: bool) -> Batch:
+    """``logp_BT`` (and ``entropy_BT``) of ``batch``'s sequences under ``strategy``, forward only, on the CPU."""
+    mb = micro_batch(batch)
+    scores = strategy.compute_logprobs(
+        mb["input_ids"], mb["attention_mask"], temperature=temperature, with_entropy=with_entropy
+    )
+    return scores_batch(batch, **{C.LOGP: scores.logp_BT, C.ENTROPY: scores.entropy_BT})
 
 
 def check_micro_batch_fits(batch: Batch, limit: int | None, role: str, key: str) -> None:

@@ -12,6 +12,7 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers import logits_transfer
+from roll.workers.config import LoraConfig
 from roll.workers.model_update import (
     CollectiveGroup,
     free_port,
@@ -24,7 +25,7 @@ from roll.workers.model_update import (
 from roll.workers.roles import _common, checkpoint
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
-from roll.workers.types import LossFn
+from roll.workers.types import LossFn, TrainStrategy
 
 
 class ActorTrainWorker(Worker):
@@ -48,11 +49,11 @@ class ActorTrainWorker(Worker):
             torch.set_num_threads(threads)
         self.model_cfg, self.strategy_cfg = model, strategy
         self.total_steps, self.strategy_name = total_steps, strategy_name
-        self.strategy: Any = None
+        self.strategy: TrainStrategy  # built by setup()
         self.tokenizer: Any = None
         self._groups: dict[str, CollectiveGroup] = {}
         self._staged: dict[str, torch.Tensor] = {}
-        self._staged_lora: Any = None
+        self._staged_lora: LoraConfig | None = None
         self._bucket_names: list[list[str]] = []
 
     @register(Dispatch.ONE_TO_ALL)
@@ -63,7 +64,9 @@ class ActorTrainWorker(Worker):
         model = load_causal_lm(self.model_cfg, self.role)
         self.tokenizer = load_tokenizer(self.model_cfg, self.role)
         check_vocab(self.tokenizer, model, self.model_cfg, self.role)
-        self.strategy = spec.build(self.strategy_cfg, model, total_steps=self.total_steps)
+        self.strategy = _common.build_train(
+            spec, self.strategy_cfg, model, self.role, total_steps=self.total_steps
+        )
 
     @register(Dispatch.DP_SPLIT)
     def train_with_metrics(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
@@ -76,10 +79,7 @@ class ActorTrainWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def set_lr(self, lr: float) -> None:
         """Use ``lr`` as the base rate from now on (e.g. a warm-up at its own rate, then RL at another)."""
-        optimizer = self.strategy.optimizer
-        for group in optimizer.param_groups:
-            group["lr"] = group["initial_lr"] = lr
-        self.strategy.scheduler.base_lrs = [lr for _ in optimizer.param_groups]
+        self.strategy.set_lr(lr)
 
     @register(Dispatch.DP_SPLIT)
     def train_step(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
@@ -96,11 +96,7 @@ class ActorTrainWorker(Worker):
     @register(Dispatch.DP_SPLIT)
     def compute_logprobs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False) -> Batch:
         """``logp_BT`` (and ``entropy_BT``) of ``input_ids_BT`` under the current weights, forward only."""
-        mb = _common.micro_batch(batch)
-        scores = self.strategy.compute_logprobs(
-            mb["input_ids"], mb["attention_mask"], temperature=temperature, with_entropy=with_entropy
-        )
-        return _common.scores_batch(batch, **{C.LOGP: scores.logp_BT, C.ENTROPY: scores.entropy_BT})
+        return _common.logprobs_of(self.strategy, batch, temperature, with_entropy)
 
     # ---- checkpoints and export ----------------------------------------------------------------------------
 
@@ -137,7 +133,7 @@ class ActorTrainWorker(Worker):
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The full weights (LoRA merged) from rank 0, ``{}`` from other ranks. Collective; for tests and tools,
         not for the model update (see ``stage_weights``)."""
-        state: dict[str, torch.Tensor] = self.strategy.state_dict()
+        state = self.strategy.state_dict()
         return state if self.rank == 0 else {}
 
     @register(Dispatch.ONE_TO_ALL)

@@ -1,37 +1,33 @@
 """Save and restore a train strategy's full state: model, optimizer, scheduler, RNG.
 
-Layout of a checkpoint folder: ``model.safetensors`` (the module's full, unmerged state dict, written by rank 0;
-with LoRA it holds peft names, so training resumes with the adapter), ``optimizer.pt`` (full optimizer and
-scheduler state, rank 0, see ``FSDP2TrainStrategy.save_optimizer``) and ``rng_rank{r}.pt`` per rank. Full (not
-sharded) states let a run resume on a different number of ranks. Atomic renames are the CheckpointManager's job.
+Layout of a checkpoint folder: ``model.safetensors`` (the strategy's ``model_state_dict``: full and unmerged,
+written by rank 0; with LoRA it holds peft names, so training resumes with the adapter), ``optimizer.pt`` (the
+strategy's ``save_optimizer``: fsdp2 writes the full optimizer and scheduler state from rank 0, megatron one file
+per TP/PP rank) and ``rng_rank{r}.pt`` per rank. fsdp2's full (not sharded) states let a run resume on a
+different number of ranks. Atomic renames are the CheckpointManager's job.
 """
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    set_model_state_dict,
-)
 
 from roll.core.errors import CheckpointError
+from roll.workers.types import TrainStrategy
 
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 
 
-def save(strategy: Any, path: Path, rank: int) -> None:
+def save(strategy: TrainStrategy, path: Path, rank: int) -> None:
     """Collective over the strategy's ranks."""
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    state = cast(dict[str, torch.Tensor], get_model_state_dict(strategy.model, options=options))
+    state = strategy.model_state_dict()
     if rank == 0:
         path.mkdir(parents=True, exist_ok=True)
         save_file(_unshared(state), str(path / MODEL_FILE))
@@ -42,13 +38,12 @@ def save(strategy: Any, path: Path, rank: int) -> None:
     _barrier()
 
 
-def load(strategy: Any, path: Path, rank: int) -> None:
+def load(strategy: TrainStrategy, path: Path, rank: int) -> None:
     """Every rank reads the full model state and keeps its shard; then optimizer, scheduler and RNG."""
     model_file = path / MODEL_FILE
     if not model_file.exists():
         raise CheckpointError(f"no {MODEL_FILE} in checkpoint {path}")
-    state: dict[str, Any] = load_file(str(model_file))
-    set_model_state_dict(strategy.model, state, options=StateDictOptions(full_state_dict=True))
+    strategy.load_model_state_dict(load_file(str(model_file)))
     strategy.load_optimizer(path / OPTIMIZER_FILE)
     rng_file = path / f"rng_rank{rank}.pt"
     if rng_file.exists():

@@ -1,31 +1,48 @@
 """``HybridActorWorker``: the policy's train and infer strategies in one process, time-sharing one device.
 
-The colocated setup of RL on few GPUs: one actor trains (fsdp2) and generates (hf or another infer plugin), and a
-weight sync is a copy from the trainer's tensors into the inference model inside the process
-(:func:`~roll.workers.model_update.sync_in_process`): no bucket is packed, nothing goes through the object store
-or a process group. Under LoRA only the adapter moves (the inference side merges it, see :mod:`roll.workers.lora`).
-With several ranks every rank gathers the full weights for its own inference copy (a collective over the role).
+The colocated setup of RL on few GPUs (and ``placement: hybrid`` on CPU): one actor trains (fsdp2) and generates
+(hf or another infer plugin), and a weight sync is a copy from the trainer's tensors into the inference model
+inside the process (:func:`~roll.workers.model_update.sync_in_process`): no bucket is packed, nothing goes
+through the object store or a process group. Under LoRA only the adapter moves (the inference side merges it,
+see :mod:`roll.workers.lora`). With several ranks every rank gathers the full weights for its own inference copy
+(a collective over the role).
 
-On a GPU, :meth:`HybridActorWorker.offload` / :meth:`~HybridActorWorker.reload` move one side out while the other
-works (``offload("train")`` before generating, ``offload("infer")`` before training).
+One hybrid cluster can be a pipeline's train cluster *and* its infer cluster: it has every method pipelines call
+on an :class:`~roll.workers.roles.actor.ActorTrainWorker` cluster (``train_step``, ``set_lr``,
+``compute_logprobs``, ``save_checkpoint``/``load_checkpoint``, ``export_hf``, ``full_state_dict``,
+``weights_checksum``, ``offload``/``reload``) and on an :class:`~roll.workers.roles.infer.ActorInferWorker`
+cluster (``generate``, ``policy_version``), with the same signatures; ``offload``/``reload``/
+``weights_checksum`` take an extra keyword ``side`` to pick one strategy. The model update is
+``sync_weights``: ``ModelUpdateGroup(hybrid, hybrid)`` sees one cluster on both ends and uses it (mode
+``in_process``). ``compute_logprobs`` scores with the trainer's weights, which equal the served ones after a
+sync.
+
+On a GPU, ``offload(side="train")`` before generating and ``offload(side="infer")`` before training keep one
+side off the device while the other works.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import sync_in_process, weights_checksum
-from roll.workers.roles import _common
+from roll.workers.roles import _common, checkpoint
 from roll.workers.roles.config import ModelConfig
-from roll.workers.roles.infer import _prompt_ids, _prompt_index, _samples_batch
+from roll.workers.roles.infer import (
+    _prompt_ids,
+    _prompt_index,
+    _prompt_seeds,
+    _samples_batch,
+    served_weights,
+)
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
-from roll.workers.types import LossFn
+from roll.workers.types import InferStrategy, LossFn, TrainStrategy
 
 Side = Literal["train", "infer"]
 
@@ -53,8 +70,8 @@ class HybridActorWorker(Worker):
             torch.set_num_threads(threads)
         self.model_cfg, self.strategy_cfg, self.infer_cfg = model, strategy, infer
         self.total_steps, self.strategy_name, self.infer_name = total_steps, strategy_name, infer_name
-        self.train: Any = None
-        self.infer: Any = None
+        self.train: TrainStrategy  # built by setup()
+        self.infer: InferStrategy
         self.tokenizer: Any = None
 
     @register(Dispatch.ONE_TO_ALL)
@@ -67,9 +84,15 @@ class HybridActorWorker(Worker):
         self.tokenizer = load_tokenizer(self.model_cfg, self.role)
         train_model = load_causal_lm(self.model_cfg, self.role)
         check_vocab(self.tokenizer, train_model, self.model_cfg, self.role)
-        self.train = train_spec.build(self.strategy_cfg, train_model, total_steps=self.total_steps)
+        self.train = _common.build_train(
+            train_spec, self.strategy_cfg, train_model, self.role, total_steps=self.total_steps
+        )
         infer_model = load_causal_lm(self.model_cfg, self.role)
-        self.infer = infer_spec.build(self.infer_cfg, infer_model, tokenizer=self.tokenizer)
+        self.infer = _common.build_infer(
+            infer_spec, self.infer_cfg, infer_model, self.role, tokenizer=self.tokenizer
+        )
+
+    # ---- the train side (as ActorTrainWorker) ----------------------------------------------------------------
 
     @register(Dispatch.DP_SPLIT)
     def train_step(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
@@ -79,6 +102,57 @@ class HybridActorWorker(Worker):
         return _common.train_on(self.train, batch, loss_fn, temperature)
 
     @register(Dispatch.ONE_TO_ALL)
+    def set_lr(self, lr: float) -> None:
+        """As :meth:`ActorTrainWorker.set_lr`."""
+        self.train.set_lr(lr)
+
+    @register(Dispatch.DP_SPLIT)
+    def compute_logprobs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False) -> Batch:
+        """``logp_BT`` (and ``entropy_BT``) under the trainer's current weights, forward only."""
+        return _common.logprobs_of(self.train, batch, temperature, with_entropy)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        """The trainer's checkpoint and this process's RNG (as :meth:`ActorTrainWorker.save_checkpoint`); the
+        inference side holds no state of its own beyond the weights of the last sync."""
+        checkpoint.save(self.train, Path(path), self.rank)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        """Restore the trainer; the inference side serves the restored weights after the next sync."""
+        checkpoint.load(self.train, Path(path), self.rank)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def export_hf(self, path: str) -> None:
+        """The trainer's weights as a ``save_pretrained`` folder plus the tokenizer."""
+        self.train.export_hf(path)
+        if self.rank == 0:
+            self.tokenizer.save_pretrained(path)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The trainer's full weights (LoRA merged) from rank 0, ``{}`` elsewhere. Collective."""
+        state = self.train.state_dict()
+        return state if self.rank == 0 else {}
+
+    # ---- the infer side (as ActorInferWorker) ----------------------------------------------------------------
+
+    @register(Dispatch.DP_SPLIT)
+    def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
+        """As :meth:`ActorInferWorker.generate`, with the weights of the last :meth:`sync_weights`."""
+        prompt_ids = _prompt_ids(prompts)
+        index_B = _prompt_index(prompts, self.rank)
+        samples = self.infer.generate(prompt_ids, params, _prompt_seeds(prompts, index_B, params))
+        return _samples_batch(samples, prompts, prompt_ids, index_B, params.n)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def policy_version(self) -> int:
+        """The policy version the inference side serves."""
+        return self.infer.policy_version
+
+    # ---- both ------------------------------------------------------------------------------------------------
+
+    @register(Dispatch.ONE_TO_ALL)
     def sync_weights(self, policy_version: int, bucket_mb: float = 256.0) -> int:
         """Load the trainer's current weights (its adapter alone under LoRA) into this rank's inference model and
         serve them as ``policy_version``. Collective over the role. Returns the buckets handed over."""
@@ -86,47 +160,29 @@ class HybridActorWorker(Worker):
             self.train, self.infer, policy_version, bucket_mb, all_ranks=self.world_size > 1
         )
 
-    @register(Dispatch.DP_SPLIT)
-    def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
-        """As :meth:`ActorInferWorker.generate`, with the weights of the last :meth:`sync_weights`."""
-        prompt_ids = _prompt_ids(prompts)
-        samples = self.infer.generate(prompt_ids, params)
-        return _samples_batch(samples, prompts, prompt_ids, _prompt_index(prompts, self.rank), params.n)
-
-    @register(Dispatch.DP_SPLIT)
-    def compute_logprobs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False) -> Batch:
-        """``logp_BT`` (and ``entropy_BT``) under the trainer's current weights, forward only."""
-        mb = _common.micro_batch(batch)
-        scores = self.train.compute_logprobs(
-            mb["input_ids"], mb["attention_mask"], temperature=temperature, with_entropy=with_entropy
-        )
-        return _common.scores_batch(batch, **{C.LOGP: scores.logp_BT, C.ENTROPY: scores.entropy_BT})
-
     @register(Dispatch.ONE_TO_ALL)
-    def policy_version(self) -> int:
-        """The policy version the inference side serves."""
-        return int(self.infer.policy_version)
-
-    @register(Dispatch.ONE_TO_ALL)
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The trainer's full weights (LoRA merged) from rank 0, ``{}`` elsewhere. Collective."""
-        state: dict[str, torch.Tensor] = self.train.state_dict()
-        return state if self.rank == 0 else {}
-
-    @register(Dispatch.ONE_TO_ALL)
-    def weights_checksum(self, side: Side = "infer") -> str:
+    def weights_checksum(self, dtype: str | None = None, side: Side = "infer") -> str:
         """SHA-256 of the served weights (``infer``, every rank) or the trainer's (``train``: collective, rank 0's
-        is the one)."""
+        is the one), cast to ``dtype`` first when given."""
+        cast = getattr(torch, dtype) if dtype else None
         if side == "train":
             state = self.train.state_dict()
-            return weights_checksum(state) if self.rank == 0 else ""
-        return weights_checksum(self.infer.model.state_dict())
+            return weights_checksum(state, cast) if self.rank == 0 else ""
+        return weights_checksum(served_weights(self.infer, self.role, self.infer_name), cast)
 
     @register(Dispatch.ONE_TO_ALL)
-    def offload(self, side: Side) -> None:
-        """Move one side's weights (and the trainer's optimizer state) off the device."""
-        (self.train if side == "train" else self.infer).offload()
+    def offload(self, side: Side | None = None) -> None:
+        """Move one side's weights (the trainer's with its optimizer state) off the device; both by default."""
+        for strategy in self._sides(side):
+            strategy.offload()
 
     @register(Dispatch.ONE_TO_ALL)
-    def reload(self, side: Side) -> None:
-        (self.train if side == "train" else self.infer).reload()
+    def reload(self, side: Side | None = None) -> None:
+        """Undo :meth:`offload` for one side, or both."""
+        for strategy in self._sides(side):
+            strategy.reload()
+
+    def _sides(self, side: Side | None) -> list[TrainStrategy | InferStrategy]:
+        if side is None:
+            return [self.train, self.infer]
+        return [self.train] if side == "train" else [self.infer]

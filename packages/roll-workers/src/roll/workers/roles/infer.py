@@ -11,6 +11,7 @@ from roll.core import columns as C
 from roll.core.batch import PAD_COLUMN, Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.core.errors import WorkerError
+from roll.core.seeding import derive_seed
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import (
     CollectiveGroup,
@@ -22,7 +23,7 @@ from roll.workers.model_update import (
 from roll.workers.roles import _common
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer, resolve_path
-from roll.workers.types import GeneratedSample
+from roll.workers.types import GeneratedSample, InferStrategy
 
 _PATH_BACKENDS = frozenset({"vllm"})
 """Backends that load the weights themselves from a folder or hub id (the worker hands them the path)."""
@@ -37,7 +38,7 @@ class ActorInferWorker(Worker):
     def __init__(self, ctx: WorkerContext, model: ModelConfig, infer: Any, strategy_name: str = "hf") -> None:
         super().__init__(ctx)
         self.model_cfg, self.infer_cfg, self.strategy_name = model, infer, strategy_name
-        self.strategy: Any = None
+        self.strategy: InferStrategy  # built by setup()
         self._groups: dict[str, CollectiveGroup] = {}
 
     @register(Dispatch.ONE_TO_ALL)
@@ -46,27 +47,28 @@ class ActorInferWorker(Worker):
         spec = _common.strategy_spec(self.strategy_name, "infer", self.role)
         tokenizer = load_tokenizer(self.model_cfg, self.role)
         if self.strategy_name in _PATH_BACKENDS:
-            self.strategy = spec.build(
-                self.infer_cfg, resolve_path(self.model_cfg.path, self.role, "model.path")
-            )
+            path = resolve_path(self.model_cfg.path, self.role, "model.path")
+            self.strategy = _common.build_infer(spec, self.infer_cfg, path, self.role)
             return
         model = load_causal_lm(self.model_cfg, self.role)
         check_vocab(tokenizer, model, self.model_cfg, self.role)
-        self.strategy = spec.build(self.infer_cfg, model, tokenizer=tokenizer)
+        self.strategy = _common.build_infer(spec, self.infer_cfg, model, self.role, tokenizer=tokenizer)
 
     @register(Dispatch.DP_SPLIT)
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         """``params.n`` samples per prompt row, ordered by (prompt, sample).
 
-        Reads :data:`~columns.PROMPT_IDS` (or left-padded ``input_ids_BT`` + ``attention_mask_BT``) and optional
-        :data:`~columns.PROMPT_INDEX` (default: the row's index in the batch given to the cluster). Writes
+        Reads :data:`~columns.PROMPT_IDS` (or left-padded ``input_ids_BT`` + ``attention_mask_BT``), optional
+        :data:`~columns.PROMPT_INDEX` (default: the row's index in the batch given to the cluster) and optional
+        :data:`~columns.PROMPT_SEED` (each prompt's seed; default with ``params.seed``: ``derive_seed(params.seed,
+        prompt_index)``, so the samples do not depend on how the cluster split the rows). Writes
         ``prompt_index_B``, ``sample_index_B``, ``policy_version_B`` and the non-tensor columns ``prompt_ids``,
         ``response_ids``, ``response_logp``, ``finish_reason``, ``text``; use :func:`~roll.workers.roles.
         sequences.to_sequences` to turn them into padded ``[B, T]`` tensors.
         """
         prompt_ids = _prompt_ids(prompts)
         index_B = _prompt_index(prompts, self.rank)
-        samples = self.strategy.generate(prompt_ids, params)
+        samples = self.strategy.generate(prompt_ids, params, _prompt_seeds(prompts, index_B, params))
         return _samples_batch(samples, prompts, prompt_ids, index_B, params.n)
 
     @register(Dispatch.DP_SPLIT)
@@ -90,7 +92,7 @@ class ActorInferWorker(Worker):
         for ref in bucket_refs:
             bucket: TensorBucket = ray.get(ref)
             load_payload(self.strategy, bucket.tensors(), bucket.meta.lora, policy_version)
-        return self.strategy.policy_version  # type: ignore[no-any-return]
+        return self.strategy.policy_version
 
     @register(Dispatch.ONE_TO_ALL)
     def join_update_group(
@@ -114,10 +116,8 @@ class ActorInferWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def weights_checksum(self, dtype: str | None = None) -> str:
         """SHA-256 of the served weights (same recipe as the trainer's, see ``model_update.weights_checksum``)."""
-        model = getattr(self.strategy, "model", None)
-        if not isinstance(model, torch.nn.Module):
-            raise WorkerError(f"{self.role}: strategy {self.strategy_name!r} does not expose its weights")
-        return weights_checksum(model.state_dict(), getattr(torch, dtype) if dtype else None)
+        served = served_weights(self.strategy, self.role, self.strategy_name)
+        return weights_checksum(served, getattr(torch, dtype) if dtype else None)
 
     @register(Dispatch.ONE_TO_ALL)
     def offload(self) -> None:
@@ -126,6 +126,14 @@ class ActorInferWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def reload(self) -> None:
         self.strategy.reload()
+
+
+def served_weights(strategy: InferStrategy, role: str, name: str) -> dict[str, torch.Tensor]:
+    """The weights an in-process inference strategy serves (hf keeps a ``model``; vLLM's live in its engine)."""
+    model = getattr(strategy, "model", None)
+    if not isinstance(model, torch.nn.Module):
+        raise WorkerError(f"{role}: strategy {name!r} does not expose its weights to this process")
+    return model.state_dict()
 
 
 def _prompt_ids(prompts: Batch) -> list[list[int]]:
@@ -141,6 +149,15 @@ def _prompt_index(prompts: Batch, rank: int) -> torch.Tensor:
     if C.PROMPT_INDEX in prompts.tensors:
         return prompts.tensors[C.PROMPT_INDEX].long()
     return torch.arange(len(prompts)) + rank * len(prompts)
+
+
+def _prompt_seeds(prompts: Batch, index_B: torch.Tensor, params: SamplingParams) -> list[int] | None:
+    """Given per-prompt seeds, else seeds derived from ``params.seed`` and the global prompt index, else None."""
+    if C.PROMPT_SEED in prompts.tensors:
+        return [int(s) for s in prompts.tensors[C.PROMPT_SEED].tolist()]
+    if params.seed is None:
+        return None
+    return [derive_seed(params.seed, int(i)) for i in index_B.tolist()]
 
 
 def _samples_batch(

@@ -7,13 +7,15 @@ from typing import Any
 
 import torch
 
-from roll.core import columns as C
 from roll.core import plugins
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
+from roll.core.errors import WorkerError
+from roll.core.types import StrategySpec
 from roll.workers.roles import _common
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
+from roll.workers.types import ScoringStrategy
 
 
 class FrozenScorer:
@@ -22,10 +24,10 @@ class FrozenScorer:
     def __init__(self, worker: Worker, model: ModelConfig, strategy: Any, strategy_name: str) -> None:
         self.worker, self.model_cfg, self.strategy_name = worker, model, strategy_name
         self.strategy_cfg = strategy
-        self.strategy: Any = None
+        self.strategy: ScoringStrategy  # built by setup()
 
     def setup(self) -> None:
-        spec = plugins.load("roll.strategy", self.strategy_name)
+        spec: StrategySpec = plugins.load("roll.strategy", self.strategy_name)
         if spec.kind == "train":
             _common.join_default_group(self.worker)
         config = self.strategy_cfg if self.strategy_cfg is not None else spec.config_model()
@@ -33,16 +35,25 @@ class FrozenScorer:
         tokenizer = load_tokenizer(self.model_cfg, self.worker.role)
         check_vocab(tokenizer, model, self.model_cfg, self.worker.role)
         model.requires_grad_(False)
-        kwargs = {"tokenizer": tokenizer} if spec.kind == "infer" else {}
-        self.strategy = spec.build(config, model, **kwargs)
+        role = self.worker.role
+        if spec.kind == "infer":
+            self.strategy = _common.build_infer(spec, config, model, role, tokenizer=tokenizer)
+        else:
+            self.strategy = _common.build_train(spec, config, model, role)
+
+    def module(self) -> torch.nn.Module:
+        """The scorer's torch module, for forwards of its own (top-k logits); hf and fsdp2 keep one."""
+        model = getattr(self.strategy, "model", None)
+        if not isinstance(model, torch.nn.Module):
+            raise WorkerError(
+                f"{self.worker.role}: strategy {self.strategy_name!r} keeps no torch module in this process; "
+                "use strategy type hf or fsdp2 for this role"
+            )
+        return model
 
     @torch.no_grad()
     def logprobs(self, batch: Batch, temperature: float, with_entropy: bool) -> Batch:
-        mb = _common.micro_batch(batch)
-        scores = self.strategy.compute_logprobs(
-            mb["input_ids"], mb["attention_mask"], temperature=temperature, with_entropy=with_entropy
-        )
-        return _common.scores_batch(batch, **{C.LOGP: scores.logp_BT, C.ENTROPY: scores.entropy_BT})
+        return _common.logprobs_of(self.strategy, batch, temperature, with_entropy)
 
 
 class ReferenceWorker(Worker):

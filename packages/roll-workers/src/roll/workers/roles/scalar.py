@@ -11,7 +11,7 @@ from roll.workers.roles import _common, checkpoint
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.heads import score_forward, value_forward
 from roll.workers.roles.model import Head, check_vocab, load_model, load_tokenizer
-from roll.workers.types import ForwardOutput, LossFn
+from roll.workers.types import ForwardOutput, LossFn, TrainStrategy
 
 
 class ScalarHeadModel:
@@ -28,7 +28,7 @@ class ScalarHeadModel:
     ) -> None:
         self.worker, self.model_cfg, self.strategy_cfg = worker, model, strategy
         self.total_steps, self.strategy_name, self.head = total_steps, strategy_name, head
-        self.strategy: Any = None
+        self.strategy: TrainStrategy  # built by setup()
 
     def setup(self) -> None:
         _common.join_default_group(self.worker)
@@ -37,12 +37,13 @@ class ScalarHeadModel:
         tokenizer = load_tokenizer(self.model_cfg, self.worker.role)
         check_vocab(tokenizer, model, self.model_cfg, self.worker.role)
         forward = value_forward if self.head == "value" else score_forward
-        self.strategy = spec.build(self.strategy_cfg, model, total_steps=self.total_steps, forward=forward)
+        self.strategy = _common.build_train(
+            spec, self.strategy_cfg, model, self.worker.role, total_steps=self.total_steps, forward=forward
+        )
 
     def forward(self, batch: Batch) -> ForwardOutput:
         mb = _common.micro_batch(batch)
-        out: ForwardOutput = self.strategy.forward_only(mb["input_ids"], mb["attention_mask"])
-        return out
+        return self.strategy.forward_only(mb["input_ids"], mb["attention_mask"])
 
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         limit = getattr(self.strategy_cfg, "max_tokens_per_micro_batch", None)

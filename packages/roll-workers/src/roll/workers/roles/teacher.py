@@ -81,7 +81,7 @@ class TeacherWorker(Worker):
     def _topk(self, batch: Batch, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         mb = _common.micro_batch(batch)
         ids_BT, mask_BT = mb["input_ids"], mb["attention_mask"]
-        model = self.scorer.strategy.model
+        model = self.scorer.module()
         device = next(model.parameters()).device
         rows = max(1, _TOKENS_PER_FORWARD // max(1, ids_BT.shape[1]))
         values, indices = [], []
