@@ -49,6 +49,12 @@ class RolloutConfig(RollModel):
     max_staleness: int | None = Field(
         None, ge=0, description="max policy-version lag of a trained sample; default ceil(ratio)"
     )
+    async_mode: Literal["stream", "step_ahead"] = Field(
+        "stream",
+        description="stream: a generator thread keeps up to ratio steps of groups ready (timing decides which "
+        "weights made a group); step_ahead (ratio 1): the next step's batch generates on this step's weights "
+        "while it trains and the sync waits for it: one update stale, reproducible, resumed exactly",
+    )
 
 
 class ValidationConfig(RollModel):
@@ -137,7 +143,7 @@ class RLVRConfig(RunConfig):
     def _consistent(self) -> Self:
         issues = batch_issues(self.batch, self.actor_train, role_key="actor_train", pairs=False)
         issues += self.algorithm.check(self.batch.samples_per_prompt)
-        issues += self._tag_issues() + self._critic_issues()
+        issues += self._tag_issues() + self._critic_issues() + self._async_issues()
         if issues:
             raise issues_error(issues)
         return self
@@ -152,6 +158,30 @@ class RLVRConfig(RunConfig):
                     issues.append(ConfigIssue(f"rewards.{name}.tags", message, "each tag goes to one domain"))
                 seen[tag] = name
         return issues
+
+    def _async_issues(self) -> list[ConfigIssue]:
+        r = self.rollout
+        if r.async_mode == "step_ahead" and r.async_generation_ratio != 1:
+            message = f"async_mode step_ahead generates exactly one step ahead; async_generation_ratio is {r.async_generation_ratio:g}"
+            return [
+                ConfigIssue(
+                    "rollout.async_generation_ratio", message, "set it to 1, or use async_mode: stream"
+                )
+            ]
+        shared = (
+            self.actor_train.device_group is not None
+            and self.actor_train.device_group == self.actor_infer.device_group
+        )
+        if r.async_generation_ratio > 0 and (shared or self.placement == "hybrid"):
+            message = "async generation overlaps generation with training, but actor_train and actor_infer share devices"
+            return [
+                ConfigIssue(
+                    "rollout.async_generation_ratio",
+                    message,
+                    "set it to 0, or give actor_infer its own devices",
+                )
+            ]
+        return []
 
     def _critic_issues(self) -> list[ConfigIssue]:
         issues = []

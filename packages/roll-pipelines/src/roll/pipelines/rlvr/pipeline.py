@@ -42,6 +42,7 @@ from roll.pipelines.algorithms.kl import build_kl_controller, kl_estimate
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.policy.critic import batch_metrics
 from roll.pipelines.policy.group import CriticSpec, PolicyGroup, PolicySpec
+from roll.pipelines.policy.prefetch import StepAhead
 from roll.pipelines.rlvr import metrics as M
 from roll.pipelines.rlvr.config import RLVRConfig
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, PromptFeeder, prompt_batch, sft_batch
@@ -110,6 +111,7 @@ class RLVRPipeline(BasePipeline):
         self.policy.start(also=[*self.reward_clusters.values(), *extra])
         self.rewards = RewardScheduler(self.reward_clusters, self.domain_of, method="score")
         self.scheduler = self._make_scheduler()
+        self.ahead = StepAhead(self.generate, enabled=cfg.rollout.async_mode == "step_ahead")
 
     def _policy_spec(self) -> PolicySpec:
         cfg = self.config
@@ -136,10 +138,11 @@ class RLVRPipeline(BasePipeline):
             request_prompts=r.request_prompts,
             max_inflight_per_rank=r.max_inflight_per_rank,
             max_rounds=r.max_rounds,
-            async_ratio=r.async_generation_ratio,
+            async_ratio=0.0 if r.async_mode == "step_ahead" else r.async_generation_ratio,
             max_staleness=r.max_staleness,
             version_column=C.POLICY_VERSION,
             carry_columns=CARRY_COLUMNS,
+            seed=cfg.seed,  # every prompt samples from (run seed, its place in the feed): resumable exactly
         )
         group_filter = self._group_filter if cfg.algorithm.dynamic_sampling else None
         params = self._sampling(n=cfg.batch.samples_per_prompt, temperature=r.temperature)
@@ -187,16 +190,21 @@ class RLVRPipeline(BasePipeline):
         self._resume_or_warmup()
         timings: dict[str, float] = {}
         with self.policy.phase("generate"):
-            rollout = self._timed(timings, "generate", lambda: self.generate())
+            rollout = self._timed(timings, "generate", lambda: self.ahead.take(step))
+        self.ahead.start(
+            step + 1
+        )  # step_ahead: the next batch generates on these weights while this one trains
         batch = self._timed(timings, "score", lambda: self.score(rollout))
         with self.policy.phase("train"):
             batch = self._timed(timings, "advantages", lambda: self.advantages(batch))
             train_metrics = self._timed(timings, "train", lambda: self.train(batch))
+        self._timed(timings, "generate_wait", self.ahead.wait)
         self._timed(timings, "sync", lambda: self.sync_weights())
         return self.log(rollout, batch, train_metrics, timings)
 
-    def generate(self) -> RolloutBatch:
-        """``P`` scored groups from the scheduler (see :mod:`roll.core.scheduler.generate`)."""
+    def generate(self, step: int = 0) -> RolloutBatch:
+        """``P`` scored groups from the scheduler (see :mod:`roll.core.scheduler.generate`); ``step`` is the step
+        they are for (the scheduler's feed decides the prompts)."""
         assert self.scheduler is not None  # built in setup()
         return self.scheduler.get_batch(self.config.batch.prompts_per_step, self.policy.version)
 
@@ -380,22 +388,37 @@ class RLVRPipeline(BasePipeline):
 
     def save_files(self, directory: Path) -> None:
         self.policy.save(directory)
+        self.ahead.save(directory)
 
     def load_files(self, directory: Path) -> None:
         self.policy.load(directory)
+        self.ahead.load(directory)
 
     def export(self, output_dir: Path) -> None:
         self.policy.export_hf(output_dir)
 
     def state(self) -> Mapping[str, Any]:
-        return {"feeder": self.feeder.state(), **self.policy.state(), "kl": self.kl.state_dict()}
+        """Data position, served version, KL controller, running reward statistics and the rollout scheduler's
+        counters (the per-prompt seed stream's position)."""
+        assert self.scheduler is not None  # built in setup()
+        state = {"feeder": self.feeder.state(), **self.policy.state(), "kl": self.kl.state_dict()}
+        state["scheduler"] = self.scheduler.state_dict()
+        if self.running is not None:
+            state["running"] = dict(vars(self.running))
+        return state
 
     def load_state(self, state: Mapping[str, Any]) -> None:
+        assert self.scheduler is not None  # built in setup()
         self.feeder.load_state(state["feeder"])
         self.kl.load_state_dict(dict(state["kl"]))
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.running is not None:
+            vars(self.running).update(state["running"])
         self.policy.load_state(state, warmed_up=self.config.warmup is not None)
 
     def shutdown(self) -> None:
+        if hasattr(self, "ahead"):
+            self.ahead.shutdown()
         if self.scheduler is not None:
             self.scheduler.close()
         super().shutdown()
