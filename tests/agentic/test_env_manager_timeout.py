@@ -133,7 +133,7 @@ def _assert_one_step_trains(batch: Any) -> None:
         AlgorithmConfig(preset="grpo", kl_mode="none"), norm_len=16, use_old_logp=False
     )
     micro = {k: batch.tensors[k] for k in (C.RESPONSE_MASK, C.ADVANTAGES)}
-    loss = loss_fn(ForwardOutput(logp_BT=logp_BT), micro) / loss_fn.count_units(micro)
+    loss = loss_fn(ForwardOutput(logp_BT=logp_BT), micro)[0] / loss_fn.count_units(micro)
     loss.backward()  # type: ignore[no-untyped-call]
     torch.optim.SGD(model.parameters(), lr=0.1).step()
     assert torch.isfinite(loss)

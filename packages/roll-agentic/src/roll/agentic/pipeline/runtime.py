@@ -32,7 +32,9 @@ logger = logging.getLogger(__name__)
 MakeCluster = Callable[..., Cluster]
 
 
-AgenticActorWorker = ActorTrainWorker  # train_with_metrics, set_lr and threads live on the base role
+AgenticActorWorker = (
+    ActorTrainWorker  # train_step (loss metrics as actor/*), set_lr and threads live on the base role
+)
 
 
 class ClusterGenerate:

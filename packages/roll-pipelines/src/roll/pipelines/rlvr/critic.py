@@ -47,7 +47,7 @@ class Critic:
     def train(self, parts: Sequence[Batch]) -> None:
         """Queue one optimizer step per mini-batch (``old_values_BT`` and ``returns_BT`` set); returns at once."""
         self._pending = [
-            self.cluster.train_with_metrics.submit(training_view(p, CRITIC_COLUMNS), self.loss) for p in parts
+            self.cluster.train_step.submit(training_view(p, CRITIC_COLUMNS), self.loss) for p in parts
         ]
 
     def collect(self) -> dict[str, float]:

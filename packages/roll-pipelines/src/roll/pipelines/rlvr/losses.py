@@ -8,17 +8,14 @@ num_global_tokens=1, num_global_seqs=1)`` gives the *sum* of what the mode avera
 unit in :meth:`count_units`: tokens for ``token-mean``, sequences for the ``seq-mean-*`` modes. So the loss of a
 step is exactly the mode's global mean, whatever the micro-batching or data parallelism.
 
-Each loss keeps the metrics of the micro-batches it saw (``metrics()``, weighted by units); the RLVR actor
-worker returns them next to the strategy's own.
+Each loss returns its metrics (means over the micro-batch's units) with its sum; the strategy weights them by
+units and the worker returns them next to its own.
 
 Batch columns read (names from :mod:`roll.core.columns`, plus ``advantages_BT``, ``old_logp_BT``,
 ``ref_logp_BT``, ``old_values_BT``, ``returns_BT`` the pipeline writes).
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import torch
 
@@ -37,6 +34,7 @@ from roll.pipelines.algorithms.policy_loss import (
 )
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.pipelines.algorithms.value_loss import clipped_value_loss
+from roll.workers.metrics import LossMetrics
 from roll.workers.types import ForwardOutput, MicroBatch
 
 
@@ -49,22 +47,6 @@ def action_values(values_BT: torch.Tensor) -> torch.Tensor:
     ``t = 0`` (the prompt comes first), so the zero there is never trained on.
     """
     return torch.nn.functional.pad(values_BT[:, :-1], (1, 0))
-
-
-@dataclass
-class _MetricSink:
-    """Unit-weighted sums of per-micro-batch metrics."""
-
-    sums: dict[str, float] = field(default_factory=dict)
-    weight: float = 0.0
-
-    def add(self, values: Mapping[str, torch.Tensor | float], units: float) -> None:
-        for name, value in values.items():
-            self.sums[name] = self.sums.get(name, 0.0) + float(value) * units
-        self.weight += units
-
-    def means(self) -> dict[str, float]:
-        return {name: total / max(self.weight, 1e-12) for name, total in self.sums.items()}
 
 
 class PolicyLoss:
@@ -86,7 +68,6 @@ class PolicyLoss:
             num_global_seqs=1.0,
             norm_len=algo.loss_agg_norm_len or norm_len,
         )
-        self._sink = _MetricSink()
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         mask_BT = micro_batch[C.RESPONSE_MASK]
@@ -94,7 +75,7 @@ class PolicyLoss:
             return float(mask_BT.sum())
         return float(mask_BT.shape[0])
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         logp_BT = output.logp_BT
         mask_BT = micro_batch[C.RESPONSE_MASK].to(logp_BT.dtype)
         old_BT = micro_batch[C.OLD_LOGP].to(logp_BT) if self.use_old_logp else logp_BT.detach()
@@ -114,8 +95,7 @@ class PolicyLoss:
             )
             loss = loss + bonus if self.algo.entropy_coef > 0 else loss
             metrics.update(ent_metrics)
-        self._sink.add(metrics, self.count_units(micro_batch))
-        return loss
+        return loss, metrics
 
     def _tis(
         self, old_BT: torch.Tensor, micro_batch: MicroBatch, mask_BT: torch.Tensor
@@ -167,11 +147,6 @@ class PolicyLoss:
             clip_low=a.clip_low, clip_high=a.clip_high, dual_clip_c=a.dual_clip_c, is_weight_BT=w, agg=agg,
         )  # fmt: skip
 
-    def metrics(self) -> dict[str, float]:
-        """Unit-weighted means of every metric since the last call (then reset)."""
-        out, self._sink = self._sink.means(), _MetricSink()
-        return out
-
 
 class ValueLoss:
     """The critic's clipped value loss on the response tokens, aggregated as the policy loss is.
@@ -186,13 +161,12 @@ class ValueLoss:
     def __init__(self, *, clip_range: float | None, agg_mode: LossAggMode, norm_len: int) -> None:
         self.clip_range = clip_range
         self.agg = Aggregation(agg_mode, num_global_tokens=1.0, num_global_seqs=1.0, norm_len=norm_len)
-        self._sink = _MetricSink()
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         mask_BT = micro_batch[C.RESPONSE_MASK]
         return float(mask_BT.sum()) if self.agg.mode == "token-mean" else float(mask_BT.shape[0])
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         if output.values_BT is None:
             raise DataError("ValueLoss needs a value head (ForwardOutput.values_BT); train it on the critic")
         values_BT = action_values(output.values_BT)
@@ -203,12 +177,7 @@ class ValueLoss:
             clip_range=self.clip_range, agg=self.agg,
         )  # fmt: skip
         metrics["value_error"] = masked_mean((values_BT.detach() - returns_BT).abs(), mask_BT)
-        self._sink.add(metrics, self.count_units(micro_batch))
-        return loss
-
-    def metrics(self) -> dict[str, float]:
-        out, self._sink = self._sink.means(), _MetricSink()
-        return out
+        return loss, metrics
 
 
 class SFTLoss:
@@ -216,18 +185,10 @@ class SFTLoss:
 
     needs_entropy = False
 
-    def __init__(self) -> None:
-        self._sink = _MetricSink()
-
     def count_units(self, micro_batch: MicroBatch) -> float:
         return float((micro_batch[C.LABELS] != -100).sum())
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         mask_BT = (micro_batch[C.LABELS] != -100).to(output.logp_BT.dtype)
         nll_sum = -(output.logp_BT * mask_BT).sum()
-        self._sink.add({"nll": nll_sum.detach() / mask_BT.sum().clamp(min=1)}, float(mask_BT.sum()))
-        return nll_sum
-
-    def metrics(self) -> dict[str, float]:
-        out, self._sink = self._sink.means(), _MetricSink()
-        return out
+        return nll_sum, {"nll": nll_sum.detach() / mask_BT.sum().clamp(min=1)}

@@ -327,7 +327,7 @@ class RLVRPipeline(BasePipeline):
         return self.config.batch.optimizer_steps_per_step > 1
 
     def train(self, batch: Batch) -> dict[str, float]:
-        """One ``train_with_metrics`` call per optimizer step (mini-batches in a seeded shuffled order); the
+        """One ``train_step`` call per optimizer step (mini-batches in a seeded shuffled order); the
         critic trains on the same mini-batches meanwhile. During ``critic_warmup_steps`` only the critic trains."""
         steps = self.config.batch.optimizer_steps_per_step
         order = torch.randperm(
@@ -353,7 +353,7 @@ class RLVRPipeline(BasePipeline):
         per_rank: list[dict[str, float]] = []
         for part in parts:
             view = training_view(part, TRAIN_COLUMNS)
-            per_rank += self.actor.train_with_metrics(view, loss, self.config.rollout.temperature)
+            per_rank += self.actor.train_step(view, loss, self.config.rollout.temperature)
         metrics = reduce_metrics(per_rank, how={"tokens": "sum"})
         self.kl.update(metrics.get("actor/kl", 0.0), sum(len(p) for p in parts))
         return metrics
@@ -406,7 +406,7 @@ class RLVRPipeline(BasePipeline):
         for i in range(wu.steps):
             rows = [sft[int(order[(i * wu.batch_size + j) % len(sft)])] for j in range(wu.batch_size)]
             metrics = reduce_metrics(
-                self.actor.train_with_metrics(sft_batch(rows, pad_id=self.tokenizer.pad_token_id), loss)
+                self.actor.train_step(sft_batch(rows, pad_id=self.tokenizer.pad_token_id), loss)
             )
             self.tracker.log({f"warmup/{k}": v for k, v in metrics.items()}, i - wu.steps)
         self.actor.set_lr(lr)

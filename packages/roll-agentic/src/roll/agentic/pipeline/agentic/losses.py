@@ -11,8 +11,6 @@ several optimizer steps share one rollout, ``old_logp_BT``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 
 from roll.core import columns as C
@@ -25,27 +23,10 @@ from roll.pipelines.algorithms.policy_loss import (
     topr_policy_loss,
 )
 from roll.pipelines.algorithms.presets import AlgorithmConfig
+from roll.workers.metrics import LossMetrics
 from roll.workers.types import ForwardOutput, MicroBatch
 
 __all__ = ["AgenticPolicyLoss", "MaskedNLLLoss"]
-
-
-class _Sink:
-    """Unit-weighted means of per-micro-batch metrics."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.weight = 0.0
-
-    def add(self, values: Mapping[str, torch.Tensor | float], units: float) -> None:
-        for name, value in values.items():
-            self.sums[name] = self.sums.get(name, 0.0) + float(value) * units
-        self.weight += units
-
-    def take(self) -> dict[str, float]:
-        out = {k: v / max(self.weight, 1e-12) for k, v in self.sums.items()}
-        self.sums, self.weight = {}, 0.0
-        return out
 
 
 class AgenticPolicyLoss:
@@ -61,13 +42,12 @@ class AgenticPolicyLoss:
             num_global_seqs=1.0,
             norm_len=algo.loss_agg_norm_len or norm_len,
         )
-        self._sink = _Sink()
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         mask_BT = micro_batch[C.RESPONSE_MASK]
         return float(mask_BT.sum()) if self.algo.loss_agg_mode == "token-mean" else float(mask_BT.shape[0])
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         logp_BT = output.logp_BT
         mask_BT = micro_batch[C.RESPONSE_MASK].to(logp_BT.dtype)
         old_BT = micro_batch[C.OLD_LOGP].to(logp_BT) if self.use_old_logp else logp_BT.detach()
@@ -77,8 +57,7 @@ class AgenticPolicyLoss:
             bonus, ent = entropy_bonus(output.entropy_BT, mask_BT, coef=self.algo.entropy_coef, agg=self.agg)
             loss = loss + bonus if self.algo.entropy_coef > 0 else loss
             metrics = {**metrics, **ent}
-        self._sink.add(metrics, self.count_units(micro_batch))
-        return loss
+        return loss, metrics
 
     def _surrogate(
         self, logp_BT: torch.Tensor, old_BT: torch.Tensor, adv_BT: torch.Tensor, mask_BT: torch.Tensor
@@ -99,27 +78,16 @@ class AgenticPolicyLoss:
             clip_low=a.clip_low, clip_high=a.clip_high, dual_clip_c=a.dual_clip_c, agg=self.agg,
         )  # fmt: skip
 
-    def metrics(self) -> dict[str, float]:
-        """Unit-weighted means since the last call (then reset)."""
-        return self._sink.take()
-
 
 class MaskedNLLLoss:
     """Token cross-entropy on ``response_mask_BT`` (the warm-up's loss: the answer tokens only)."""
 
     needs_entropy = False
 
-    def __init__(self) -> None:
-        self._sink = _Sink()
-
     def count_units(self, micro_batch: MicroBatch) -> float:
         return float(micro_batch[C.RESPONSE_MASK].sum())
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         mask_BT = micro_batch[C.RESPONSE_MASK].to(output.logp_BT.dtype)
         nll_sum = -(output.logp_BT * mask_BT).sum()
-        self._sink.add({"nll": nll_sum.detach() / mask_BT.sum().clamp(min=1)}, float(mask_BT.sum()))
-        return nll_sum
-
-    def metrics(self) -> dict[str, float]:
-        return self._sink.take()
+        return nll_sum, {"nll": nll_sum.detach() / mask_BT.sum().clamp(min=1)}

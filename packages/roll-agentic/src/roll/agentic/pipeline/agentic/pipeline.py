@@ -124,7 +124,7 @@ class AgenticPipeline(BasePipeline):
         return batch
 
     def train(self, batch: Batch, step: int) -> dict[str, float]:
-        """One ``train_with_metrics`` call per optimizer step (a seeded shuffle, near-equal parts)."""
+        """One ``train_step`` call per optimizer step (a seeded shuffle, near-equal parts)."""
         cfg = self.config
         loss = AgenticPolicyLoss(
             cfg.algorithm, norm_len=cfg.env_manager.max_new_tokens, use_old_logp=self._use_old_logp()
@@ -135,7 +135,7 @@ class AgenticPipeline(BasePipeline):
         sizes = [len(view) // parts + (i < len(view) % parts) for i in range(parts)]
         per_rank: list[dict[str, float]] = []
         for part in view.select(order).split(sizes):
-            per_rank += self.actor.train_with_metrics(part, loss, cfg.env_manager.temperature or 1.0)
+            per_rank += self.actor.train_step(part, loss, cfg.env_manager.temperature or 1.0)
         return reduce_metrics(per_rank, how={"tokens": "sum"})
 
     def sync_weights(self) -> None:
@@ -170,7 +170,7 @@ class AgenticPipeline(BasePipeline):
             samples = self._warmup_samples(rng, wu.batch_size, wu.answer_template, wu.expert_fraction)
             batch = to_batch(samples, self.runtime.encoder.pad_token_id)
             view = Batch({k: batch.tensors[k] for k in (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK)})
-            metrics = reduce_metrics(self.actor.train_with_metrics(view, loss))
+            metrics = reduce_metrics(self.actor.train_step(view, loss))
             self.tracker.log({f"warmup/{k}": v for k, v in metrics.items()}, i - wu.steps)
         self.actor.set_lr(lr)
         self.sync_weights()
