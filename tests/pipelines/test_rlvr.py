@@ -19,9 +19,9 @@ from roll.core import columns as C
 from roll.core.config.loader import load_tree, validate
 from roll.core.errors import ConfigError
 from roll.pipelines.algorithms.aggregate import aggregate_loss
+from roll.pipelines.algorithms.losses import MaskedNLLLoss, PolicyLoss
 from roll.pipelines.algorithms.presets import preset_config
 from roll.pipelines.rlvr import SPEC, RLVRConfig
-from roll.pipelines.rlvr.losses import PolicyLoss, SFTLoss
 from roll.workers.types import ForwardOutput
 
 QUICKSTART = Path(__file__).parents[2] / "examples" / "quickstart.yaml"
@@ -80,7 +80,7 @@ def test_policy_loss_sum_over_units_is_the_modes_mean(mode: str) -> None:
 def test_sft_loss_is_token_nll_over_labels() -> None:
     logp = torch.log(torch.full((2, 3), 0.5))
     labels = torch.tensor([[-100, 5, 6], [-100, -100, 7]])
-    loss_fn = SFTLoss()
+    loss_fn = MaskedNLLLoss("labels")
     total, metrics = loss_fn(ForwardOutput(logp), {"labels_BT": labels})
     assert float(metrics["nll"]) == pytest.approx(0.6931, abs=1e-4)
     torch.testing.assert_close(

@@ -18,9 +18,9 @@ from torch.testing import assert_close
 from roll.core import columns as C
 from roll.core.config.loader import load_tree, validate
 from roll.core.errors import ConfigError
+from roll.pipelines.algorithms.losses import ValueLoss, action_values
 from roll.pipelines.rlvr import SPEC, RLVRConfig
 from roll.pipelines.rlvr.critic import explained_variance
-from roll.pipelines.rlvr.losses import ValueLoss, action_values
 from roll.workers.types import ForwardOutput
 
 PPO = Path(__file__).parents[2] / "examples" / "ppo.yaml"

@@ -18,8 +18,12 @@ from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.pipelines.algorithms.presets import AlgorithmConfig
+from roll.pipelines.algorithms.registry import ESTIMATORS
 from roll.workers.config import FSDP2Config, HFInferConfig
 from roll.workers.roles.config import ModelConfig
+
+SUPPORTED_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
+"""The estimators RLVR runs (GiGPO needs the step-level rows of agentic runs)."""
 
 
 class RolloutConfig(RollModel):
@@ -121,6 +125,7 @@ class RLVRConfig(RunConfig):
     def _consistent(self) -> Self:
         issues = self.batch.check(self.actor_train.num_workers, where="actor_train.num_workers")
         issues += self.algorithm.check(self.batch.samples_per_prompt)
+        issues += ESTIMATORS.unsupported(self.algorithm.adv_estimator, SUPPORTED_ESTIMATORS, pipeline="rlvr")
         issues += self._tag_issues() + self._strategy_issues() + self._critic_issues()
         if issues:
             raise issues_error(issues)

@@ -1,9 +1,9 @@
 """PPO's critic inside RLVR: values for GAE before the update, the clipped value loss after it.
 
 A value head at position ``t`` has read the token of step ``t``; the value of the state the policy acted in is
-one position to the left (:func:`~roll.pipelines.rlvr.losses.action_values`). Values, returns and the value loss
-live on the response tokens only (``response_mask_BT``); the critic trains on the same mini-batches as the actor,
-its calls queued on its own actors so that it trains while the actor does.
+one position to the left (:func:`~roll.pipelines.algorithms.losses.action_values`). Values, returns and the value
+loss live on the response tokens only (``response_mask_BT``); the critic trains on the same mini-batches as the
+actor, its calls queued on its own actors so that it trains while the actor does.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from roll.core.batch import Batch
 from roll.core.cluster import Cluster, PendingCall
 from roll.core.tracking import reduce_metrics
 from roll.pipelines.algorithms.aggregate import masked_mean, masked_var
+from roll.pipelines.algorithms.losses import ValueLoss, action_values
 from roll.pipelines.rlvr.data import training_view
-from roll.pipelines.rlvr.losses import ValueLoss, action_values
 
 CRITIC_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.OLD_VALUES, C.RETURNS)
 

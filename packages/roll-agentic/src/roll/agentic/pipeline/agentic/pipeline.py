@@ -6,9 +6,10 @@
   per turn); envs that hang are cut off and dropped; redundancy keeps the first groups to finish.
 - ``samples``: trajectory-wise (one row per episode) or step-wise (one row per turn) token rows whose loss mask
   covers only model-sampled tokens.
-- ``advantages``: reward normalization (batch/group/tag), then the preset's estimator over episode groups, or
-  GiGPO in step mode (:mod:`.advantages`).
-- ``train``: :class:`~.losses.AgenticPolicyLoss` on ``actor_train``, one call per optimizer step.
+- ``advantages``: reward normalization (batch/group/tag/running), then the preset's estimator over episode
+  groups, or GiGPO in step mode (:func:`~roll.pipelines.algorithms.estimators.estimate_advantages`).
+- ``train``: the shared :class:`~roll.pipelines.algorithms.losses.PolicyLoss` (TIS included) on ``actor_train``,
+  one call per optimizer step.
 - ``sync_weights``: :class:`~roll.workers.model_update.ModelUpdateGroup` pushes the weights, versioned.
 
 Simplifications, on purpose: no reference model (KL) and no critic yet (the config says so when asked); the
@@ -30,9 +31,7 @@ from roll.agentic.env_manager.batching import to_batch
 from roll.agentic.env_manager.episode import Sample
 from roll.agentic.env_manager.manager import Rollout
 from roll.agentic.env_manager.slots import ResetOutcome, ResetRequest
-from roll.agentic.pipeline.agentic import AgenticConfig
-from roll.agentic.pipeline.agentic.advantages import compute_advantages
-from roll.agentic.pipeline.agentic.losses import AgenticPolicyLoss, MaskedNLLLoss
+from roll.agentic.pipeline.agentic import AgenticConfig, GiGPOConfig
 from roll.agentic.pipeline.runtime import AgenticActorWorker, RolloutRuntime, plot_success
 from roll.agentic.types import EXPERT_ACTION
 from roll.core import columns as C
@@ -41,6 +40,14 @@ from roll.core.config.sections import RoleConfig
 from roll.core.errors import ConfigError
 from roll.core.pipeline import BasePipeline
 from roll.core.tracking import reduce_metrics
+from roll.pipelines.algorithms.advantages import RunningMeanStd
+from roll.pipelines.algorithms.estimators import (
+    AdvantageInputs,
+    EstimatorParams,
+    estimate_advantages,
+    normalize_rewards_B,
+)
+from roll.pipelines.algorithms.losses import MaskedNLLLoss, PolicyLoss
 from roll.workers.model_update import ModelUpdateGroup
 
 logger = logging.getLogger(__name__)
@@ -56,6 +63,7 @@ class AgenticPipeline(BasePipeline):
 
     def __init__(self, config: AgenticConfig) -> None:
         super().__init__(config, name="agentic")
+        self.running = RunningMeanStd() if config.reward_norm_mode == "running" else None
 
     def roles(self) -> Mapping[str, RoleConfig]:
         cfg = self.config
@@ -110,14 +118,18 @@ class AgenticPipeline(BasePipeline):
         """Padded rows with ``advantages_BT`` and, for several optimizer steps per rollout, ``old_logp_BT``."""
         cfg = self.config
         batch = to_batch(samples, self.runtime.encoder.pad_token_id)
-        gigpo = cfg.gigpo
-        batch[C.ADVANTAGES] = compute_advantages(
-            batch,
-            cfg.algorithm,
-            reward_norm=cfg.reward_norm,
-            gigpo_weight=gigpo.step_weight if gigpo else None,
-            gigpo_norm_by_std=gigpo.norm_by_std if gigpo else True,
+        t, gigpo = batch.tensors, cfg.gigpo or GiGPOConfig()
+        rewards_B = normalize_rewards_B(
+            t[C.SCORES], cfg.reward_norm_mode, group_ids_B=t[C.GROUP_ID], tags=list(batch[C.TAG]), running=self.running
+        )  # fmt: skip
+        inputs = AdvantageInputs(
+            rewards_B, t[C.RESPONSE_MASK].float(), group_ids_B=t[C.GROUP_ID],
+            step_returns_B=t.get(C.STEP_RETURN), anchor_ids_B=t.get(C.ANCHOR_ID),
+        )  # fmt: skip
+        params = EstimatorParams.of(
+            cfg.algorithm, step_weight=gigpo.step_weight, norm_by_std=gigpo.norm_by_std
         )
+        batch[C.ADVANTAGES] = estimate_advantages(cfg.estimator, inputs, params).advantages_BT
         if self._use_old_logp():
             seqs = Batch({k: batch.tensors[k] for k in (C.INPUT_IDS, C.ATTENTION_MASK)})
             batch[C.OLD_LOGP] = self.actor.compute_logprobs(seqs)[C.LOGP] * batch.tensors[C.RESPONSE_MASK]
@@ -126,7 +138,7 @@ class AgenticPipeline(BasePipeline):
     def train(self, batch: Batch, step: int) -> dict[str, float]:
         """One ``train_step`` call per optimizer step (a seeded shuffle, near-equal parts)."""
         cfg = self.config
-        loss = AgenticPolicyLoss(
+        loss = PolicyLoss(
             cfg.algorithm, norm_len=cfg.env_manager.max_new_tokens, use_old_logp=self._use_old_logp()
         )
         view = Batch({k: batch.tensors[k] for k in TRAIN_COLUMNS if k in batch})
@@ -164,7 +176,7 @@ class AgenticPipeline(BasePipeline):
         lr = self.config.train.optimizer.lr
         if wu.lr is not None:
             self.actor.set_lr(wu.lr)
-        rng, loss = random.Random(self.config.seed), MaskedNLLLoss()
+        rng, loss = random.Random(self.config.seed), MaskedNLLLoss("response")
         metrics: dict[str, float] = {}
         for i in range(wu.steps):
             samples = self._warmup_samples(rng, wu.batch_size, wu.answer_template, wu.expert_fraction)
