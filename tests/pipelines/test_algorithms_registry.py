@@ -16,7 +16,7 @@ from roll.pipelines.algorithms.estimators import (
     EstimatorParams,
     estimate_advantages,
     layout_group_ids,
-    normalize_rewards_B,
+    normalize_rewards,
 )
 from roll.pipelines.algorithms.losses import PolicyLoss
 from roll.pipelines.algorithms.presets import preset_config
@@ -66,17 +66,21 @@ def test_rlvr_layout_and_id_groups_give_identical_advantages(name: str) -> None:
 def test_agentic_and_rlvr_give_the_same_numbers_golden() -> None:
     """Group-normalized rewards then RLOO, for rewards [1, 0, 0] of one group. Normalization (population std):
     mean 1/3, std sqrt(2/9) = 0.4714, so r' = [sqrt(2), -1/sqrt(2), -1/sqrt(2)]. RLOO: sqrt(2) - mean(-0.7071,
-    -0.7071) = 2.1213; -0.7071 - mean(1.4142, -0.7071) = -1.0607 (twice). RLVR's old path (``[P, G]``
-    ``normalize_rewards`` + ``rloo_advantages``) and the shared id path (agentic's rows) give these numbers."""
+    -0.7071) = 2.1213; -0.7071 - mean(1.4142, -0.7071) = -1.0607 (twice). RLVR's rows (its ``[P, G]`` layout as
+    ids; also the ``[P, G]`` RLOO of the normalized rewards) and agentic's rows (env-seed ids, last row first)
+    give these numbers through the same normalization and estimator."""
     want_B = torch.tensor([2.1213, -1.0607, -1.0607])
-    r_PG = torch.tensor([[1.0, 0.0, 0.0]])
-    rlvr_B = adv.rloo_advantages(adv.normalize_rewards(r_PG, mode="group")).reshape(-1)
-    groups_B = torch.tensor([7, 7, 7])  # agentic ids: any integers
-    shared_B = _estimate(
-        "rloo", normalize_rewards_B(r_PG.reshape(-1), "group", group_ids_B=groups_B), groups_B
-    )
+    rewards_B = torch.tensor([1.0, 0.0, 0.0])
+    rlvr_ids = layout_group_ids(1, 3)
+    rlvr_norm_B = normalize_rewards(rewards_B, mode="group", group_ids_B=rlvr_ids)
+    rlvr_B = _estimate("rloo", rlvr_norm_B, rlvr_ids)[:, 0]
+    layout_B = adv.rloo_advantages(rlvr_norm_B.reshape(1, 3)).reshape(-1)
+    agentic_ids, order = torch.tensor([7, 7, 7]), torch.tensor([2, 0, 1])  # agentic ids: any integers
+    agentic_norm_B = normalize_rewards(rewards_B[order], mode="group", group_ids_B=agentic_ids)
+    agentic_B = _estimate("rloo", agentic_norm_B, agentic_ids)[:, 0]
     torch.testing.assert_close(rlvr_B, want_B, atol=1e-4, rtol=0)
-    torch.testing.assert_close(shared_B[:, 0], want_B, atol=1e-4, rtol=0)
+    torch.testing.assert_close(layout_B, want_B, atol=1e-4, rtol=0)
+    torch.testing.assert_close(agentic_B, want_B[order], atol=1e-4, rtol=0)
 
 
 def test_a_group_one_member_short_and_tag_normalization() -> None:
@@ -86,7 +90,7 @@ def test_a_group_one_member_short_and_tag_normalization() -> None:
     rewards_B = torch.tensor([1.0, 0.0, 0.0, 4.0, 2.0])
     out = _estimate("rloo", rewards_B, torch.tensor([0, 0, 0, 1, 1]))[:, 0]
     torch.testing.assert_close(out[3:], torch.tensor([2.0, -2.0]))
-    tagged = normalize_rewards_B(rewards_B, "tag", tags=["a", "a", "b", "b", "b"])
+    tagged = normalize_rewards(rewards_B, mode="tag", tags=["a", "a", "b", "b", "b"])
     torch.testing.assert_close(tagged, torch.tensor([1.0, -1.0, -1.2247, 1.2247, 0.0]), atol=1e-4, rtol=0)
 
 

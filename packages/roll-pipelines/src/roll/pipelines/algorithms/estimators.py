@@ -6,7 +6,7 @@ of one prompt, the envs of one seed); RLVR's prompt-major ``[P, G]`` layout is j
 Statistics are those of :mod:`.advantages` (Bessel-corrected group std, ``eps = 1e-6``), so the ``[P, G]``
 functions there and the id-based ones here give the same numbers.
 
-Inputs (:class:`AdvantageInputs`): outcome rewards ``rewards_B`` (already normalized, :func:`normalize_rewards_B`),
+Inputs (:class:`AdvantageInputs`): outcome rewards ``rewards_B`` (already normalized, :func:`~.advantages.normalize_rewards`),
 the loss mask ``mask_BT``, and as the estimator needs them ``group_ids_B``, critic ``values_BT`` (GAE), dense
 ``token_rewards_BT`` added to the outcome, the per-token ``kl_BT`` to the reference (KL in the reward: ``kl_coef *
 kl_BT`` comes off the token rewards, or its row sum off the outcome reward of an outcome estimator), and GiGPO's
@@ -16,14 +16,14 @@ for GAE and REINFORCE++, ``returns_BT``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from roll.core.errors import ConfigError, DataError
+from roll.core.errors import DataError
 from roll.pipelines.algorithms import advantages as adv
+from roll.pipelines.algorithms.advantages import normalize_rewards
 from roll.pipelines.algorithms.registry import ESTIMATORS
 
 __all__ = [
@@ -32,8 +32,7 @@ __all__ = [
     "EstimatorParams",
     "estimate_advantages",
     "layout_group_ids",
-    "normalize_rewards_B",
-    "tag_ids",
+    "normalize_rewards",
 ]
 
 
@@ -105,42 +104,6 @@ def estimate_advantages(name: str, inputs: AdvantageInputs, params: EstimatorPar
 def layout_group_ids(num_prompts: int, group_size: int) -> torch.Tensor:
     """The group ids of a prompt-major ``[P, G]`` layout (row ``p * G + g`` is in group ``p``)."""
     return torch.arange(num_prompts).repeat_interleave(group_size)
-
-
-def tag_ids(tags: Sequence[Any]) -> torch.Tensor:
-    """One id per distinct tag (sorted by name), as group ids for ``tag`` normalization."""
-    names = sorted({str(t) for t in tags})
-    return torch.tensor([names.index(str(t)) for t in tags], dtype=torch.long)
-
-
-def normalize_rewards_B(
-    rewards_B: torch.Tensor,
-    mode: str,
-    *,
-    group_ids_B: torch.Tensor | None = None,
-    tags: Sequence[Any] | None = None,
-    running: adv.RunningMeanStd | None = None,
-    eps: float = 1e-6,
-) -> torch.Tensor:
-    """``rewards_B`` normalized by ``mode`` (:data:`~.choices.RewardNorm`), population std:
-    ``batch`` ``(r - mean) / (std + eps)`` over all rows, ``group`` the same within ``group_ids_B``, ``tag``
-    within the rows of each tag, ``running`` by ``running``'s statistics after folding this batch in."""
-    rewards_B = rewards_B.float()
-    if mode == "none":
-        return rewards_B
-    if mode == "batch":
-        return (rewards_B - rewards_B.mean()) / (rewards_B.std(correction=0) + eps)
-    if mode in ("group", "tag"):
-        ids_B = group_ids_B if mode == "group" else (tag_ids(tags) if tags is not None else None)
-        if ids_B is None:
-            raise DataError(f"reward normalization {mode!r} needs the rows' {mode} ids")
-        return adv.group_normalize(rewards_B, ids_B, unbiased=False, eps=eps)
-    if mode == "running":
-        if running is None:
-            raise ConfigError("reward normalization 'running' needs a RunningMeanStd passed as running=")
-        running.update(rewards_B)
-        return running.normalize(rewards_B)
-    raise ConfigError(f"unknown reward normalization {mode!r}; known: none, batch, group, tag, running")
 
 
 # ------------------------------------------------------------------------------------------- estimators

@@ -44,7 +44,7 @@ from roll.pipelines.algorithms.estimators import (
     EstimatorParams,
     estimate_advantages,
     layout_group_ids,
-    normalize_rewards_B,
+    normalize_rewards,
 )
 from roll.pipelines.algorithms.kl import build_kl_controller, kl_estimate
 from roll.pipelines.algorithms.losses import MaskedNLLLoss, PolicyLoss, ValueLoss
@@ -278,8 +278,8 @@ class RLVRPipeline(BasePipeline):
         if self._use_old_logp():
             batch[C.OLD_LOGP] = self.actor.compute_logprobs(seqs)[C.LOGP] * mask_BT
         batch[C.GROUP_ID] = layout_group_ids(len(batch) // G, G)
-        rewards_B = normalize_rewards_B(
-            batch.tensors[C.REWARDS], a.reward_norm, group_ids_B=batch.tensors[C.GROUP_ID],
+        rewards_B = normalize_rewards(
+            batch.tensors[C.REWARDS].float(), mode=a.reward_norm, group_ids_B=batch.tensors[C.GROUP_ID],
             tags=list(batch[C.TAG]) if C.TAG in batch else None, running=self.running,
         )  # fmt: skip
         batch[C.ADVANTAGES] = self._estimate(batch, rewards_B, mask_BT)

@@ -110,7 +110,7 @@ class AgenticConfig(AgenticRunConfig):
         return "gigpo" if self.gigpo is not None else self.algorithm.adv_estimator
 
     @property
-    def reward_norm_mode(self) -> str:
+    def reward_norm_mode(self) -> RewardNorm:
         """``reward_norm`` or ``algorithm.reward_norm``, whichever is set (they may not disagree)."""
         return self.reward_norm if self.reward_norm != "none" else self.algorithm.reward_norm
 

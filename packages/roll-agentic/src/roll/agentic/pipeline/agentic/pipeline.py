@@ -45,7 +45,7 @@ from roll.pipelines.algorithms.estimators import (
     AdvantageInputs,
     EstimatorParams,
     estimate_advantages,
-    normalize_rewards_B,
+    normalize_rewards,
 )
 from roll.pipelines.algorithms.losses import MaskedNLLLoss, PolicyLoss
 from roll.workers.model_update import ModelUpdateGroup
@@ -119,8 +119,9 @@ class AgenticPipeline(BasePipeline):
         cfg = self.config
         batch = to_batch(samples, self.runtime.encoder.pad_token_id)
         t, gigpo = batch.tensors, cfg.gigpo or GiGPOConfig()
-        rewards_B = normalize_rewards_B(
-            t[C.SCORES], cfg.reward_norm_mode, group_ids_B=t[C.GROUP_ID], tags=list(batch[C.TAG]), running=self.running
+        rewards_B = normalize_rewards(
+            t[C.SCORES].float(), mode=cfg.reward_norm_mode, group_ids_B=t[C.GROUP_ID],
+            tags=list(batch[C.TAG]), running=self.running,
         )  # fmt: skip
         inputs = AdvantageInputs(
             rewards_B, t[C.RESPONSE_MASK].float(), group_ids_B=t[C.GROUP_ID],
