@@ -20,12 +20,12 @@ from roll.agentic.env_manager.chat import ChatEncoder
 from roll.agentic.env_manager.config import EnvEntryConfig, EnvManagerConfig
 from roll.agentic.env_manager.manager import Generation, RolloutManager
 from roll.agentic.env_manager.worker import ClusterEnvPool, EnvWorker, worker_kwargs
-from roll.agentic.pipeline.agentic.advantages import compute_advantages
-from roll.agentic.pipeline.agentic.losses import AgenticPolicyLoss
 from roll.agentic.types import StepResult
 from roll.core import columns as C
 from roll.core.cluster import Cluster
 from roll.core.testing import tiny_role
+from roll.pipelines.algorithms.estimators import AdvantageInputs, EstimatorParams, estimate_advantages
+from roll.pipelines.algorithms.losses import PolicyLoss
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.workers.types import ForwardOutput
 
@@ -109,9 +109,10 @@ def test_hung_env_is_cut_off_and_the_rest_trains(ray_local: Any) -> None:
     assert len(rollout.episodes) == 7 and rollout.metrics()["env/timeouts"] == 1.0
 
     batch = to_batch(rollout.samples("trajectory"), encoder.pad_token_id)
-    batch[C.ADVANTAGES] = compute_advantages(
-        batch, AlgorithmConfig(preset="grpo", kl_mode="none"), reward_norm="none"
+    inputs = AdvantageInputs(
+        batch.tensors[C.SCORES], batch.tensors[C.RESPONSE_MASK], group_ids_B=batch.tensors[C.GROUP_ID]
     )
+    batch[C.ADVANTAGES] = estimate_advantages("grpo", inputs, EstimatorParams()).advantages_BT
     assert batch.tensors[C.ADVANTAGES].abs().sum() > 0
     _assert_one_step_trains(batch)
 
@@ -129,11 +130,9 @@ def _assert_one_step_trains(batch: Any) -> None:
     logits_BTV = model(input_ids=ids_BT, attention_mask=attn_BT).logits
     logp_BT = torch.zeros(ids_BT.shape)
     logp_BT[:, 1:] = torch.log_softmax(logits_BTV[:, :-1], -1).gather(-1, ids_BT[:, 1:, None]).squeeze(-1)
-    loss_fn = AgenticPolicyLoss(
-        AlgorithmConfig(preset="grpo", kl_mode="none"), norm_len=16, use_old_logp=False
-    )
+    loss_fn = PolicyLoss(AlgorithmConfig(preset="grpo", kl_mode="none"), norm_len=16, use_old_logp=False)
     micro = {k: batch.tensors[k] for k in (C.RESPONSE_MASK, C.ADVANTAGES)}
-    loss = loss_fn(ForwardOutput(logp_BT=logp_BT), micro) / loss_fn.count_units(micro)
+    loss = loss_fn(ForwardOutput(logp_BT=logp_BT), micro)[0] / loss_fn.count_units(micro)
     loss.backward()  # type: ignore[no-untyped-call]
     torch.optim.SGD(model.parameters(), lr=0.1).step()
     assert torch.isfinite(loss)

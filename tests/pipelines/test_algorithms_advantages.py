@@ -185,12 +185,15 @@ def test_running_mean_std() -> None:
 
 
 def test_normalize_rewards_modes() -> None:
-    """batch [[1, 0], [1, 1]]: mean .75, population std sqrt(3)/4 -> [1/sqrt3, -sqrt3, 1/sqrt3, 1/sqrt3].
-    group [[1, 0], [3, 5]]: means .5 and 4, population stds .5 and 1 -> [[1, -1], [-1, 1]]."""
-    batch = normalize_rewards(torch.tensor([[1.0, 0.0], [1.0, 1.0]]), mode="batch", eps=0.0)
-    assert_close(batch, torch.tensor([[1 / R3, -R3], [1 / R3, 1 / R3]]))
-    group = normalize_rewards(torch.tensor([[1.0, 0.0], [3.0, 5.0]]), mode="group", eps=0.0)
-    assert_close(group, torch.tensor([[1.0, -1.0], [-1.0, 1.0]]))
+    """batch [1, 0, 1, 1]: mean .75, population std sqrt(3)/4 -> [1/sqrt3, -sqrt3, 1/sqrt3, 1/sqrt3].
+    group [1, 0 | 3, 5] (ids 0, 0, 1, 1): means .5 and 4, population stds .5 and 1 -> [1, -1, -1, 1]."""
+    batch = normalize_rewards(torch.tensor([1.0, 0.0, 1.0, 1.0]), mode="batch", eps=0.0)
+    assert_close(batch, torch.tensor([1 / R3, -R3, 1 / R3, 1 / R3]))
+    ids_B = torch.tensor([0, 0, 1, 1])
+    group = normalize_rewards(torch.tensor([1.0, 0.0, 3.0, 5.0]), mode="group", group_ids_B=ids_B, eps=0.0)
+    assert_close(group, torch.tensor([1.0, -1.0, -1.0, 1.0]))
+    with pytest.raises(ValueError, match="group ids"):
+        normalize_rewards(torch.tensor([1.0, 0.0]), mode="group")
     same = torch.tensor([[1.0, 2.0]])
     assert normalize_rewards(same, mode="none") is same
     rms = RunningMeanStd(eps=0.0)

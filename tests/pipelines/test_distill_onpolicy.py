@@ -18,7 +18,8 @@ import torch
 
 from roll.core.config.loader import load_tree, validate
 from roll.core.errors import DataError
-from roll.pipelines.distill.onpolicy import discounted_returns, distill_advantages, route_by_tag
+from roll.pipelines.algorithms.distill import discounted_returns, distill_advantages
+from roll.pipelines.distill.onpolicy import route_by_tag
 from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
 
 
@@ -62,8 +63,8 @@ def test_discounted_returns_skip_masked_positions() -> None:
     v = torch.tensor([[1.0, 2.0, 3.0, 7.0], [9.0, 1.0, 2.0, 9.0]])
     mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 0]])
     want = torch.tensor([[2.75, 3.5, 3.0, 0.0], [0.0, 2.0, 2.0, 0.0]])
-    torch.testing.assert_close(discounted_returns(v, mask, 0.5), want)
-    torch.testing.assert_close(discounted_returns(v, mask, 0.0), v * mask)
+    torch.testing.assert_close(discounted_returns(v, mask, gamma=0.5), want)
+    torch.testing.assert_close(discounted_returns(v, mask, gamma=0.0), v * mask)
 
 
 def test_advantage_baselines_and_discounting() -> None:

@@ -19,9 +19,9 @@ from roll.core import columns as C
 from roll.core.config.loader import load_tree, validate
 from roll.core.errors import ConfigError
 from roll.pipelines.algorithms.aggregate import aggregate_loss
+from roll.pipelines.algorithms.losses import MaskedNLLLoss, PolicyLoss
 from roll.pipelines.algorithms.presets import preset_config
 from roll.pipelines.rlvr import SPEC, RLVRConfig
-from roll.pipelines.rlvr.losses import PolicyLoss, SFTLoss
 from roll.workers.types import ForwardOutput
 
 QUICKSTART = Path(__file__).parents[2] / "examples" / "quickstart.yaml"
@@ -65,7 +65,8 @@ def test_policy_loss_sum_over_units_is_the_modes_mean(mode: str) -> None:
     loss_fn = PolicyLoss(algo, norm_len=6, use_old_logp=False, kl_coef=0.0)
     mbs = [_micro_batch(), _micro_batch(B=3)]
     logps = [torch.randn(mb[C.RESPONSE_MASK].shape, requires_grad=True) for mb in mbs]
-    total = sum(loss_fn(ForwardOutput(lp, torch.ones_like(lp)), mb) for lp, mb in zip(logps, mbs))
+    outs = [loss_fn(ForwardOutput(lp, torch.ones_like(lp)), mb) for lp, mb in zip(logps, mbs)]
+    total = sum(loss for loss, _ in outs)
     units = sum(loss_fn.count_units(mb) for mb in mbs)
     # At ratio 1 the PPO surrogate is -A per token; its global aggregate is the expected value.
     width = 6
@@ -73,14 +74,15 @@ def test_policy_loss_sum_over_units_is_the_modes_mean(mode: str) -> None:
     mask = torch.cat([mb[C.RESPONSE_MASK] for mb in mbs])
     expected = aggregate_loss(-adv[:, :width], mask[:, :width], mode=mode, norm_len=6)  # type: ignore[arg-type]
     torch.testing.assert_close(total / units, expected)
-    assert "clip_frac" in loss_fn.metrics()
+    assert all("clip_frac" in metrics for _, metrics in outs)
 
 
 def test_sft_loss_is_token_nll_over_labels() -> None:
     logp = torch.log(torch.full((2, 3), 0.5))
     labels = torch.tensor([[-100, 5, 6], [-100, -100, 7]])
-    loss_fn = SFTLoss()
-    total = loss_fn(ForwardOutput(logp), {"labels_BT": labels})
+    loss_fn = MaskedNLLLoss("labels")
+    total, metrics = loss_fn(ForwardOutput(logp), {"labels_BT": labels})
+    assert float(metrics["nll"]) == pytest.approx(0.6931, abs=1e-4)
     torch.testing.assert_close(
         total / loss_fn.count_units({"labels_BT": labels}), torch.tensor(0.6931), atol=1e-4, rtol=0
     )

@@ -18,9 +18,9 @@ from torch.testing import assert_close
 from roll.core import columns as C
 from roll.core.config.loader import load_tree, validate
 from roll.core.errors import ConfigError
+from roll.pipelines.algorithms.losses import ValueLoss, action_values
 from roll.pipelines.policy.critic import explained_variance
 from roll.pipelines.rlvr import SPEC, RLVRConfig
-from roll.pipelines.rlvr.losses import ValueLoss, action_values
 from roll.workers.types import ForwardOutput
 
 PPO = Path(__file__).parents[2] / "examples" / "ppo.yaml"
@@ -47,13 +47,12 @@ def test_value_loss_reads_the_shifted_head_golden() -> None:
         C.RETURNS: torch.tensor([[0.0, 0.0, 2.0, 2.0]]),
     }
     loss_fn = ValueLoss(clip_range=0.2, agg_mode="token-mean", norm_len=4)
-    loss = loss_fn(ForwardOutput(torch.zeros(1, 0), values_BT=head_BT), mb)
+    loss, metrics = loss_fn(ForwardOutput(torch.zeros(1, 0), values_BT=head_BT), mb)
     loss.backward()
     assert_close(loss, torch.tensor(1.445))
     assert loss_fn.count_units(mb) == 2.0
     assert head_BT.grad is not None
     assert_close(head_BT.grad, torch.tensor([[0.0, 0.0, -1.5, 0.0]]))
-    metrics = loss_fn.metrics()
     assert metrics["vf_clip_frac"] == pytest.approx(0.5)
     assert metrics["value_mean"] == pytest.approx(1.0)
     assert metrics["value_error"] == pytest.approx(1.0)  # |1.5 - 2| and |0.5 - 2| -> mean 1.0

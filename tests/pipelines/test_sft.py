@@ -128,7 +128,7 @@ def test_loss_equals_token_cross_entropy_by_hand() -> None:
     logp_BT, _ = forward_scores(Wrapped(), ids_BT, mask_BT)
     loss_fn = SFTLoss()
     batch = {LABELS: labels_BT}
-    mean = loss_fn(ForwardOutput(logp_BT=logp_BT), batch) / loss_fn.count_units(batch)
+    mean = loss_fn(ForwardOutput(logp_BT=logp_BT), batch)[0] / loss_fn.count_units(batch)
     logits_BTV = model(ids_BT)
     by_hand = [
         -torch.log_softmax(logits_BTV[b, t - 1], -1)[labels_BT[b, t]]

@@ -44,8 +44,11 @@ class TokenSumNLL:
 
     needs_entropy = False
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
-        return -(output.logp_BT * micro_batch[C.RESPONSE_MASK]).sum()
+    def __call__(
+        self, output: ForwardOutput, micro_batch: MicroBatch
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        nll_sum = -(output.logp_BT * micro_batch[C.RESPONSE_MASK]).sum()
+        return nll_sum, {"nll": float(nll_sum) / self.count_units(micro_batch)}
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         return float(micro_batch[C.RESPONSE_MASK].sum())

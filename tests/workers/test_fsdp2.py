@@ -37,8 +37,10 @@ class TokenMeanNLL:
 
     needs_entropy = False
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
-        return -(output.logp_BT * micro_batch["loss_mask"]).sum()
+    def __call__(
+        self, output: ForwardOutput, micro_batch: MicroBatch
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        return -(output.logp_BT * micro_batch["loss_mask"]).sum(), {}
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         return float(micro_batch["loss_mask"].sum())

@@ -298,8 +298,10 @@ class _TokenNLL:
 
     needs_entropy = False
 
-    def __call__(self, output: ForwardOutput, micro_batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return -(output.logp_BT * micro_batch["loss_mask"].to(output.logp_BT.device)).sum()
+    def __call__(
+        self, output: ForwardOutput, micro_batch: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        return -(output.logp_BT * micro_batch["loss_mask"].to(output.logp_BT.device)).sum(), {}
 
     def count_units(self, micro_batch: Mapping[str, torch.Tensor]) -> float:
         return float(micro_batch["loss_mask"].sum())

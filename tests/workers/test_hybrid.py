@@ -43,7 +43,6 @@ TRANSPORT = {
     "receive_weights",
     "join_transfer_group",
     "receive_topk",
-    "train_with_metrics",
 }
 """Cross-process model-update and logits-transfer plumbing (a hybrid syncs in process) and the metric variant
 of train_step that issue 12 removes; every other registered method of the two roles is the pipelines' API."""

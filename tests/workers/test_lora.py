@@ -103,8 +103,8 @@ def test_sync_in_process_hands_over_the_adapter_alone() -> None:
 class LogpSum:
     needs_entropy = False
 
-    def __call__(self, output: Any, micro_batch: Any) -> torch.Tensor:
-        return -(output.logp_BT * micro_batch["loss_mask"]).sum()
+    def __call__(self, output: Any, micro_batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        return -(output.logp_BT * micro_batch["loss_mask"]).sum(), {}
 
     def count_units(self, micro_batch: Any) -> float:
         return float(micro_batch["loss_mask"].sum())

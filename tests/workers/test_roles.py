@@ -78,6 +78,8 @@ def test_two_ranks_reach_the_parameters_of_one_after_three_steps(
         assert len(m2) == 2 and len(m1) == 1
         assert m2[0]["loss"] == pytest.approx(m1[0]["loss"], abs=1e-5)
         assert m2[0]["tokens"] + m2[1]["tokens"] == m1[0]["tokens"]
+        # the loss's own metric comes back under the role's prefix; one rank: its unit mean is the loss
+        assert m1[0]["actor/nll"] == pytest.approx(m1[0]["loss"], abs=1e-5)
     p2 = clusters["train2"].full_state_dict()[0]
     p1 = clusters["train1"].full_state_dict()[0]
     assert p1.keys() == p2.keys()
@@ -137,9 +139,11 @@ class ValueToZero:
 
     needs_entropy = False
 
-    def __call__(self, output: ForwardOutput, micro_batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def __call__(
+        self, output: ForwardOutput, micro_batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         assert output.values_BT is not None
-        return (output.values_BT**2 * micro_batch["attention_mask"]).sum()
+        return (output.values_BT**2 * micro_batch["attention_mask"]).sum(), {}
 
     def count_units(self, micro_batch: dict[str, torch.Tensor]) -> float:
         return float(micro_batch["attention_mask"].sum())
@@ -150,9 +154,11 @@ class ScoreUp:
 
     needs_entropy = False
 
-    def __call__(self, output: ForwardOutput, micro_batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def __call__(
+        self, output: ForwardOutput, micro_batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         assert output.scores_B is not None
-        return -output.scores_B.sum()
+        return -output.scores_B.sum(), {}
 
     def count_units(self, micro_batch: dict[str, torch.Tensor]) -> float:
         return float(micro_batch["input_ids"].shape[0])

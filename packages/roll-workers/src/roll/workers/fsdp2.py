@@ -38,6 +38,7 @@ from roll.workers.config import FSDP2Config, LoraConfig, OptimizerConfig, Schedu
 from roll.workers.hf_infer import resolve_device
 from roll.workers.logprobs import forward_scores, split_micro_batches
 from roll.workers.lora import merge_weight, wire_name
+from roll.workers.metrics import UnitWeightedMeans
 from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
 
 
@@ -128,12 +129,13 @@ class FSDP2TrainStrategy:
     def train_step(self, batch: MicroBatch, loss_fn: LossFn, *, temperature: float = 1.0) -> TrainStepResult:
         """Split ``batch`` into micro-batches (per config), accumulate gradients, take one optimizer step."""
         micro_batches = self.split(batch)
-        loss, units = self.forward_backward(micro_batches, loss_fn, temperature=temperature)
+        loss, units, metrics = self.forward_backward(micro_batches, loss_fn, temperature=temperature)
         lr = self.optimizer.param_groups[0]["lr"]
         grad_norm = self.optimizer_step()
         return TrainStepResult(
-            loss=loss, grad_norm=grad_norm, lr=lr, num_units=units, num_micro_batches=len(micro_batches)
-        )
+            loss=loss, grad_norm=grad_norm, lr=lr, num_units=units, num_micro_batches=len(micro_batches),
+            metrics=metrics,
+        )  # fmt: skip
 
     def split(self, batch: MicroBatch) -> list[dict[str, torch.Tensor]]:
         """Micro-batches of ``batch`` by ``micro_batch_size`` rows or ``max_tokens_per_micro_batch`` tokens."""
@@ -145,25 +147,30 @@ class FSDP2TrainStrategy:
 
     def forward_backward(
         self, micro_batches: Sequence[MicroBatch], loss_fn: LossFn, *, temperature: float = 1.0
-    ) -> tuple[float, float]:
-        """Accumulate gradients of ``sum(loss_sum) / global_units``; returns ``(global mean loss, global units)``.
+    ) -> tuple[float, float, dict[str, float]]:
+        """Accumulate gradients of ``sum(loss_sum) / global_units``; returns ``(global mean loss, global units,
+        the loss's metrics)``, the metrics unit-weighted over this rank's micro-batches.
 
         Gradients are synchronized across ranks only on the last micro-batch.
         """
-        units = self._all_reduce(sum(float(loss_fn.count_units(mb)) for mb in micro_batches))
+        local_units = [float(loss_fn.count_units(mb)) for mb in micro_batches]
+        units = self._all_reduce(sum(local_units))
         if units <= 0:
             raise WorkerError(f"forward_backward: the step has {units} loss units (empty loss masks?)")
         scale = self.world_size / units
         loss_total = torch.zeros((), device=self.device)
+        metrics = UnitWeightedMeans()
         schedule = list(self._equalized(micro_batches))
         for i, (mb, weight) in enumerate(schedule):
             _set_grad_sync(self.model, i == len(schedule) - 1)
             with self._autocast():
                 out = self._forward(mb, loss_fn.needs_entropy, temperature, _score_mask(loss_fn, mb))
-                loss_sum = loss_fn(out, mb) * weight
+                loss_sum, mb_metrics = loss_fn(out, mb)
+                loss_sum = loss_sum * weight
             torch.autograd.backward(loss_sum * scale)
             loss_total += loss_sum.detach().float()
-        return self._all_reduce(float(loss_total)) / units, units
+            metrics.add(mb_metrics, local_units[min(i, len(local_units) - 1)] * weight)
+        return self._all_reduce(float(loss_total)) / units, units, metrics.means()
 
     def _equalized(self, micro_batches: Sequence[MicroBatch]) -> Iterator[tuple[MicroBatch, float]]:
         if not micro_batches:

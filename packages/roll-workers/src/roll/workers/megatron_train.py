@@ -43,9 +43,11 @@ from roll.workers.fsdp2 import lr_multiplier
 from roll.workers.logprobs import split_micro_batches
 from roll.workers.megatron_config import MegatronConfig
 from roll.workers.megatron_convert import GPTLayout, hf_to_megatron, megatron_to_hf
+from roll.workers.metrics import UnitWeightedMeans
 from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
 
 INSTALL_HINT = "pip install 'roll-workers[megatron]'  (or: uv sync --extra megatron)"
+_METRIC = "metric/"  # prefix of the loss metrics among the values Megatron stores per micro-batch
 
 
 def require_megatron() -> Any:
@@ -353,22 +355,26 @@ class MegatronTrainStrategy:
     def train_step(self, batch: MicroBatch, loss_fn: LossFn, *, temperature: float = 1.0) -> TrainStepResult:
         """Split ``batch`` into micro-batches, accumulate gradients through the schedule, take one step."""
         micro_batches = split_micro_batches(batch, micro_batch_size=self.config.micro_batch_size)
-        loss, units = self.forward_backward(micro_batches, loss_fn, temperature=temperature)
+        loss, units, metrics = self.forward_backward(micro_batches, loss_fn, temperature=temperature)
         lr = self._current_lr()
         grad_norm = self.optimizer_step()
         return TrainStepResult(
-            loss=loss, grad_norm=grad_norm, lr=lr, num_units=units, num_micro_batches=len(micro_batches)
-        )
+            loss=loss, grad_norm=grad_norm, lr=lr, num_units=units, num_micro_batches=len(micro_batches),
+            metrics=metrics,
+        )  # fmt: skip
 
     def forward_backward(
         self, micro_batches: Sequence[MicroBatch], loss_fn: LossFn, *, temperature: float = 1.0
-    ) -> tuple[float, float]:
-        """Accumulate gradients of ``sum(loss_sum) / global_units``; returns ``(global mean loss, global units)``."""
+    ) -> tuple[float, float, dict[str, float]]:
+        """Accumulate gradients of ``sum(loss_sum) / global_units``; returns ``(global mean loss, global units,
+        the loss's metrics)``; the metrics (unit-weighted over this rank's micro-batches) exist on the last
+        pipeline stage only, other stages report ``{}``."""
         from megatron.core import parallel_state
 
         if not micro_batches:
             raise WorkerError("forward_backward needs at least one micro-batch on every rank")
-        units = self._dp_sum(sum(float(loss_fn.count_units(mb)) for mb in micro_batches))
+        local_units = [float(loss_fn.count_units(mb)) for mb in micro_batches]
+        units = self._dp_sum(sum(local_units))
         if units <= 0:
             raise WorkerError(f"forward_backward: the step has {units} loss units (empty loss masks?)")
         self.model.zero_grad_buffer()
@@ -376,10 +382,14 @@ class MegatronTrainStrategy:
         step = partial(self._loss_of, loss_fn=loss_fn, scale=1.0 / units, temperature=temperature)
         stored = self._run_schedule(micro_batches, step, forward_only=False)
         loss_sum = torch.zeros((), device="cuda")
+        metrics = UnitWeightedMeans()
         if parallel_state.is_pipeline_last_stage():
             loss_sum = torch.stack([d["loss_sum"] for d in stored]).sum()
+            for d, mb_units in zip(stored, local_units, strict=True):
+                named = {k.removeprefix(_METRIC): v for k, v in d.items() if k.startswith(_METRIC)}
+                metrics.add(named, mb_units)
         loss_sum = self._from_last_stage(loss_sum)
-        return self._dp_sum(float(loss_sum)) / units, units
+        return self._dp_sum(float(loss_sum)) / units, units, metrics.means()
 
     def _loss_of(
         self,
@@ -399,12 +409,13 @@ class MegatronTrainStrategy:
             with_entropy=loss_fn.needs_entropy,
         )
         cuda_mb = {k: v.cuda() for k, v in mb.items()}
-        loss_sum = loss_fn(ForwardOutput(logp_BT=logp_BT, entropy_BT=ent_BT), cuda_mb)
+        loss_sum, metrics = loss_fn(ForwardOutput(logp_BT=logp_BT, entropy_BT=ent_BT), cuda_mb)
+        stored = {f"{_METRIC}{k}": torch.as_tensor(v, device="cuda").detach() for k, v in metrics.items()}
         # The count is ignored by our finalize hook; Megatron only needs an int tensor here.
         return (
             loss_sum * scale,
             torch.ones((), dtype=torch.int, device="cuda"),
-            {"loss_sum": loss_sum.detach()},
+            {"loss_sum": loss_sum.detach(), **stored},
         )
 
     def _run_schedule(

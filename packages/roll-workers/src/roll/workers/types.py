@@ -17,7 +17,8 @@ Map of the abstractions:
   (:class:`ScoringStrategy`), so a frozen reference or teacher takes either kind.
 - :class:`LossFn`: the trainer's contract with algorithms. It returns a *sum* over its units (tokens, sequences)
   and the strategy divides by the global unit count across all micro-batches and ranks, so gradient accumulation
-  and data parallelism equal one big batch exactly.
+  and data parallelism equal one big batch exactly. With the sum it returns its metrics (means over the
+  micro-batch's units), which the strategy weights by units (:class:`roll.workers.metrics.UnitWeightedMeans`).
 - Strategy specs (:data:`roll.workers.specs.HF`, :data:`roll.workers.specs.FSDP2`) are the ``roll.strategy``
   entry points; they build these objects.
 
@@ -29,7 +30,7 @@ positions with no prediction (padding, the first token of a sequence) hold 0. En
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     import torch
 
     from roll.workers.config import LoraConfig, SamplingParams
+    from roll.workers.metrics import LossMetrics
 
 FinishReason = Literal["stop", "length"]
 
@@ -98,15 +100,19 @@ class TrainStepResult:
     lr: float
     num_units: float
     num_micro_batches: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The loss's own metrics, unit-weighted means over this rank's micro-batches."""
 
 
 @runtime_checkable
 class LossFn(Protocol):
-    """The loss of one micro-batch as a *sum* over its units, plus the unit count of any micro-batch.
+    """The loss of one micro-batch as a *sum* over its units, its metrics, and the unit count of any micro-batch.
 
     ``count_units`` is called on every micro-batch before any backward, so the strategy can all-reduce the global
-    count first; ``__call__`` then returns ``loss_sum`` (a scalar tensor with grad) and the strategy backpropagates
-    ``loss_sum / global_units``. ``needs_entropy`` asks the strategy to compute ``entropy_BT``.
+    count first; ``__call__`` then returns ``(loss_sum, metrics)``: ``loss_sum`` a scalar tensor with grad (the
+    strategy backpropagates ``loss_sum / global_units``), ``metrics`` detached scalars (tensors or floats), each a
+    *mean over this micro-batch's units*, which the strategy averages over the step weighted by ``count_units``.
+    A loss keeps no state between calls. ``needs_entropy`` asks the strategy to compute ``entropy_BT``.
 
     Optional: a loss that reads ``logp_BT`` / ``entropy_BT`` at only some positions may define
     ``score_mask(micro_batch) -> bool [B, T] | None`` (e.g. the label tokens of SFT or DPO); the causal-LM
@@ -117,7 +123,9 @@ class LossFn(Protocol):
     @property
     def needs_entropy(self) -> bool: ...
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor: ...
+    def __call__(
+        self, output: ForwardOutput, micro_batch: MicroBatch
+    ) -> tuple[torch.Tensor, LossMetrics]: ...
 
     def count_units(self, micro_batch: MicroBatch) -> float: ...
 
@@ -213,7 +221,7 @@ class TrainStrategy(Protocol):
 
     def forward_backward(
         self, micro_batches: Sequence[MicroBatch], loss_fn: LossFn, *, temperature: float = 1.0
-    ) -> tuple[float, float]: ...
+    ) -> tuple[float, float, dict[str, float]]: ...
 
     def optimizer_step(self) -> float: ...
 

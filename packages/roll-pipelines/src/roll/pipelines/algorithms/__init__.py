@@ -12,6 +12,13 @@
 - :mod:`.preference`: DPO, cDPO, IPO, Bradley-Terry reward-model loss, SFT cross-entropy.
 - :mod:`.divergence`: distillation divergences on the teacher's top-k (forward/reverse/skewed KL, JS, AKL).
 - :mod:`.presets` and :mod:`.choices`: ``AlgorithmConfig`` with named presets; torch-free.
+- :mod:`.registry`: the advantage estimators and policy losses by name, each with what it needs (critic, groups,
+  reference) and a description; torch-free, so pipelines' configs declare and check what they support.
+- :mod:`.estimators`: ``estimate_advantages`` (every estimator, rows grouped by id) and reward normalization,
+  the one copy rlvr, agentic and on-policy distillation call.
+- :mod:`.losses`: the LossFn objects of the RL modes: ``PolicyLoss`` (every registered loss, KL, entropy, TIS),
+  ``ValueLoss``, ``MaskedNLLLoss`` (the warm-up).
+- :mod:`.distill`: on-policy distillation's advantage (the student's negative log-ratio to the teacher).
 
 This package imports nothing itself, so importing the config (``presets``) does not import torch.
 """

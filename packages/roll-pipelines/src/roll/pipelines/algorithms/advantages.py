@@ -20,6 +20,8 @@ Estimators (outcome rewards ``r``):
   whitened over every trained token of the global batch.
 - REINFORCE++-baseline: ``r_i - mean_G(r)``, broadcast to tokens, then whitened over the batch.
 - GAE (Schulman et al. 2016): ``delta_t = r_t + gamma V_{t+1} - V_t``, ``A_t = delta_t + gamma lambda A_{t+1}``.
+- Reward normalization (:func:`normalize_rewards`) works on rows grouped by id, like every estimator of
+  :mod:`.estimators`.
 - GiGPO (Feng et al. 2025, "Group-in-Group Policy Optimization"): episode-level group advantage plus a
   step-level one over *anchor-state* groups; :func:`group_normalize` takes arbitrary group ids for this.
 """
@@ -27,10 +29,12 @@ Estimators (outcome rewards ``r``):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-from roll.core.errors import ConfigError
+from roll.core.errors import ConfigError, DataError
 from roll.pipelines.algorithms.aggregate import masked_mean, masked_var
 from roll.pipelines.algorithms.choices import RewardNorm
 
@@ -309,33 +313,44 @@ class RunningMeanStd:
         self.mean, self.var, self.count = float(state["mean"]), float(state["var"]), float(state["count"])
 
 
+def tag_ids(tags: Sequence[Any]) -> torch.Tensor:
+    """One id per distinct tag (sorted by name), as group ids for ``tag`` normalization."""
+    names = sorted({str(t) for t in tags})
+    return torch.tensor([names.index(str(t)) for t in tags], dtype=torch.long)
+
+
 def normalize_rewards(
-    rewards_PG: torch.Tensor,
+    rewards_B: torch.Tensor,
     *,
     mode: RewardNorm,
+    group_ids_B: torch.Tensor | None = None,
+    tags: Sequence[Any] | None = None,
     running: RunningMeanStd | None = None,
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """Normalize outcome rewards before the advantage estimator.
+    """Normalize outcome rewards before the advantage estimator (population std everywhere).
 
     - ``none``: unchanged;
-    - ``batch``: ``(r - mean) / (std + eps)`` over the whole batch (population std);
-    - ``group``: the same within each group of ``G`` (population std);
+    - ``batch``: ``(r - mean) / (std + eps)`` over the whole batch;
+    - ``group``: the same within each group of ``group_ids_B``;
+    - ``tag``: the same within the rows of each tag (``tags``: domains or envs with different reward scales);
     - ``running``: update ``running`` with this batch, then ``(r - mean) / sqrt(var + eps)`` with its statistics.
     """
     if mode == "none":
-        return rewards_PG
+        return rewards_B
     if mode == "batch":
-        return (rewards_PG - rewards_PG.mean()) / (rewards_PG.std(correction=0) + eps)
-    if mode == "group":
-        centered_PG = _as_groups(rewards_PG) - rewards_PG.mean(dim=-1, keepdim=True)
-        return centered_PG / (_group_std(rewards_PG, unbiased=False) + eps)
+        return (rewards_B - rewards_B.mean()) / (rewards_B.std(correction=0) + eps)
+    if mode in ("group", "tag"):
+        ids_B = group_ids_B if mode == "group" else (tag_ids(tags) if tags is not None else None)
+        if ids_B is None:
+            raise DataError(f"reward normalization {mode!r} needs the rows' {mode} ids")
+        return group_normalize(rewards_B, ids_B, unbiased=False, eps=eps)
     if mode == "running":
         if running is None:
             raise ConfigError("reward normalization 'running' needs a RunningMeanStd passed as running=")
-        running.update(rewards_PG)
-        return running.normalize(rewards_PG)
-    raise ConfigError(f"unknown reward normalization {mode!r}; known: none, batch, group, running")
+        running.update(rewards_B)
+        return running.normalize(rewards_B)
+    raise ConfigError(f"unknown reward normalization {mode!r}; known: none, batch, group, tag, running")
 
 
 def _clip_symmetric(x: torch.Tensor, max_abs: float, what: str) -> torch.Tensor:

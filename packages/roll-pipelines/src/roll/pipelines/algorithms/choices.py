@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-AdvEstimator = Literal["gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"]
+AdvEstimator = Literal["gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo"]
 PolicyLossType = Literal["ppo", "gspo", "cispo", "topr"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLMode = Literal["none", "reward", "loss"]
 KLEstimator = Literal["k1", "k2", "k3", "low_var_kl", "k1+", "k3+"]
-RewardNorm = Literal["none", "batch", "group", "running"]
+RewardNorm = Literal["none", "batch", "group", "tag", "running"]
+"""Reward normalization before the estimator: ``batch`` over all rows, ``group`` within groups (``group_id_B``),
+``tag`` within the rows of each tag (domains or envs with different reward scales), ``running`` by a running mean
+and std over the run (population std everywhere)."""
 RatioLevel = Literal["token", "sequence"]
 DivergenceName = Literal[
     "forward_kl", "reverse_kl", "skew_forward_kl", "skew_reverse_kl", "js", "adaptive_kl"
@@ -25,6 +28,4 @@ LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
 KL_ESTIMATORS: tuple[str, ...] = get_args(KLEstimator)
 DIVERGENCES: tuple[str, ...] = get_args(DivergenceName)
 PRESET_NAMES: tuple[str, ...] = get_args(PresetName)
-
-#: Estimators that work on one outcome reward per sequence, grouped by prompt (they need ``G >= 2``).
-GROUP_ESTIMATORS: frozenset[str] = frozenset({"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"})
+REWARD_NORMS: tuple[str, ...] = get_args(RewardNorm)

@@ -19,7 +19,6 @@ from roll.core.config.base import RollModel
 from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
 from roll.pipelines.algorithms.choices import (
-    GROUP_ESTIMATORS,
     PRESET_NAMES,
     AdvEstimator,
     KLEstimator,
@@ -30,6 +29,7 @@ from roll.pipelines.algorithms.choices import (
     RatioLevel,
     RewardNorm,
 )
+from roll.pipelines.algorithms.registry import ESTIMATORS
 
 #: Preset name -> the field values it sets. Everything not listed takes the field default.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -108,7 +108,7 @@ class AlgorithmConfig(RollModel):
     gamma: float = Field(1.0, ge=0, le=1, description="discount (GAE, REINFORCE++)")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
     whiten_advantages: bool = Field(False, description="whiten GAE advantages over the batch's tokens")
-    reward_norm: RewardNorm = "none"
+    reward_norm: RewardNorm = Field("none", description="none, batch, group, tag or running (see choices)")
     reward_clip: float | None = Field(None, gt=0, description="clamp rewards into [-x, x]")
     advantage_clip: float | None = Field(None, gt=0, description="clamp advantages into [-x, x]")
     # Policy loss
@@ -209,7 +209,7 @@ class AlgorithmConfig(RollModel):
             return []
         hint = f"set {where} >= 2 (4-16 is usual)"
         issues = []
-        if self.adv_estimator in GROUP_ESTIMATORS:
+        if "groups" in ESTIMATORS.entry(self.adv_estimator).needs:
             message = f"adv_estimator={self.adv_estimator!r} compares samples of a prompt, but {where} = {samples_per_prompt}"
             issues.append(ConfigIssue(where, message, hint))
         if self.dynamic_sampling:

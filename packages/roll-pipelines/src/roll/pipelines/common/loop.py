@@ -9,15 +9,12 @@ from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.config.batch import BatchConfig
 from roll.core.tracking import reduce_metrics
+from roll.workers.roles.actor import LOSS_METRIC_PREFIX
 from roll.workers.types import LossFn
 
 TRAIN_METRIC_REDUCTION = {"loss": "mean", "grad_norm": "max", "lr": "max", "tokens": "sum", "units": "max"}
 """Per-rank train_step metrics: ``loss``, ``grad_norm``, ``lr`` and ``units`` are already global (equal on every
 rank), ``tokens`` are this rank's."""
-
-
-LOSS_METRIC_PREFIX = "actor/"
-"""The prefix ``ActorTrainWorker.train_with_metrics`` puts on a loss's own metrics (dropped here)."""
 
 
 def optimizer_chunks(rows: Sequence[Any], batch: BatchConfig) -> list[list[Any]]:
@@ -30,16 +27,13 @@ def optimizer_chunks(rows: Sequence[Any], batch: BatchConfig) -> list[list[Any]]
 def train_chunks(cluster: Cluster, chunks: Sequence[Batch], loss_fn: LossFn) -> dict[str, float]:
     """One ``train_step`` per chunk; metrics of the last optimizer step, tokens summed over the step.
 
-    A loss with a ``metrics()`` method (DPO's reward accuracy and margin) trains through ``train_with_metrics``
-    and its metrics join the step's under their own names (the rank mean: ranks hold equal numbers of units)."""
+    The loss's own metrics (DPO's reward accuracy and margin) join the step's under their own names, without the
+    role's ``actor/`` prefix (the rank mean: ranks hold equal numbers of units)."""
     metrics: dict[str, float] = {}
     tokens = 0.0
     for chunk in chunks:
-        if callable(getattr(loss_fn, "metrics", None)):
-            per_rank = cluster.train_with_metrics(chunk, loss_fn)
-            per_rank = [{k.removeprefix(LOSS_METRIC_PREFIX): v for k, v in r.items()} for r in per_rank]
-        else:
-            per_rank = cluster.train_step(chunk, loss_fn)
+        per_rank = cluster.train_step(chunk, loss_fn)
+        per_rank = [{k.removeprefix(LOSS_METRIC_PREFIX): v for k, v in r.items()} for r in per_rank]
         metrics = reduce_metrics(per_rank, TRAIN_METRIC_REDUCTION)
         tokens += metrics.pop("tokens", 0.0)
     metrics["tokens"] = tokens

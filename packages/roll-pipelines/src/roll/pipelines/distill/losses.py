@@ -21,7 +21,7 @@ batch when both token sets agree (response-only distillation), and the two separ
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -33,6 +33,7 @@ from roll.pipelines.algorithms.aggregate import Aggregation
 from roll.pipelines.algorithms.choices import DivergenceName
 from roll.pipelines.algorithms.divergence import distill_loss
 from roll.workers.logprobs import has_prev_from_mask, position_ids_from_mask
+from roll.workers.metrics import LossMetrics
 from roll.workers.types import ForwardOutput, MicroBatch
 
 
@@ -117,22 +118,6 @@ def kd_mask(micro_batch: Mapping[str, torch.Tensor], *, distill_prompt: bool) ->
 
 
 @dataclass
-class _Sink:
-    """Token-weighted running means of loss metrics, read (and reset) by :meth:`DistillLoss.metrics`."""
-
-    sums: dict[str, float] = field(default_factory=dict)
-    weight: float = 0.0
-
-    def add(self, values: Mapping[str, torch.Tensor], weight: float) -> None:
-        for name, value in values.items():
-            self.sums[name] = self.sums.get(name, 0.0) + float(value) * weight
-        self.weight += weight
-
-    def means(self) -> dict[str, float]:
-        return {k: v / max(self.weight, 1e-12) for k, v in self.sums.items()}
-
-
-@dataclass
 class DistillLoss:
     """``kd_weight * divergence + (1 - kd_weight) * cross-entropy`` on the teacher's top-k (see module docstring).
 
@@ -151,19 +136,18 @@ class DistillLoss:
     num_kd_tokens: float | None = None
     num_ce_tokens: float | None = None
     needs_entropy: bool = False
-    _sink: _Sink = field(default_factory=_Sink, repr=False)
 
     def bind(self, batch: Mapping[str, torch.Tensor]) -> DistillLoss:
         """A copy that knows the global token counts of ``batch`` (the whole optimizer step, all ranks)."""
         n_kd = float(kd_mask(batch, distill_prompt=self.distill_prompt).sum())
         n_ce = float((trained_labels(batch) != IGNORE_INDEX).sum())
-        return replace(self, num_kd_tokens=max(n_kd, 1.0), num_ce_tokens=max(n_ce, 1.0), _sink=_Sink())
+        return replace(self, num_kd_tokens=max(n_kd, 1.0), num_ce_tokens=max(n_ce, 1.0))
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         n_kd = float(kd_mask(micro_batch, distill_prompt=self.distill_prompt).sum())
         return n_kd / self._counts()[0]
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         logits_BTV = getattr(output, "logits_BTV", None)
         if logits_BTV is None:
             raise WorkerError(
@@ -193,8 +177,7 @@ class DistillLoss:
             )
             loss = loss + (1 - self.kd_weight) * ce
             metrics = {**metrics, "ce_sum": ce.detach() * n_ce}
-        self._sink.add(self._local_metrics(metrics, micro_batch), float(mask_BT.sum()))
-        return loss
+        return loss, self._local_metrics(metrics, micro_batch)
 
     def _counts(self) -> tuple[float, float]:
         if self.num_kd_tokens is None or self.num_ce_tokens is None:
@@ -210,9 +193,4 @@ class DistillLoss:
         if "ce_sum" in metrics:  # per trained token of this micro-batch
             n_ce = float((trained_labels(micro_batch) != IGNORE_INDEX).sum())
             out["ce_mean"] = metrics["ce_sum"] / max(n_ce, 1.0)
-        return out
-
-    def metrics(self) -> dict[str, float]:
-        """Token-weighted means since the last call (``kd_mean``: the divergence per distilled token)."""
-        out, self._sink = self._sink.means(), _Sink()
         return out

@@ -18,8 +18,8 @@ built-in task, so without it nearly every sampled token is pushed down) and ``wh
 
 Pieces:
 
-- :func:`distill_advantages` and :func:`route_by_tag` are pure (tensors and lists in, tensors and indices out);
-  any pipeline can call them.
+- :func:`~roll.pipelines.algorithms.distill.distill_advantages` (in ``algorithms``) and :func:`route_by_tag` are
+  pure (tensors and lists in, tensors and indices out); any pipeline can call them.
 - :class:`TeacherPanel` holds the teacher clusters and returns ``teacher_logp_BT`` for a batch, each row scored by
   the teacher its ``tag`` routes to.
 - :class:`OnPolicyDistill` is the :class:`~roll.pipelines.rlvr.transform.AdvantageTransform` that RLVR's pipeline
@@ -46,6 +46,7 @@ from roll.core.cluster import Cluster
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import DataError
 from roll.data.tasks import get_task, is_builtin
+from roll.pipelines.algorithms.distill import distill_advantages
 from roll.pipelines.common.data import prepare_data
 from roll.pipelines.distill.checks import check_same_tokenizer
 from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
@@ -55,71 +56,6 @@ from roll.pipelines.policy.views import training_view
 from roll.pipelines.rlvr.pipeline import RLVRPipeline
 
 logger = logging.getLogger(__name__)
-
-
-def discounted_returns(values_BT: torch.Tensor, mask_BT: torch.Tensor, gamma: float) -> torch.Tensor:
-    """``R_t = sum_{k >= t} gamma^(k - t) * v_k`` over the masked (response) tokens of each row, 0 outside.
-
-    Masked-out positions neither add to the sum nor count as a discount step (a row's response tokens may sit
-    anywhere in it). ``gamma = 0`` returns ``values_BT * mask_BT``.
-    """
-    mask_BT = mask_BT.to(values_BT.dtype)
-    v_BT = values_BT * mask_BT
-    out_BT = torch.zeros_like(v_BT)
-    running_B = torch.zeros_like(v_BT[:, 0])
-    for t in range(v_BT.shape[1] - 1, -1, -1):
-        m_B = mask_BT[:, t]
-        running_B = m_B * (v_BT[:, t] + gamma * running_B) + (1 - m_B) * running_B
-        out_BT[:, t] = running_B * m_B
-    return out_BT
-
-
-BASELINES = ("none", "batch_mean", "whiten")
-
-
-def distill_advantages(
-    student_logp_BT: torch.Tensor,
-    teacher_logp_BT: torch.Tensor,
-    mask_BT: torch.Tensor,
-    *,
-    distill_coef: float = 1.0,
-    rl_advantages_BT: torch.Tensor | None = None,
-    rl_coef: float = 0.0,
-    clip: float | None = None,
-    gamma: float = 0.0,
-    baseline: str = "none",
-) -> torch.Tensor:
-    """``distill_coef * D_t + rl_coef * A_rl`` per token, 0 where ``mask_BT`` is 0, where ``D_t`` is built from the
-    negative log-ratio ``r_t = -(logp_s - logp_t)``:
-
-    1. ``clip`` bounds ``r_t`` to ``[-clip, clip]``;
-    2. ``gamma > 0`` sums the future ones, ``D_t = sum_{k >= t} gamma^(k-t) r_k`` (``gamma = 1``: the REINFORCE
-       gradient of the reverse KL of whole sequences; ``gamma = 0``: the per-token reverse KL, ``D_t = r_t``);
-    3. ``baseline`` ``batch_mean`` subtracts the mean of ``D`` over the batch's response tokens (a constant
-       baseline: the expected gradient is unchanged, its variance lower); ``whiten`` also divides by their std.
-
-    ``rl_advantages_BT`` is required when ``rl_coef > 0``.
-    """
-    if baseline not in BASELINES:
-        raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
-    m_BT = mask_BT.float()
-    neg_log_ratio_BT = -(student_logp_BT.float() - teacher_logp_BT.float())
-    if clip is not None:
-        neg_log_ratio_BT = neg_log_ratio_BT.clamp(-clip, clip)
-    d_BT = discounted_returns(neg_log_ratio_BT, m_BT, gamma) if gamma else neg_log_ratio_BT * m_BT
-    if baseline != "none":
-        n = m_BT.sum().clamp(min=1)
-        mean = (d_BT * m_BT).sum() / n
-        d_BT = d_BT - mean
-        if baseline == "whiten":
-            std = ((d_BT * m_BT).pow(2).sum() / n).sqrt()
-            d_BT = d_BT / (std + 1e-6)
-    adv_BT = distill_coef * d_BT
-    if rl_coef:
-        if rl_advantages_BT is None:
-            raise ValueError("rl_coef > 0 adds the RL advantage: pass rl_advantages_BT")
-        adv_BT = adv_BT + rl_coef * rl_advantages_BT.float()
-    return adv_BT * m_BT
 
 
 def route_by_tag(tags: Sequence[Any], routes: Mapping[str, Sequence[str] | None]) -> dict[str, list[int]]:

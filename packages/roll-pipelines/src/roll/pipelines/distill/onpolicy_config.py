@@ -29,7 +29,7 @@ class OnPolicyTeacherConfig(TrainRoleConfig):
 class OnPolicyDistillSettings(RollModel):
     """``advantage_BT = distill_coef * D_BT + rl_coef * rl_advantage_BT``, ``D`` built from the per-token
     negative log-ratio ``r_t = -(logp_student - logp_teacher)`` (see
-    :func:`~roll.pipelines.distill.onpolicy.distill_advantages`).
+    :func:`~roll.pipelines.algorithms.distill.distill_advantages`).
 
     ``rl_coef = 0`` is pure on-policy distillation (the reward still gets logged); ``clip`` bounds ``r_t``
     (``None``: unbounded); ``gamma`` sums the future ``r`` discounted (``1``: the gradient of the reverse KL of

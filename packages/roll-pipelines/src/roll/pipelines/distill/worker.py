@@ -63,8 +63,7 @@ class DistillStudentWorker(SFTWorker):
         top-k rows from the teacher ranks. Returns the strategy's metrics plus the loss's (``kd/...``)."""
         if receive is not None:
             batch = self._with_received_topk(batch, **receive)
-        out = _common.train_on(self.strategy, batch, loss_fn)
-        return {**out, **{f"kd/{k}": v for k, v in loss_fn.metrics().items()}}
+        return _common.train_on(self.strategy, batch, loss_fn, prefix="kd/")
 
     @register(Dispatch.DP_SPLIT)
     def received_topk(self, batch: Batch, receive: dict[str, Any]) -> Batch:
@@ -86,7 +85,7 @@ class DistillStudentWorker(SFTWorker):
         )
         n_kd = float(kd_mask(mb, distill_prompt=loss_fn.distill_prompt).sum())
         kd_only = replace(loss_fn, kd_weight=1.0).bind(mb)  # the divergence's token mean over these rows
-        return [{"kd_sum": float(kd_only(out, mb)) * n_kd, "kd_tokens_sum": n_kd}]
+        return [{"kd_sum": float(kd_only(out, mb)[0]) * n_kd, "kd_tokens_sum": n_kd}]
 
     def _with_received_topk(self, batch: Batch, name: str, key: str, num_sources: int, k: int) -> Batch:
         ids_B = batch.tensors[C.SAMPLE_ID]

@@ -7,20 +7,21 @@ loss of a pair is :func:`~roll.pipelines.algorithms.preference.dpo_loss` (sigmoi
 over the micro-batch's pairs (one unit per pair), so the strategy's division by the global pair count gives the
 published mean over the whole batch.
 
-:class:`DPOLoss` also keeps the train-side preference metrics (reward accuracy, margin, chosen and rejected
-implicit rewards) of the micro-batches it scored since its last :meth:`DPOLoss.metrics` call, pair-weighted, so
-``ActorTrainWorker.train_with_metrics`` reports them for each optimizer step.
+With the sum, :class:`DPOLoss` returns the train-side preference metrics (reward accuracy, margin, chosen and
+rejected implicit rewards) as means over the micro-batch's pairs; the strategy weights them by pairs, so
+``ActorTrainWorker.train_step`` reports them for each optimizer step.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
 from roll.core.columns import IGNORE_INDEX, LABELS, REF_SEQ_LOGP
 from roll.pipelines.algorithms.preference import PreferenceOutput, dpo_loss, ipo_loss, sequence_logp
+from roll.workers.metrics import LossMetrics
 from roll.workers.types import ForwardOutput, MicroBatch
 
 DPOLossType = Literal["sigmoid", "ipo"]
@@ -48,22 +49,6 @@ def preference_output(
 
 
 @dataclass
-class _PairMetrics:
-    """Pair-weighted sums of per-micro-batch preference metrics."""
-
-    sums: dict[str, float] = field(default_factory=dict)
-    pairs: float = 0.0
-
-    def add(self, metrics: dict[str, torch.Tensor], pairs: int) -> None:
-        for name, value in metrics.items():
-            self.sums[name] = self.sums.get(name, 0.0) + float(value) * pairs
-        self.pairs += pairs
-
-    def means(self) -> dict[str, float]:
-        return {name: total / self.pairs for name, total in self.sums.items()} if self.pairs else {}
-
-
-@dataclass
 class DPOLoss:
     """Sum over pairs of the DPO (sigmoid / conservative) or IPO loss; one unit per pair.
 
@@ -75,9 +60,10 @@ class DPOLoss:
     label_smoothing: float = 0.0
     average_logp: bool = False
     needs_entropy: bool = False
-    _seen: _PairMetrics = field(default_factory=_PairMetrics, repr=False, compare=False)
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
+        """The pairs' summed loss, and ``reward_accuracy``, ``reward_margin``, ``chosen_reward`` and
+        ``rejected_reward`` (means over the pairs, before the update)."""
         logp_B = response_logp(output.logp_BT, micro_batch[LABELS], average=self.average_logp)
         result = preference_output(
             logp_B,
@@ -86,15 +72,7 @@ class DPOLoss:
             beta=self.beta,
             label_smoothing=self.label_smoothing,
         )
-        pairs = logp_B.shape[0] // 2
-        self._seen.add(result.metrics, pairs)
-        return result.loss * pairs
+        return result.loss * (logp_B.shape[0] // 2), result.metrics
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         return float(micro_batch[LABELS].shape[0] // 2)
-
-    def metrics(self) -> dict[str, float]:
-        """Pair-weighted means of ``reward_accuracy``, ``reward_margin``, ``chosen_reward`` and
-        ``rejected_reward`` over the micro-batches since the last call (then reset), before the update."""
-        out, self._seen = self._seen.means(), _PairMetrics()
-        return out

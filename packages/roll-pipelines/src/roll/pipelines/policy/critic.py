@@ -1,9 +1,9 @@
 """PPO's critic inside RLVR: values for GAE before the update, the clipped value loss after it.
 
 A value head at position ``t`` has read the token of step ``t``; the value of the state the policy acted in is
-one position to the left (:func:`~roll.pipelines.algorithms.value_loss.action_values`). Values, returns and the value loss
-live on the response tokens only (``response_mask_BT``); the critic trains on the same mini-batches as the actor,
-its calls queued on its own actors so that it trains while the actor does.
+one position to the left (:func:`~roll.pipelines.algorithms.value_loss.action_values`). Values, returns and the
+value loss live on the response tokens only (``response_mask_BT``); the critic trains on the same mini-batches as
+the actor, its calls queued on its own actors so that it trains while the actor does.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Critic:
     def train(self, parts: Sequence[Batch]) -> None:
         """Queue one optimizer step per mini-batch (``old_values_BT`` and ``returns_BT`` set); returns at once."""
         self._pending = [
-            self.cluster.train_with_metrics.submit(training_view(p, CRITIC_COLUMNS), self.loss) for p in parts
+            self.cluster.train_step.submit(training_view(p, CRITIC_COLUMNS), self.loss) for p in parts
         ]
 
     def collect(self) -> dict[str, float]:

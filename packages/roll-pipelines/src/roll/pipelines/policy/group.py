@@ -206,7 +206,7 @@ class PolicyGroup:
             per_rank: list[dict[str, float]] = []
             view = tuple(columns)
             for part in parts:
-                per_rank += self.actor.train_with_metrics(training_view(part, view), loss, temperature)
+                per_rank += self.actor.train_step(training_view(part, view), loss, temperature)
             metrics = reduce_metrics(per_rank, how={"tokens": "sum"})
         if self.critic is not None:
             metrics.update(self.critic.collect())
@@ -229,7 +229,7 @@ class PolicyGroup:
         metrics: dict[str, float] = {}
         start = time.perf_counter()
         for i, batch in enumerate(batches):
-            metrics = reduce_metrics(self.actor.train_with_metrics(batch, loss))
+            metrics = reduce_metrics(self.actor.train_step(batch, loss))
             log({f"warmup/{k}": v for k, v in metrics.items()}, i - len(batches))
         self.actor.set_lr(base_lr)
         self.sync()

@@ -15,6 +15,7 @@ import torch
 
 from roll.core.errors import WorkerError
 from roll.pipelines.algorithms.preference import bradley_terry_loss
+from roll.workers.metrics import LossMetrics
 from roll.workers.types import ForwardOutput, MicroBatch
 
 
@@ -24,12 +25,12 @@ class BradleyTerryLoss:
 
     needs_entropy: bool = False
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         if output.scores_B is None:
             raise WorkerError("BradleyTerryLoss needs scores_B: train it on a RewardModelWorker")
         scores_B = output.scores_B
         loss, _ = bradley_terry_loss(scores_B[0::2], scores_B[1::2])
-        return loss * (scores_B.shape[0] // 2)
+        return loss * (scores_B.shape[0] // 2), {}
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         return float(micro_batch["input_ids"].shape[0] // 2)

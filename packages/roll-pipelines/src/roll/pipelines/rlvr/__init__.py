@@ -1,8 +1,8 @@
 """The ``rlvr`` pipeline: RL with verifiable rewards (GRPO, DAPO, RLOO, REINFORCE++, GSPO, TOPR, CISPO ...).
 
 This module is light (config and spec only; no torch, no Ray): ``roll validate`` and ``roll list`` load it in
-milliseconds. :mod:`.pipeline` holds the implementation, :mod:`.losses` the loss objects, :mod:`.reward_worker`
-the reward actors, :mod:`.metrics` and :mod:`.plot` what a run reports. Entry point:
+milliseconds. :mod:`.pipeline` holds the implementation (its losses are :mod:`roll.pipelines.algorithms.losses`),
+:mod:`.reward_worker` the reward actors, :mod:`.metrics` and :mod:`.plot` what a run reports. Entry point:
 ``rlvr = "roll.pipelines.rlvr:SPEC"`` in the ``roll.pipeline`` group.
 """
 

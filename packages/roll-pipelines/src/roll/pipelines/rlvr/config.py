@@ -18,6 +18,7 @@ from roll.core.config.validate import issues_error, moved_keys_error
 from roll.core.errors import ConfigIssue
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.pipelines.algorithms.presets import AlgorithmConfig
+from roll.pipelines.algorithms.registry import ESTIMATORS
 from roll.pipelines.common.config import batch_issues
 from roll.workers.roles.config import CriticRoleConfig, InferRoleConfig, ModelConfig, TrainRoleConfig
 
@@ -31,6 +32,9 @@ MOVED_KEYS = {
     "critic_train": "critic.strategy",
 }
 """Keys of the old two-regime layout and where they live now (a config that uses one gets the path as hint)."""
+
+SUPPORTED_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
+"""The estimators RLVR runs (GiGPO needs the step-level rows of agentic runs)."""
 
 
 class RolloutConfig(RollModel):
@@ -143,6 +147,7 @@ class RLVRConfig(RunConfig):
     def _consistent(self) -> Self:
         issues = batch_issues(self.batch, self.actor_train, role_key="actor_train", pairs=False)
         issues += self.algorithm.check(self.batch.samples_per_prompt)
+        issues += ESTIMATORS.unsupported(self.algorithm.adv_estimator, SUPPORTED_ESTIMATORS, pipeline="rlvr")
         issues += self._tag_issues() + self._critic_issues() + self._async_issues()
         if issues:
             raise issues_error(issues)

@@ -11,9 +11,9 @@ One training step reads top to bottom (:meth:`RLVRPipeline.train_step`)::
   normalization) and the reward metrics per domain.
 - ``advantages``: reference log-probs (KL), old log-probs (several optimizer steps per rollout), critic values
   (GAE), the estimator of the preset, KL in the reward when asked.
-- ``train``: the :class:`~roll.pipelines.rlvr.losses.PolicyLoss` on ``actor_train``, one call per optimizer step;
-  with a critic, the :class:`~roll.pipelines.rlvr.losses.ValueLoss` on ``critic`` at the same time, on the same
-  mini-batches (see :mod:`roll.pipelines.rlvr.critic`).
+- ``train``: the :class:`~roll.pipelines.algorithms.losses.PolicyLoss` on ``actor_train``, one call per optimizer
+  step; with a critic, the :class:`~roll.pipelines.algorithms.losses.ValueLoss` on ``critic`` at the same
+  time, on the same mini-batches (see :mod:`roll.pipelines.rlvr.critic`).
 - ``sync_weights``: :class:`~roll.workers.model_update.ModelUpdateGroup` pushes the new weights, versioned.
 
 Simplifications, on purpose: the KL controller is updated once per step with the step's mean KL; GAE sees one
@@ -38,7 +38,15 @@ from roll.core.pipeline import BasePipeline
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler, RolloutBatch
 from roll.pipelines.algorithms import advantages as adv
 from roll.pipelines.algorithms.dapo import dynamic_sampling_filter, overlong_filter, soft_overlong_penalty
+from roll.pipelines.algorithms.estimators import (
+    AdvantageInputs,
+    EstimatorParams,
+    estimate_advantages,
+    layout_group_ids,
+    normalize_rewards,
+)
 from roll.pipelines.algorithms.kl import build_kl_controller, kl_estimate
+from roll.pipelines.algorithms.losses import MaskedNLLLoss, PolicyLoss, ValueLoss
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.policy.critic import batch_metrics
 from roll.pipelines.policy.group import CriticSpec, PolicyGroup, PolicySpec
@@ -46,7 +54,6 @@ from roll.pipelines.policy.prefetch import StepAhead
 from roll.pipelines.rlvr import metrics as M
 from roll.pipelines.rlvr.config import RLVRConfig
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, PromptFeeder, prompt_batch, sft_batch
-from roll.pipelines.rlvr.losses import PolicyLoss, SFTLoss, ValueLoss
 from roll.pipelines.rlvr.reward_worker import RewardWorker
 from roll.pipelines.rlvr.transform import AdvantageTransform
 from roll.workers.config import SamplingParams
@@ -239,50 +246,25 @@ class RLVRPipeline(BasePipeline):
             batch[C.REF_LOGP] = self.policy.ref_logp(batch)
         if self._use_old_logp():
             batch[C.OLD_LOGP] = self.policy.old_logp(batch)
-        rewards_PG = adv.normalize_rewards(
-            batch.tensors[C.REWARDS].reshape(-1, G), mode=a.reward_norm, running=self.running
-        )
-        advantages_BT = self._estimate(batch, rewards_PG, mask_BT)
-        if a.advantage_clip is not None:
-            advantages_BT = adv.clip_advantages(advantages_BT, max_abs=a.advantage_clip)
-        batch[C.ADVANTAGES] = advantages_BT * mask_BT
+        batch[C.GROUP_ID] = layout_group_ids(len(batch) // G, G)
+        rewards_B = normalize_rewards(
+            batch.tensors[C.REWARDS].float(), mode=a.reward_norm, group_ids_B=batch.tensors[C.GROUP_ID],
+            tags=list(batch[C.TAG]) if C.TAG in batch else None, running=self.running,
+        )  # fmt: skip
+        batch[C.ADVANTAGES] = self._estimate(batch, rewards_B, mask_BT)
         return self.transform.advantages(batch) if self.transform is not None else batch
 
-    def _estimate(self, batch: Batch, rewards_PG: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    def _estimate(self, batch: Batch, rewards_B: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+        """The preset's estimator (:func:`estimate_advantages`); with a critic, writes ``returns_BT`` too."""
         a = self.config.algorithm
-        kl_in_reward = a.kl_mode == "reward"
-        if a.adv_estimator == "gae":
-            return self._gae(batch, rewards_PG, mask_BT)
-        if a.adv_estimator == "reinforce_pp":
-            token_rewards_BT = adv.outcome_to_token_rewards(rewards_PG.reshape(-1), mask_BT)
-            if kl_in_reward:
-                token_rewards_BT = token_rewards_BT - self.kl.value * self._kl_BT(batch, mask_BT)
-            return adv.reinforce_pp_advantages(token_rewards_BT, mask_BT, gamma=a.gamma)[0]
-        if kl_in_reward:  # outcome estimators: the sequence's summed KL comes off its reward
-            rewards_PG = rewards_PG - self.kl.value * self._kl_BT(batch, mask_BT).sum(-1).reshape(
-                rewards_PG.shape
-            )
-        if a.adv_estimator == "reinforce_pp_baseline":
-            return adv.reinforce_pp_baseline_advantages(rewards_PG, mask_BT)
-        if a.adv_estimator == "rloo":
-            adv_PG = adv.rloo_advantages(rewards_PG)
-        elif a.adv_estimator == "dr_grpo":
-            adv_PG = adv.dr_grpo_advantages(rewards_PG)
-        else:
-            adv_PG = adv.grpo_advantages(rewards_PG)
-        return adv.expand_to_tokens(adv_PG.reshape(-1), mask_BT)
-
-    def _gae(self, batch: Batch, rewards_PG: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
-        """GAE on the critic's values; writes ``returns_BT`` (the critic's targets), returns the advantages."""
-        a = self.config.algorithm
-        token_rewards_BT = adv.outcome_to_token_rewards(rewards_PG.reshape(-1), mask_BT)
-        if a.kl_mode == "reward":
-            token_rewards_BT = token_rewards_BT - self.kl.value * self._kl_BT(batch, mask_BT)
-        advantages_BT, returns_BT = adv.gae_advantages(
-            token_rewards_BT, batch.tensors[C.OLD_VALUES], mask_BT, gamma=a.gamma, lam=a.lam
-        )
-        batch[C.RETURNS] = returns_BT
-        return adv.masked_whiten(advantages_BT, mask_BT) if a.whiten_advantages else advantages_BT
+        inputs = AdvantageInputs(
+            rewards_B, mask_BT, group_ids_B=batch.tensors[C.GROUP_ID], values_BT=batch.tensors.get(C.OLD_VALUES),
+            kl_BT=self._kl_BT(batch, mask_BT) if a.kl_mode == "reward" else None,
+        )  # fmt: skip
+        out = estimate_advantages(a.adv_estimator, inputs, EstimatorParams.of(a, kl_coef=self.kl.value))
+        if self.policy.critic is not None and out.returns_BT is not None:
+            batch[C.RETURNS] = out.returns_BT
+        return out.advantages_BT
 
     def _kl_BT(self, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
         """Per-token KL of the sampling policy to the reference (KL in the reward), 0 off the response."""
@@ -364,7 +346,7 @@ class RLVRPipeline(BasePipeline):
             )
             for i in range(wu.steps)
         )
-        metrics = self.policy.warmup_sft(batches, SFTLoss(), lr=wu.lr, log=self.tracker.log)
+        metrics = self.policy.warmup_sft(batches, MaskedNLLLoss("labels"), lr=wu.lr, log=self.tracker.log)
         logger.info("warm-up: last nll %.3f", metrics.get("actor/nll", float("nan")))
         if self.transform is not None:
             self.transform.after_warmup(self)

@@ -15,6 +15,7 @@ import torch
 
 from roll.core.columns import IGNORE_INDEX, LABELS
 from roll.pipelines.algorithms.aggregate import masked_sum
+from roll.workers.metrics import LossMetrics
 from roll.workers.types import ForwardOutput, MicroBatch
 
 
@@ -24,9 +25,9 @@ class SFTLoss:
 
     needs_entropy: bool = False
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         mask_BT = micro_batch[LABELS].to(output.logp_BT.device) != IGNORE_INDEX
-        return masked_sum(-output.logp_BT, mask_BT)
+        return masked_sum(-output.logp_BT, mask_BT), {}
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         return float((micro_batch[LABELS] != IGNORE_INDEX).sum())

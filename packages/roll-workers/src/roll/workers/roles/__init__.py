@@ -9,7 +9,8 @@ Registered methods (dispatch mode) by role:
 
 - :class:`ActorTrainWorker` ``(model: ModelConfig, strategy: FSDP2Config, total_steps=1, strategy_name="fsdp2")``:
   ``setup()`` ALL; ``train_step(batch, loss_fn, temperature=1.0) -> list[dict]`` DP (per-rank metrics: loss,
-  grad_norm, lr, tokens, units); ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch``
+  grad_norm, lr, tokens, units, and the loss's own as ``actor/<name>``; critic: ``critic/<name>``, reward model:
+  ``reward/<name>``); ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch``
   DP (``logp_BT``, ``entropy_BT``); ``save_checkpoint(path)`` / ``load_checkpoint(path)`` / ``export_hf(path)`` /
   ``offload()`` / ``reload()`` ALL; ``weights_checksum(dtype=None) -> list[str]`` ALL (rank 0's is the one);
   model update: ``stage_weights`` / ``weight_bucket`` / ``release_weights`` / ``update_endpoint`` /

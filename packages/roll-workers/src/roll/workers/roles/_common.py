@@ -12,6 +12,7 @@ from roll.core.batch import PAD_COLUMN, Batch
 from roll.core.cluster import Worker
 from roll.core.errors import ConfigError, DataError, PluginError
 from roll.core.types import StrategySpec
+from roll.workers.metrics import LossMetrics
 from roll.workers.types import (
     ForwardOutput,
     InferStrategy,
@@ -93,30 +94,34 @@ class ZeroWeight:
         self.needs_entropy = inner.needs_entropy
         self._inner = inner
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
-        return self._inner(output, micro_batch) * 0.0
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
+        loss_sum, _ = self._inner(output, micro_batch)
+        return loss_sum * 0.0, {}
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         return 0.0
 
 
 def train_on(
-    strategy: TrainStrategy, batch: Batch, loss_fn: LossFn, temperature: float = 1.0
+    strategy: TrainStrategy, batch: Batch, loss_fn: LossFn, temperature: float = 1.0, *, prefix: str
 ) -> dict[str, float]:
     """One optimizer step on this rank's real rows; DP padding rows are not trained on.
 
-    A rank that received only padding runs its forwards with a zero-weighted loss, because FSDP's collectives
-    need every rank to take part; the global unit count comes from the other ranks.
+    Returns ``loss``, ``grad_norm``, ``lr``, ``tokens``, ``units`` and the loss's own metrics under ``prefix``
+    (``actor/``, ``critic/`` ...: the role states it), unit-weighted over this rank's micro-batches. A rank that
+    received only padding runs its forwards with a zero-weighted loss, because FSDP's collectives need every rank
+    to take part; the global unit count comes from the other ranks, and it reports no loss metrics.
     """
     real = real_rows(batch)
     if len(real) == 0:
         real, loss_fn = batch.slice(0, 1), ZeroWeight(loss_fn)
     mbs = strategy.split(micro_batch(real))
-    loss, units = strategy.forward_backward(mbs, loss_fn, temperature=temperature)
+    loss, units, loss_metrics = strategy.forward_backward(mbs, loss_fn, temperature=temperature)
     lr = strategy.lr
     grad_norm = strategy.optimizer_step()
     tokens = float(real.tensors[C.ATTENTION_MASK].sum()) if not isinstance(loss_fn, ZeroWeight) else 0.0
-    return {"loss": loss, "grad_norm": grad_norm, "lr": lr, "tokens": tokens, "units": units}
+    out = {"loss": loss, "grad_norm": grad_norm, "lr": lr, "tokens": tokens, "units": units}
+    return {**out, **{f"{prefix}{k}": v for k, v in loss_metrics.items()}}
 
 
 def logprobs_of(strategy: ScoringStrategy, batch: Batch, temperature: float, with_entropy: bool) -> Batch:

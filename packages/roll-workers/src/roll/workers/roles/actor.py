@@ -27,6 +27,9 @@ from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
 from roll.workers.types import LossFn, TrainStrategy
 
+LOSS_METRIC_PREFIX = "actor/"
+"""The prefix of the loss's own metrics in :meth:`ActorTrainWorker.train_step`'s result."""
+
 
 class ActorTrainWorker(Worker):
     """One data-parallel rank of the trained policy. Call :meth:`setup` on the cluster before anything else.
@@ -68,14 +71,6 @@ class ActorTrainWorker(Worker):
             spec, self.strategy_cfg, model, self.role, total_steps=self.total_steps
         )
 
-    @register(Dispatch.DP_SPLIT)
-    def train_with_metrics(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
-        """:meth:`train_step`, plus the loss's own metrics (``loss_fn.metrics()`` if it has one), as ``actor/*``."""
-        out = self.train_step(batch, loss_fn, temperature)
-        collect = getattr(loss_fn, "metrics", None)
-        extra = collect() if callable(collect) else {}
-        return {**out, **{f"actor/{k}": v for k, v in extra.items()}}
-
     @register(Dispatch.ONE_TO_ALL)
     def set_lr(self, lr: float) -> None:
         """Use ``lr`` as the base rate from now on (e.g. a warm-up at its own rate, then RL at another)."""
@@ -86,12 +81,13 @@ class ActorTrainWorker(Worker):
         """One optimizer step over the whole (global) batch; returns this rank's metrics.
 
         Metrics: ``loss`` (global mean over loss units), ``grad_norm`` (pre-clip), ``lr`` (used by this step),
-        ``tokens`` (valid tokens of this rank's real rows), ``units`` (global loss units). ``loss_fn`` is pickled
-        from the driver; it sees tensor columns under their Batch names plus ``input_ids``/``attention_mask``.
+        ``tokens`` (valid tokens of this rank's real rows), ``units`` (global loss units), and the loss's own
+        metrics as ``actor/<name>`` (unit-weighted over this rank's micro-batches). ``loss_fn`` is pickled from the
+        driver; it sees tensor columns under their Batch names plus ``input_ids``/``attention_mask``.
         """
         limit = getattr(self.strategy_cfg, "max_tokens_per_micro_batch", None)
         _common.check_micro_batch_fits(batch, limit, self.role, "strategy.max_tokens_per_micro_batch")
-        return _common.train_on(self.strategy, batch, loss_fn, temperature)
+        return _common.train_on(self.strategy, batch, loss_fn, temperature, prefix=LOSS_METRIC_PREFIX)
 
     @register(Dispatch.DP_SPLIT)
     def compute_logprobs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False) -> Batch:

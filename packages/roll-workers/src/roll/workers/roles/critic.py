@@ -45,16 +45,8 @@ class CriticWorker(Worker):
 
     @register(Dispatch.DP_SPLIT)
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
-        """One optimizer step; metrics as ``ActorTrainWorker.train_step``."""
-        return self.core.train_step(batch, loss_fn)
-
-    @register(Dispatch.DP_SPLIT)
-    def train_with_metrics(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
-        """:meth:`train_step`, plus the loss's own metrics (``loss_fn.metrics()`` if it has one), as ``critic/*``."""
-        out = self.core.train_step(batch, loss_fn)
-        collect = getattr(loss_fn, "metrics", None)
-        extra = collect() if callable(collect) else {}
-        return {**out, **{f"critic/{k}": v for k, v in extra.items()}}
+        """One optimizer step; metrics as ``ActorTrainWorker.train_step``, the loss's own as ``critic/<name>``."""
+        return self.core.train_step(batch, loss_fn, prefix="critic/")
 
     @register(Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str) -> None:

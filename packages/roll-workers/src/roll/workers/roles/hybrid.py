@@ -33,6 +33,7 @@ from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import sync_in_process, weights_checksum
 from roll.workers.roles import _common, checkpoint
+from roll.workers.roles.actor import LOSS_METRIC_PREFIX
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.infer import (
     _prompt_ids,
@@ -99,7 +100,7 @@ class HybridActorWorker(Worker):
         """One optimizer step over the global batch (as :meth:`ActorTrainWorker.train_step`)."""
         limit = getattr(self.strategy_cfg, "max_tokens_per_micro_batch", None)
         _common.check_micro_batch_fits(batch, limit, self.role, "strategy.max_tokens_per_micro_batch")
-        return _common.train_on(self.train, batch, loss_fn, temperature)
+        return _common.train_on(self.train, batch, loss_fn, temperature, prefix=LOSS_METRIC_PREFIX)
 
     @register(Dispatch.ONE_TO_ALL)
     def set_lr(self, lr: float) -> None:

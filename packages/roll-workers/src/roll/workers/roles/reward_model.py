@@ -40,8 +40,8 @@ class RewardModelWorker(Worker):
 
     @register(Dispatch.DP_SPLIT)
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
-        """One optimizer step; metrics as ``ActorTrainWorker.train_step``."""
-        return self.core.train_step(batch, loss_fn)
+        """One optimizer step; metrics as ``ActorTrainWorker.train_step``, the loss's own as ``reward/<name>``."""
+        return self.core.train_step(batch, loss_fn, prefix="reward/")
 
     @register(Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str) -> None:

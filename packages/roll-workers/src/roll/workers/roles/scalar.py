@@ -45,10 +45,11 @@ class ScalarHeadModel:
         mb = _common.micro_batch(batch)
         return self.strategy.forward_only(mb["input_ids"], mb["attention_mask"])
 
-    def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
+    def train_step(self, batch: Batch, loss_fn: LossFn, *, prefix: str) -> dict[str, float]:
+        """One optimizer step; the loss's own metrics come back under ``prefix`` (the role's)."""
         limit = getattr(self.strategy_cfg, "max_tokens_per_micro_batch", None)
         _common.check_micro_batch_fits(batch, limit, self.worker.role, "strategy.max_tokens_per_micro_batch")
-        return _common.train_on(self.strategy, batch, loss_fn)
+        return _common.train_on(self.strategy, batch, loss_fn, prefix=prefix)
 
     def save(self, path: str) -> None:
         checkpoint.save(self.strategy, Path(path), self.worker.rank)

@@ -1,8 +1,9 @@
 """The ``agentic`` pipeline: multi-turn RL on text envs with the RLVR-family algorithms and GiGPO.
 
 One step: roll out ``batch.prompts_per_step`` groups of ``batch.samples_per_prompt`` envs (the env manager),
-normalize rewards (by batch, group or tag), estimate advantages (the ``algorithm`` preset's estimator over episode
-groups, or GiGPO's episode + anchor-state groups in step mode), train ``actor_train``, push the weights to
+normalize rewards (by batch, group, tag or running statistics), estimate advantages (the ``algorithm`` preset's
+estimator over episode groups, or GiGPO's episode + anchor-state groups in step mode; both through
+:func:`roll.pipelines.algorithms.estimators.estimate_advantages`), train ``actor_train``, push the weights to
 ``actor_infer``. An optional SFT ``warmup`` first teaches the answer *format* on env prompts with uniformly random
 valid actions (RL starts from a policy that answers but knows nothing of the task), or imitates a noisy expert
 (``warmup.expert_fraction``: that share of answers is the env's expert action, the rest random).
@@ -22,14 +23,16 @@ from roll.core.config.batch import BatchConfig
 from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
+from roll.pipelines.algorithms.choices import RewardNorm
 from roll.pipelines.algorithms.presets import AlgorithmConfig
+from roll.pipelines.algorithms.registry import ESTIMATORS
 from roll.pipelines.common.config import batch_issues
 from roll.workers.roles.config import ModelConfig, TrainRoleConfig
 
 __all__ = ["SPEC", "AgenticConfig", "GiGPOConfig", "WarmupConfig"]
 
-RewardNormMode = Literal["none", "batch", "group", "tag"]
-SUPPORTED_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
+SUPPORTED_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo")
+"""The estimators agentic runs (no critic role yet, so no GAE)."""
 
 
 class GiGPOConfig(RollModel):
@@ -67,8 +70,8 @@ class AgenticConfig(AgenticRunConfig):
     )
     algorithm: AlgorithmConfig = Field(default_factory=_default_algorithm)
     gigpo: GiGPOConfig | None = None
-    reward_norm: RewardNormMode = Field(
-        "none", description="normalize episode rewards by batch, group or tag"
+    reward_norm: RewardNorm = Field(
+        "none", description="normalize episode rewards (as algorithm.reward_norm; either may be set)"
     )
     warmup: WarmupConfig | None = None
     bucket_mb: float = Field(256.0, gt=0, description="model-update bucket size")
@@ -107,11 +110,7 @@ class AgenticConfig(AgenticRunConfig):
 
     def _algorithm_issues(self) -> list[ConfigIssue]:
         a, issues = self.algorithm, []
-        if a.adv_estimator not in SUPPORTED_ESTIMATORS:
-            message = f"adv_estimator={a.adv_estimator!r} is not available in agentic runs (no critic role)"
-            issues.append(
-                ConfigIssue("algorithm.adv_estimator", message, f"use one of {SUPPORTED_ESTIMATORS}")
-            )
+        issues += ESTIMATORS.unsupported(a.adv_estimator, SUPPORTED_ESTIMATORS, pipeline="agentic")
         if a.kl_mode != "none":
             message = f"kl_mode={a.kl_mode!r}: the agentic pipeline runs no reference model yet"
             issues.append(ConfigIssue("algorithm.kl_mode", message, "set algorithm.kl_mode: none"))
@@ -120,15 +119,23 @@ class AgenticConfig(AgenticRunConfig):
                 issues.append(
                     ConfigIssue(f"algorithm.{key}", f"{key} is an RLVR option", f"set {key}: false")
                 )
-        if a.reward_norm != "none":
-            message = (
-                "agentic runs normalize rewards with the top-level reward_norm (none, batch, group, tag)"
-            )
-            issues.append(ConfigIssue("algorithm.reward_norm", message, "move it to reward_norm"))
+        if "none" not in (a.reward_norm, self.reward_norm) and a.reward_norm != self.reward_norm:
+            message = f"reward_norm={self.reward_norm!r} and algorithm.reward_norm={a.reward_norm!r} disagree"
+            issues.append(ConfigIssue("algorithm.reward_norm", message, "set one of them"))
         return issues
 
+    @property
+    def estimator(self) -> str:
+        """The estimator run: GiGPO when the ``gigpo`` section is set, else ``algorithm.adv_estimator``."""
+        return "gigpo" if self.gigpo is not None else self.algorithm.adv_estimator
+
+    @property
+    def reward_norm_mode(self) -> RewardNorm:
+        """``reward_norm`` or ``algorithm.reward_norm``, whichever is set (they may not disagree)."""
+        return self.reward_norm if self.reward_norm != "none" else self.algorithm.reward_norm
+
     def _gigpo_issues(self) -> list[ConfigIssue]:
-        if self.gigpo is not None and self.env_manager.mode != "step":
+        if self.estimator == "gigpo" and self.env_manager.mode != "step":
             message = "GiGPO's step-level groups need one sample per step"
             return [ConfigIssue("gigpo", message, "set env_manager.mode: step, or remove gigpo")]
         return []

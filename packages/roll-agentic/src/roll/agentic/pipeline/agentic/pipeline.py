@@ -6,9 +6,10 @@
   per turn); envs that hang are cut off and dropped; redundancy keeps the first groups to finish.
 - ``samples``: trajectory-wise (one row per episode) or step-wise (one row per turn) token rows whose loss mask
   covers only model-sampled tokens.
-- ``advantages``: reward normalization (batch/group/tag), then the preset's estimator over episode groups, or
-  GiGPO in step mode (:mod:`.advantages`).
-- ``train``: :class:`~.losses.AgenticPolicyLoss` on ``actor_train``, one call per optimizer step.
+- ``advantages``: reward normalization (batch/group/tag/running), then the preset's estimator over episode
+  groups, or GiGPO in step mode (:func:`~roll.pipelines.algorithms.estimators.estimate_advantages`).
+- ``train``: the shared :class:`~roll.pipelines.algorithms.losses.PolicyLoss` (TIS included) on ``actor_train``,
+  one call per optimizer step.
 - ``sync_weights``: :class:`~roll.workers.model_update.ModelUpdateGroup` pushes the weights, versioned.
 
 Simplifications, on purpose: no reference model (KL) and no critic yet (the config says so when asked); the
@@ -28,9 +29,7 @@ from roll.agentic.env_manager.batching import to_batch
 from roll.agentic.env_manager.episode import Sample
 from roll.agentic.env_manager.manager import Rollout
 from roll.agentic.env_manager.slots import ResetOutcome, ResetRequest
-from roll.agentic.pipeline.agentic import AgenticConfig
-from roll.agentic.pipeline.agentic.advantages import compute_advantages
-from roll.agentic.pipeline.agentic.losses import AgenticPolicyLoss, MaskedNLLLoss
+from roll.agentic.pipeline.agentic import AgenticConfig, GiGPOConfig
 from roll.agentic.pipeline.runtime import RolloutRuntime, plot_success
 from roll.agentic.types import EXPERT_ACTION
 from roll.core import columns as C
@@ -38,6 +37,14 @@ from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import ConfigError
 from roll.core.pipeline import BasePipeline
+from roll.pipelines.algorithms.advantages import RunningMeanStd
+from roll.pipelines.algorithms.estimators import (
+    AdvantageInputs,
+    EstimatorParams,
+    estimate_advantages,
+    normalize_rewards,
+)
+from roll.pipelines.algorithms.losses import MaskedNLLLoss, PolicyLoss
 from roll.pipelines.policy.group import PolicyGroup, PolicySpec
 from roll.pipelines.policy.prefetch import StepAhead
 from roll.pipelines.policy.views import training_view
@@ -55,6 +62,7 @@ class AgenticPipeline(BasePipeline):
     def __init__(self, config: AgenticConfig) -> None:
         super().__init__(config, name="agentic")
         self.ahead = StepAhead(self.rollout, enabled=config.async_generation_ratio == 1)
+        self.running = RunningMeanStd() if config.reward_norm_mode == "running" else None
 
     def roles(self) -> Mapping[str, RoleConfig]:
         cfg = self.config
@@ -123,14 +131,19 @@ class AgenticPipeline(BasePipeline):
         """Padded rows with ``advantages_BT`` and, for several optimizer steps per rollout, ``old_logp_BT``."""
         cfg = self.config
         batch = to_batch(samples, self.runtime.encoder.pad_token_id)
-        gigpo = cfg.gigpo
-        batch[C.ADVANTAGES] = compute_advantages(
-            batch,
-            cfg.algorithm,
-            reward_norm=cfg.reward_norm,
-            gigpo_weight=gigpo.step_weight if gigpo else None,
-            gigpo_norm_by_std=gigpo.norm_by_std if gigpo else True,
+        t, gigpo = batch.tensors, cfg.gigpo or GiGPOConfig()
+        rewards_B = normalize_rewards(
+            t[C.SCORES].float(), mode=cfg.reward_norm_mode, group_ids_B=t[C.GROUP_ID],
+            tags=list(batch[C.TAG]), running=self.running,
+        )  # fmt: skip
+        inputs = AdvantageInputs(
+            rewards_B, t[C.RESPONSE_MASK].float(), group_ids_B=t[C.GROUP_ID],
+            step_returns_B=t.get(C.STEP_RETURN), anchor_ids_B=t.get(C.ANCHOR_ID),
+        )  # fmt: skip
+        params = EstimatorParams.of(
+            cfg.algorithm, step_weight=gigpo.step_weight, norm_by_std=gigpo.norm_by_std
         )
+        batch[C.ADVANTAGES] = estimate_advantages(cfg.estimator, inputs, params).advantages_BT
         if self._use_old_logp():
             batch[C.OLD_LOGP] = self.policy.old_logp(batch)
         return batch
@@ -138,7 +151,7 @@ class AgenticPipeline(BasePipeline):
     def train(self, batch: Batch, step: int) -> dict[str, float]:
         """The policy loss on ``actor_train``, one optimizer step per mini-batch."""
         cfg = self.config
-        loss = AgenticPolicyLoss(
+        loss = PolicyLoss(
             cfg.algorithm, norm_len=cfg.env_manager.max_new_tokens, use_old_logp=self._use_old_logp()
         )
         return self.policy.train(
@@ -181,7 +194,7 @@ class AgenticPipeline(BasePipeline):
             )
             for _ in range(wu.steps)
         )
-        metrics = self.policy.warmup_sft(batches, MaskedNLLLoss(), lr=wu.lr, log=self.tracker.log)
+        metrics = self.policy.warmup_sft(batches, MaskedNLLLoss("response"), lr=wu.lr, log=self.tracker.log)
         logger.info("warm-up: %d steps, last nll %.3f", wu.steps, metrics.get("actor/nll", float("nan")))
 
     def _warmup_samples(

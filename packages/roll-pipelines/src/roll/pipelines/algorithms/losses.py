@@ -1,26 +1,28 @@
-"""The :class:`~roll.workers.types.LossFn` objects of RLVR: the policy loss (any preset), the critic's value loss
-and the warm-up SFT loss.
+"""The :class:`~roll.workers.types.LossFn` objects of the RL modes (rlvr, agentic, on-policy distillation): the
+policy loss (every :data:`~.registry.POLICY_LOSSES` entry, with KL, entropy bonus and TIS), the critic's value
+loss and the warm-up's masked NLL.
 
 A LossFn returns a *sum* over its units and the training strategy divides by the global unit count of the whole
-optimizer step (all micro-batches, all ranks). The aggregation modes of :mod:`roll.pipelines.algorithms.
-aggregate` are turned into that contract by binding their global counts to 1 (``Aggregation(mode,
-num_global_tokens=1, num_global_seqs=1)`` gives the *sum* of what the mode averages) and reporting the mode's
-unit in :meth:`count_units`: tokens for ``token-mean``, sequences for the ``seq-mean-*`` modes. So the loss of a
-step is exactly the mode's global mean, whatever the micro-batching or data parallelism.
+optimizer step (all micro-batches, all ranks). The aggregation modes of :mod:`.aggregate` are turned into that
+contract by binding their global counts to 1 (``Aggregation(mode, num_global_tokens=1, num_global_seqs=1)``
+gives the *sum* of what the mode averages) and reporting the mode's unit in :meth:`count_units`: tokens for
+``token-mean``, sequences for the ``seq-mean-*`` modes. So the loss of a step is exactly the mode's global mean,
+whatever the micro-batching or data parallelism.
 
-Each loss keeps the metrics of the micro-batches it saw (``metrics()``, weighted by units); the RLVR actor
-worker returns them next to the strategy's own.
+Each loss returns its metrics (means over the micro-batch's units) with its sum; the strategy weights them by
+units and the worker returns them next to its own.
 
-Batch columns read (names from :mod:`roll.core.columns`, plus ``advantages_BT``, ``old_logp_BT``,
-``ref_logp_BT``, ``old_values_BT``, ``returns_BT`` the pipeline writes).
+Batch columns read (names from :mod:`roll.core.columns`): ``response_mask_BT``, ``advantages_BT``, and as the
+algorithm asks ``old_logp_BT`` (several optimizer steps per rollout), ``ref_logp_BT`` (KL in the loss),
+``infer_logp_BT`` (TIS), ``old_values_BT`` and ``returns_BT`` (the critic), ``labels_BT`` (the NLL).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
+from torch import Tensor
 
 from roll.core import columns as C
 from roll.core.errors import DataError
@@ -36,24 +38,10 @@ from roll.pipelines.algorithms.policy_loss import (
     truncated_is_weight,
 )
 from roll.pipelines.algorithms.presets import AlgorithmConfig
+from roll.pipelines.algorithms.registry import POLICY_LOSSES
 from roll.pipelines.algorithms.value_loss import action_values, clipped_value_loss
+from roll.workers.metrics import LossMetrics
 from roll.workers.types import ForwardOutput, MicroBatch
-
-
-@dataclass
-class _MetricSink:
-    """Unit-weighted sums of per-micro-batch metrics."""
-
-    sums: dict[str, float] = field(default_factory=dict)
-    weight: float = 0.0
-
-    def add(self, values: Mapping[str, torch.Tensor | float], units: float) -> None:
-        for name, value in values.items():
-            self.sums[name] = self.sums.get(name, 0.0) + float(value) * units
-        self.weight += units
-
-    def means(self) -> dict[str, float]:
-        return {name: total / max(self.weight, 1e-12) for name, total in self.sums.items()}
 
 
 class PolicyLoss:
@@ -64,7 +52,9 @@ class PolicyLoss:
     are equal), which saves a forward pass; the ratio is then 1 and only its gradient matters.
     """
 
-    def __init__(self, algo: AlgorithmConfig, *, norm_len: int, use_old_logp: bool, kl_coef: float) -> None:
+    def __init__(
+        self, algo: AlgorithmConfig, *, norm_len: int, use_old_logp: bool, kl_coef: float = 0.0
+    ) -> None:
         self.algo = algo
         self.kl_coef = kl_coef
         self.use_old_logp = use_old_logp
@@ -75,7 +65,6 @@ class PolicyLoss:
             num_global_seqs=1.0,
             norm_len=algo.loss_agg_norm_len or norm_len,
         )
-        self._sink = _MetricSink()
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         mask_BT = micro_batch[C.RESPONSE_MASK]
@@ -83,7 +72,7 @@ class PolicyLoss:
             return float(mask_BT.sum())
         return float(mask_BT.shape[0])
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         logp_BT = output.logp_BT
         mask_BT = micro_batch[C.RESPONSE_MASK].to(logp_BT.dtype)
         old_BT = micro_batch[C.OLD_LOGP].to(logp_BT) if self.use_old_logp else logp_BT.detach()
@@ -103,8 +92,7 @@ class PolicyLoss:
             )
             loss = loss + bonus if self.algo.entropy_coef > 0 else loss
             metrics.update(ent_metrics)
-        self._sink.add(metrics, self.count_units(micro_batch))
-        return loss
+        return loss, metrics
 
     def _tis(
         self, old_BT: torch.Tensor, micro_batch: MicroBatch, mask_BT: torch.Tensor
@@ -124,42 +112,44 @@ class PolicyLoss:
         mask_BT: torch.Tensor,
         is_weight_BT: torch.Tensor | None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        a, w, agg = self.algo, is_weight_BT, self.agg
-        if a.loss_type == "gspo":
-            return gspo_policy_loss(
-                logp_BT,
-                old_BT,
-                adv_BT,
-                mask_BT,
-                clip_low=a.clip_low,
-                clip_high=a.clip_high,
-                is_weight_BT=w,
-                agg=agg,
-            )
-        if a.loss_type == "cispo":
-            return cispo_policy_loss(
-                logp_BT,
-                old_BT,
-                adv_BT,
-                mask_BT,
-                clip_low=a.clip_low,
-                clip_high=a.clip_high,
-                is_weight_BT=w,
-                agg=agg,
-            )
-        if a.loss_type == "topr":
-            return topr_policy_loss(
-                logp_BT, old_BT, adv_BT, mask_BT, level=a.topr_level, is_weight_BT=w, agg=agg
-            )
-        return ppo_policy_loss(
-            logp_BT, old_BT, adv_BT, mask_BT,
-            clip_low=a.clip_low, clip_high=a.clip_high, dual_clip_c=a.dual_clip_c, is_weight_BT=w, agg=agg,
-        )  # fmt: skip
-
-    def metrics(self) -> dict[str, float]:
-        """Unit-weighted means of every metric since the last call (then reset)."""
-        out, self._sink = self._sink.means(), _MetricSink()
+        surrogate = POLICY_LOSSES.implementation(self.algo.loss_type)
+        out: tuple[torch.Tensor, dict[str, torch.Tensor]] = surrogate(
+            logp_BT, old_BT, adv_BT, mask_BT, algo=self.algo, is_weight_BT=is_weight_BT, agg=self.agg
+        )
         return out
+
+
+# The surrogates of POLICY_LOSSES, as (logp, old, adv, mask, *, algo, is_weight_BT, agg) -> (loss, metrics).
+
+
+@POLICY_LOSSES.bind("ppo")
+def _ppo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    return ppo_policy_loss(
+        logp_BT, old_BT, adv_BT, mask_BT,
+        clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip_c=algo.dual_clip_c, **kw,
+    )  # fmt: skip
+
+
+@POLICY_LOSSES.bind("gspo")
+def _gspo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    return gspo_policy_loss(
+        logp_BT, old_BT, adv_BT, mask_BT, clip_low=algo.clip_low, clip_high=algo.clip_high, **kw
+    )
+
+
+@POLICY_LOSSES.bind("cispo")
+def _cispo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    return cispo_policy_loss(
+        logp_BT, old_BT, adv_BT, mask_BT, clip_low=algo.clip_low, clip_high=algo.clip_high, **kw
+    )
+
+
+@POLICY_LOSSES.bind("topr")
+def _topr(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    return topr_policy_loss(logp_BT, old_BT, adv_BT, mask_BT, level=algo.topr_level, **kw)
+
+
+POLICY_LOSSES.check_bound()
 
 
 class ValueLoss:
@@ -175,13 +165,12 @@ class ValueLoss:
     def __init__(self, *, clip_range: float | None, agg_mode: LossAggMode, norm_len: int) -> None:
         self.clip_range = clip_range
         self.agg = Aggregation(agg_mode, num_global_tokens=1.0, num_global_seqs=1.0, norm_len=norm_len)
-        self._sink = _MetricSink()
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         mask_BT = micro_batch[C.RESPONSE_MASK]
         return float(mask_BT.sum()) if self.agg.mode == "token-mean" else float(mask_BT.shape[0])
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         if output.values_BT is None:
             raise DataError("ValueLoss needs a value head (ForwardOutput.values_BT); train it on the critic")
         values_BT = action_values(output.values_BT)
@@ -192,31 +181,30 @@ class ValueLoss:
             clip_range=self.clip_range, agg=self.agg,
         )  # fmt: skip
         metrics["value_error"] = masked_mean((values_BT.detach() - returns_BT).abs(), mask_BT)
-        self._sink.add(metrics, self.count_units(micro_batch))
-        return loss
-
-    def metrics(self) -> dict[str, float]:
-        out, self._sink = self._sink.means(), _MetricSink()
-        return out
+        return loss, metrics
 
 
-class SFTLoss:
-    """Token cross-entropy on the positions whose ``labels_BT`` is not -100 (the warm-up's loss)."""
+class MaskedNLLLoss:
+    """Token cross-entropy on a mask (the SFT warm-up's loss), one unit per trained token; metric ``nll``.
+
+    ``mask="labels"`` trains the positions whose ``labels_BT`` is not -100 (rlvr's warm-up rows),
+    ``mask="response"`` those of ``response_mask_BT`` (agentic's answer tokens).
+    """
 
     needs_entropy = False
 
-    def __init__(self) -> None:
-        self._sink = _MetricSink()
+    def __init__(self, mask: Literal["labels", "response"] = "labels") -> None:
+        self.mask = mask
+
+    def _mask_BT(self, micro_batch: MicroBatch) -> torch.Tensor:
+        if self.mask == "labels":
+            return micro_batch[C.LABELS] != C.IGNORE_INDEX
+        return micro_batch[C.RESPONSE_MASK].bool()
 
     def count_units(self, micro_batch: MicroBatch) -> float:
-        return float((micro_batch[C.LABELS] != -100).sum())
+        return float(self._mask_BT(micro_batch).sum())
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> torch.Tensor:
-        mask_BT = (micro_batch[C.LABELS] != -100).to(output.logp_BT.dtype)
+    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
+        mask_BT = self._mask_BT(micro_batch).to(output.logp_BT)
         nll_sum = -(output.logp_BT * mask_BT).sum()
-        self._sink.add({"nll": nll_sum.detach() / mask_BT.sum().clamp(min=1)}, float(mask_BT.sum()))
-        return nll_sum
-
-    def metrics(self) -> dict[str, float]:
-        out, self._sink = self._sink.means(), _MetricSink()
-        return out
+        return nll_sum, {"nll": nll_sum.detach() / mask_BT.sum().clamp(min=1)}
