@@ -51,6 +51,16 @@ logger = logging.getLogger(__name__)
 Placement = Literal["separate", "hybrid"]
 MakeCluster = Callable[..., Cluster]
 SEQUENCE_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK)
+POLICY_COLUMNS = (
+    C.INPUT_IDS,
+    C.ATTENTION_MASK,
+    C.RESPONSE_MASK,
+    C.INFER_LOGP,
+    C.ADVANTAGES,
+    C.OLD_LOGP,
+    C.REF_LOGP,
+)
+"""What the policy loss reads (those present in the batch go to ``actor_train``)."""
 ACTOR_FILES, CRITIC_FILES = "actor", "critic"
 
 
@@ -164,6 +174,18 @@ class PolicyGroup:
         """The policy version the inference workers serve (the number of syncs)."""
         return self.updater.version
 
+    def prepare(self, batch: Batch, *, old_logp: bool) -> Batch:
+        """The forward-only columns an advantage step reads, from the roles this group has: ``old_values_BT``
+        (critic), ``ref_logp_BT`` (reference) and, with ``old_logp`` (several optimizer steps per rollout: the
+        ratio's denominator must not move), ``old_logp_BT``."""
+        if self.critic is not None:
+            batch[C.OLD_VALUES] = self.values(batch)
+        if self.reference is not None:
+            batch[C.REF_LOGP] = self.ref_logp(batch)
+        if old_logp:
+            batch[C.OLD_LOGP] = self.old_logp(batch)
+        return batch
+
     def old_logp(self, batch: Batch) -> torch.Tensor:
         """``old_logp_BT``: the trainer's log-probs of the rollout before this step trains (0 off the response)."""
         logp_BT: torch.Tensor = self.actor.compute_logprobs(training_view(batch, SEQUENCE_COLUMNS))[C.LOGP]
@@ -187,8 +209,8 @@ class PolicyGroup:
         batch: Batch,
         loss: LossFn,
         *,
-        columns: Iterable[str],
         optimizer_steps: int,
+        columns: Iterable[str] = POLICY_COLUMNS,
         step: int,
         temperature: float = 1.0,
         train_actor: bool = True,

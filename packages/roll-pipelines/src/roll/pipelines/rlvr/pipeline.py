@@ -39,17 +39,13 @@ from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardSchedu
 from roll.pipelines.algorithms import advantages as adv
 from roll.pipelines.algorithms.dapo import dynamic_sampling_filter, overlong_filter, soft_overlong_penalty
 from roll.pipelines.algorithms.estimators import (
-    AdvantageInputs,
-    EstimatorParams,
-    estimate_advantages,
     layout_group_ids,
-    normalize_rewards,
 )
-from roll.pipelines.algorithms.kl import build_kl_controller, kl_estimate
-from roll.pipelines.algorithms.losses import MaskedNLLLoss, PolicyLoss, ValueLoss
+from roll.pipelines.algorithms.losses import MaskedNLLLoss, ValueLoss
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.policy.critic import batch_metrics
 from roll.pipelines.policy.group import CriticSpec, PolicyGroup, PolicySpec
+from roll.pipelines.policy.objective import PolicyObjective
 from roll.pipelines.policy.prefetch import StepAhead
 from roll.pipelines.rlvr import metrics as M
 from roll.pipelines.rlvr.config import RLVRConfig
@@ -60,15 +56,6 @@ from roll.workers.config import SamplingParams
 from roll.workers.roles.sequences import to_sequences
 
 logger = logging.getLogger(__name__)
-TRAIN_COLUMNS = (
-    C.INPUT_IDS,
-    C.ATTENTION_MASK,
-    C.RESPONSE_MASK,
-    C.INFER_LOGP,
-    C.ADVANTAGES,
-    C.OLD_LOGP,
-    C.REF_LOGP,
-)
 
 
 class RLVRPipeline(BasePipeline):
@@ -82,8 +69,7 @@ class RLVRPipeline(BasePipeline):
         super().__init__(config, name=name)
         self.transform = transform
         algo = config.algorithm
-        self.kl = build_kl_controller(algo.kl_coef, target=algo.kl_target, horizon=algo.kl_horizon)
-        self.running = adv.RunningMeanStd() if algo.reward_norm == "running" else None
+        self.objective = PolicyObjective(algo)
         self.domain_of = {tag: name for name, d in config.rewards.items() for tag in d.tags}
         self.scheduler: GenerateScheduler | None = None
 
@@ -240,37 +226,10 @@ class RLVRPipeline(BasePipeline):
             truncated_B = torch.tensor([r == "length" for r in batch[C.FINISH_REASON]])
             mask_BT = overlong_filter(mask_BT, truncated_B)
             batch[C.RESPONSE_MASK] = mask_BT.long()
-        if self.policy.critic is not None:
-            batch[C.OLD_VALUES] = self.policy.values(batch)
-        if self.policy.reference is not None:
-            batch[C.REF_LOGP] = self.policy.ref_logp(batch)
-        if self._use_old_logp():
-            batch[C.OLD_LOGP] = self.policy.old_logp(batch)
+        self.policy.prepare(batch, old_logp=self._use_old_logp())
         batch[C.GROUP_ID] = layout_group_ids(len(batch) // G, G)
-        rewards_B = normalize_rewards(
-            batch.tensors[C.REWARDS].float(), mode=a.reward_norm, group_ids_B=batch.tensors[C.GROUP_ID],
-            tags=list(batch[C.TAG]) if C.TAG in batch else None, running=self.running,
-        )  # fmt: skip
-        batch[C.ADVANTAGES] = self._estimate(batch, rewards_B, mask_BT)
+        batch = self.objective.advantages(batch, batch.tensors[C.REWARDS])
         return self.transform.advantages(batch) if self.transform is not None else batch
-
-    def _estimate(self, batch: Batch, rewards_B: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
-        """The preset's estimator (:func:`estimate_advantages`); with a critic, writes ``returns_BT`` too."""
-        a = self.config.algorithm
-        inputs = AdvantageInputs(
-            rewards_B, mask_BT, group_ids_B=batch.tensors[C.GROUP_ID], values_BT=batch.tensors.get(C.OLD_VALUES),
-            kl_BT=self._kl_BT(batch, mask_BT) if a.kl_mode == "reward" else None,
-        )  # fmt: skip
-        out = estimate_advantages(a.adv_estimator, inputs, EstimatorParams.of(a, kl_coef=self.kl.value))
-        if self.policy.critic is not None and out.returns_BT is not None:
-            batch[C.RETURNS] = out.returns_BT
-        return out.advantages_BT
-
-    def _kl_BT(self, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
-        """Per-token KL of the sampling policy to the reference (KL in the reward), 0 off the response."""
-        logp_BT = batch.tensors[C.OLD_LOGP] if C.OLD_LOGP in batch else batch.tensors[C.INFER_LOGP]
-        kl_BT = kl_estimate(logp_BT, batch.tensors[C.REF_LOGP], estimator=self.config.algorithm.kl_estimator)
-        return kl_BT * mask_BT
 
     def _use_old_logp(self) -> bool:
         # With one optimizer step per rollout the old policy *is* the current one: its log-probs come from the
@@ -280,19 +239,16 @@ class RLVRPipeline(BasePipeline):
     def train(self, batch: Batch) -> dict[str, float]:
         """The policy loss on ``actor_train``, one optimizer step per mini-batch; the critic trains on the same
         mini-batches meanwhile. During ``critic_warmup_steps`` only the critic trains."""
-        loss = PolicyLoss(
-            self.config.algorithm,
-            norm_len=self.config.rollout.max_new_tokens,
-            use_old_logp=self._use_old_logp(),
-            kl_coef=self.kl.value,
+        loss = self.objective.loss(
+            norm_len=self.config.rollout.max_new_tokens, use_old_logp=self._use_old_logp()
         )
         train_actor = self.policy.critic is None or self.step >= self.config.critic_warmup_steps
         metrics = self.policy.train(
-            batch, loss, columns=TRAIN_COLUMNS, optimizer_steps=self.config.batch.optimizer_steps_per_step,
+            batch, loss, optimizer_steps=self.config.batch.optimizer_steps_per_step,
             step=self.step, temperature=self.config.rollout.temperature, train_actor=train_actor,
         )  # fmt: skip
         if train_actor:
-            self.kl.update(metrics.get("actor/kl", 0.0), len(batch))
+            self.objective.observe(metrics, len(batch))
         return metrics
 
     def sync_weights(self) -> None:
@@ -317,7 +273,7 @@ class RLVRPipeline(BasePipeline):
             out.update(batch_metrics(batch, batch.tensors[C.RESPONSE_MASK].float()))
         out["time/sync_s"] = timings["sync"]
         out["time/score_s"] = timings["score"]
-        out["actor/kl_coef"] = self.kl.value
+        out["actor/kl_coef"] = self.objective.kl.value
         out["policy_version"] = float(self.policy.version)
         if self.transform is not None:
             out.update(self.transform.metrics())
@@ -383,19 +339,15 @@ class RLVRPipeline(BasePipeline):
         """Data position, served version, KL controller, running reward statistics and the rollout scheduler's
         counters (the per-prompt seed stream's position)."""
         assert self.scheduler is not None  # built in setup()
-        state = {"feeder": self.feeder.state(), **self.policy.state(), "kl": self.kl.state_dict()}
+        state = {"feeder": self.feeder.state(), **self.policy.state(), **self.objective.state_dict()}
         state["scheduler"] = self.scheduler.state_dict()
-        if self.running is not None:
-            state["running"] = dict(vars(self.running))
         return state
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         assert self.scheduler is not None  # built in setup()
         self.feeder.load_state(state["feeder"])
-        self.kl.load_state_dict(dict(state["kl"]))
+        self.objective.load_state_dict(state)
         self.scheduler.load_state_dict(state["scheduler"])
-        if self.running is not None:
-            vars(self.running).update(state["running"])
         self.policy.load_state(state, warmed_up=self.config.warmup is not None)
 
     def shutdown(self) -> None:

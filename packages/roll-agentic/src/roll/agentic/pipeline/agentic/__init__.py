@@ -27,11 +27,11 @@ from roll.pipelines.algorithms.choices import RewardNorm
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.pipelines.algorithms.registry import ESTIMATORS
 from roll.pipelines.common.config import batch_issues
-from roll.workers.roles.config import ModelConfig, TrainRoleConfig
+from roll.workers.roles.config import CriticRoleConfig, InferRoleConfig, ModelConfig, TrainRoleConfig
 
 __all__ = ["SPEC", "AgenticConfig", "GiGPOConfig", "WarmupConfig"]
 
-SUPPORTED_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo")
+SUPPORTED_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo")
 """The estimators agentic runs (no critic role yet, so no GAE)."""
 
 
@@ -61,10 +61,16 @@ def _default_algorithm() -> AlgorithmConfig:
 
 
 class AgenticConfig(AgenticRunConfig):
-    """Config of the ``agentic`` pipeline. Roles: ``actor_train``, ``actor_infer``, ``env_workers``."""
+    """Config of the ``agentic`` pipeline. Roles: ``actor_train``, ``actor_infer``, ``env_workers``, and
+    ``reference`` (when the KL term needs it) and ``critic`` (``algorithm.use_critic``: PPO's GAE)."""
 
     pipeline: str = "agentic"
     actor_train: TrainRoleConfig = Field(default_factory=TrainRoleConfig)
+    reference: InferRoleConfig = Field(default_factory=lambda: InferRoleConfig(cpus_per_worker=0.25))
+    critic: CriticRoleConfig = Field(default_factory=lambda: CriticRoleConfig(cpus_per_worker=0.25))
+    critic_warmup_steps: int = Field(
+        0, ge=0, description="first RL steps train the critic only, so no advantage comes from a random head"
+    )
     batch: BatchConfig = Field(
         default_factory=lambda: BatchConfig(prompts_per_step=8, samples_per_prompt=4, micro_batch_samples=32)
     )
@@ -103,7 +109,7 @@ class AgenticConfig(AgenticRunConfig):
     def _consistent(self) -> Self:
         issues = batch_issues(self.batch, self.actor_train, role_key="actor_train", pairs=False)
         issues += self.algorithm.check(self.batch.samples_per_prompt)
-        issues += self._algorithm_issues() + self._gigpo_issues()
+        issues += self._algorithm_issues() + self._gigpo_issues() + self._role_issues()
         if issues:
             raise issues_error(issues)
         return self
@@ -111,9 +117,6 @@ class AgenticConfig(AgenticRunConfig):
     def _algorithm_issues(self) -> list[ConfigIssue]:
         a, issues = self.algorithm, []
         issues += ESTIMATORS.unsupported(a.adv_estimator, SUPPORTED_ESTIMATORS, pipeline="agentic")
-        if a.kl_mode != "none":
-            message = f"kl_mode={a.kl_mode!r}: the agentic pipeline runs no reference model yet"
-            issues.append(ConfigIssue("algorithm.kl_mode", message, "set algorithm.kl_mode: none"))
         for key in ("overlong_filter", "overlong_penalty"):
             if getattr(a, key):
                 issues.append(
@@ -122,6 +125,38 @@ class AgenticConfig(AgenticRunConfig):
         if "none" not in (a.reward_norm, self.reward_norm) and a.reward_norm != self.reward_norm:
             message = f"reward_norm={self.reward_norm!r} and algorithm.reward_norm={a.reward_norm!r} disagree"
             issues.append(ConfigIssue("algorithm.reward_norm", message, "set one of them"))
+        return issues
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.algorithm.kl_mode != "none"
+
+    @property
+    def needs_critic(self) -> bool:
+        return self.algorithm.use_critic
+
+    def _role_issues(self) -> list[ConfigIssue]:
+        issues = []
+        if not self.needs_critic:
+            given = {"critic.model": self.critic.model, "critic.strategy": self.critic.strategy}
+            for key in [k for k, v in given.items() if v is not None]:
+                message = f"{key} is set but algorithm.use_critic is false, so no critic runs"
+                issues.append(
+                    ConfigIssue(key, message, "remove it, or use a critic preset (algorithm.preset=ppo)")
+                )
+        else:
+            issues += batch_issues(self.batch, self.critic, role_key="critic", pairs=False)
+        shared = (
+            self.actor_train.device_group is not None
+            and self.actor_train.device_group == self.actor_infer.device_group
+        )
+        if self.async_generation_ratio and (shared or self.placement == "hybrid"):
+            message = "async generation overlaps rollouts with training, but actor_train and actor_infer share devices"
+            issues.append(
+                ConfigIssue(
+                    "async_generation_ratio", message, "set it to 0, or give actor_infer its own devices"
+                )
+            )
         return issues
 
     @property

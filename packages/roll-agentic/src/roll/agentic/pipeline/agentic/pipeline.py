@@ -37,20 +37,13 @@ from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import ConfigError
 from roll.core.pipeline import BasePipeline
-from roll.pipelines.algorithms.advantages import RunningMeanStd
-from roll.pipelines.algorithms.estimators import (
-    AdvantageInputs,
-    EstimatorParams,
-    estimate_advantages,
-    normalize_rewards,
-)
-from roll.pipelines.algorithms.losses import MaskedNLLLoss, PolicyLoss
-from roll.pipelines.policy.group import PolicyGroup, PolicySpec
+from roll.pipelines.algorithms.losses import MaskedNLLLoss, ValueLoss
+from roll.pipelines.policy.group import CriticSpec, PolicyGroup, PolicySpec
+from roll.pipelines.policy.objective import PolicyObjective
 from roll.pipelines.policy.prefetch import StepAhead
 from roll.pipelines.policy.views import training_view
 
 logger = logging.getLogger(__name__)
-TRAIN_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.INFER_LOGP, C.ADVANTAGES, C.OLD_LOGP)
 EVAL_SEED_BASE = 1_000_000_007
 
 
@@ -62,20 +55,35 @@ class AgenticPipeline(BasePipeline):
     def __init__(self, config: AgenticConfig) -> None:
         super().__init__(config, name="agentic")
         self.ahead = StepAhead(self.rollout, enabled=config.async_generation_ratio == 1)
-        self.running = RunningMeanStd() if config.reward_norm_mode == "running" else None
+        self.objective = PolicyObjective(
+            config.algorithm, estimator=config.estimator, reward_norm=config.reward_norm_mode
+        )
 
     def roles(self) -> Mapping[str, RoleConfig]:
         cfg = self.config
         roles: dict[str, RoleConfig] = {"actor_train": cfg.actor_train, "env_workers": cfg.env_workers}
         if cfg.placement == "separate":
             roles["actor_infer"] = cfg.actor_infer
+        if cfg.needs_reference:
+            roles["reference"] = cfg.reference
+        if cfg.needs_critic:
+            roles["critic"] = cfg.critic
         return roles
 
     def setup(self) -> None:
         cfg, b = self.config, self.config.batch
         total = cfg.max_steps * b.optimizer_steps_per_step + (cfg.warmup.steps if cfg.warmup else 0)
+        a = cfg.algorithm
+        critic = None
+        if cfg.needs_critic:
+            value_loss = ValueLoss(
+                clip_range=a.value_clip, agg_mode=a.loss_agg_mode,
+                norm_len=a.loss_agg_norm_len or cfg.env_manager.max_new_tokens,
+            )  # fmt: skip
+            critic = CriticSpec(cfg.critic, cfg.critic.model, value_loss)
         spec = PolicySpec(
             actor=cfg.actor_train, infer=cfg.actor_infer, batch=b, total_steps=total,
+            reference=cfg.reference if cfg.needs_reference else None, critic=critic,
             cpu_threads=cfg.cpu_threads, bucket_mb=cfg.bucket_mb, seed=cfg.seed, placement=cfg.placement,
         )  # fmt: skip
         self.policy = PolicyGroup(spec, self.make_cluster)
@@ -131,33 +139,25 @@ class AgenticPipeline(BasePipeline):
         """Padded rows with ``advantages_BT`` and, for several optimizer steps per rollout, ``old_logp_BT``."""
         cfg = self.config
         batch = to_batch(samples, self.runtime.encoder.pad_token_id)
-        t, gigpo = batch.tensors, cfg.gigpo or GiGPOConfig()
-        rewards_B = normalize_rewards(
-            t[C.SCORES].float(), mode=cfg.reward_norm_mode, group_ids_B=t[C.GROUP_ID],
-            tags=list(batch[C.TAG]), running=self.running,
-        )  # fmt: skip
-        inputs = AdvantageInputs(
-            rewards_B, t[C.RESPONSE_MASK].float(), group_ids_B=t[C.GROUP_ID],
-            step_returns_B=t.get(C.STEP_RETURN), anchor_ids_B=t.get(C.ANCHOR_ID),
-        )  # fmt: skip
-        params = EstimatorParams.of(
-            cfg.algorithm, step_weight=gigpo.step_weight, norm_by_std=gigpo.norm_by_std
+        gigpo = cfg.gigpo or GiGPOConfig()
+        self.policy.prepare(batch, old_logp=self._use_old_logp())
+        return self.objective.advantages(
+            batch, batch.tensors[C.SCORES], step_weight=gigpo.step_weight, norm_by_std=gigpo.norm_by_std
         )
-        batch[C.ADVANTAGES] = estimate_advantages(cfg.estimator, inputs, params).advantages_BT
-        if self._use_old_logp():
-            batch[C.OLD_LOGP] = self.policy.old_logp(batch)
-        return batch
 
     def train(self, batch: Batch, step: int) -> dict[str, float]:
-        """The policy loss on ``actor_train``, one optimizer step per mini-batch."""
+        """The policy loss on ``actor_train``, one optimizer step per mini-batch; the critic trains on the same
+        mini-batches meanwhile (alone during ``critic_warmup_steps``)."""
         cfg = self.config
-        loss = PolicyLoss(
-            cfg.algorithm, norm_len=cfg.env_manager.max_new_tokens, use_old_logp=self._use_old_logp()
-        )
-        return self.policy.train(
-            batch, loss, columns=TRAIN_COLUMNS, optimizer_steps=cfg.batch.optimizer_steps_per_step,
-            step=step, temperature=cfg.env_manager.temperature or 1.0,
+        loss = self.objective.loss(norm_len=cfg.env_manager.max_new_tokens, use_old_logp=self._use_old_logp())
+        train_actor = self.policy.critic is None or step >= cfg.critic_warmup_steps
+        metrics = self.policy.train(
+            batch, loss, optimizer_steps=cfg.batch.optimizer_steps_per_step, step=step,
+            temperature=cfg.env_manager.temperature or 1.0, train_actor=train_actor,
         )  # fmt: skip
+        if train_actor:
+            self.objective.observe(metrics, len(batch))
+        return metrics
 
     def sync_weights(self) -> None:
         self.policy.sync()
@@ -244,9 +244,10 @@ class AgenticPipeline(BasePipeline):
         self.policy.export_hf(output_dir)
 
     def state(self) -> Mapping[str, Any]:
-        return self.policy.state()
+        return {**self.policy.state(), **self.objective.state_dict()}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
+        self.objective.load_state_dict(state)
         self.policy.load_state(state, warmed_up=self.config.warmup is not None)
 
     def shutdown(self) -> None:
