@@ -105,3 +105,42 @@ def test_agentic_rollout_writes_trajectories_and_success_rates(ray_local: Any, t
         assert 0.0 <= summary[tag]["success_rate"] <= 1.0
     assert summary["all"]["episodes"] == 12
     assert "env/lake/success_rate" in metrics
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_agentic_ppo_with_kl_reference_async_resumes_exactly(
+    ray_local: Any, tmp_path: Path, resume_matches: Any
+) -> None:
+    """Agentic parity with RLVR in one short run: PPO (a critic role, GAE), KL to a frozen reference in the loss,
+    and one-step-ahead async rollouts (every trained sample exactly one version old after the first step).
+    A run resumed from its step-2 checkpoint (which holds the pending rollout, the critic, the KL controller)
+    logs steps 3-4 exactly as the uninterrupted run."""
+    from roll.core.config.loader import load_config
+
+    common = [
+        "warmup.steps=10",
+        "batch.prompts_per_step=4",
+        "batch.samples_per_prompt=4",
+        "batch.micro_batch_samples=16",
+        "algorithm.preset=ppo",
+        "algorithm.kl_mode=loss",
+        "algorithm.kl_coef=0.05",
+        "algorithm.reward_norm=none",
+        "async_generation_ratio=1",
+        "cpu_threads=1",
+        "reference.cpus_per_worker=0.2",
+        "critic.cpus_per_worker=0.2",
+        "eval_every=0",
+        "plot=false",
+        "tracking.backends=[jsonl]",
+        "tracking.progress=false",
+    ]
+
+    def run(extra: list[str]) -> None:
+        _run(AGENTIC, load_config(EXAMPLES / "agentic_guess.yaml", [*common, *extra], model=AgenticConfig))
+
+    metrics = resume_matches(run, tmp_path, steps=4, at=2)
+    steps = [metrics[k] for k in range(1, 5)]
+    assert all("critic/value_loss" in s and "actor/kl" in s for s in steps), sorted(steps[0])
+    assert [s["rollout/staleness_max"] for s in steps] == [0.0, 1.0, 1.0, 1.0]

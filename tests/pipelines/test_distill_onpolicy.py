@@ -195,3 +195,39 @@ def test_onpolicy_distillation_raises_the_students_reward(
     assert late > first + 0.065, f"accuracy did not rise: steps 1-10 {first:.3f}, steps 21-40 {late:.3f}"
     assert sum(kl[20:]) / 20 < 0.85 * sum(kl[:10]) / 10, kl
     export_matches_trainer(tmp_path)
+
+
+@pytest.mark.slow
+def test_onpolicy_distillation_resumes_exactly(ray_local: Any, tmp_path: Path, resume_matches: Any) -> None:
+    """On-policy distillation (RLVR's pipeline with the teacher transform) resumed from its step-2 checkpoint logs
+    steps 3-4 exactly as the uninterrupted run: rewards, the teacher's reverse KL, losses. The teacher is a frozen
+    tiny-1m without warm-up (what it knows does not matter for resume)."""
+    from roll.pipelines.distill.onpolicy_config import SPEC
+
+    common = [
+        "~teachers.arith.warmup",
+        "teachers.arith.model.path=tiny-1m",
+        "warmup.steps=5",
+        "batch.prompts_per_step=8",
+        "batch.micro_batch_samples=32",
+        "eval_every=0",
+        "cpu_threads=1",
+        "plot=false",
+        "tracking.backends=[jsonl]",
+        "tracking.progress=false",
+        "ray.address=auto",
+        "ray.num_cpus=null",
+    ]
+
+    def run(extra: list[str]) -> None:
+        cfg = validate(
+            load_tree(EXAMPLE, [*common, *extra], model=OnPolicyDistillConfig), OnPolicyDistillConfig
+        )
+        pipeline = SPEC.build(cfg)
+        try:
+            pipeline.run()
+        finally:
+            pipeline.shutdown()
+
+    metrics = resume_matches(run, tmp_path, steps=4, at=2)
+    assert all("distill/reverse_kl" in metrics[k] for k in range(1, 5))

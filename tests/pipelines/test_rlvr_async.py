@@ -62,3 +62,40 @@ def test_async_and_dynamic_sampling(ray_local: Any, tmp_path: Path) -> None:
     assert all("rollout/groups_dropped" in s and "rollout/filter_all_equal" in s for s in steps)
     dropped = sum(s["rollout/groups_dropped"] for s in steps)
     assert dropped > 0, "dynamic sampling dropped no group although most groups are all wrong"
+
+
+@pytest.mark.slow
+def test_step_ahead_async_resumes_exactly_after_sigkill(
+    ray_local: Any, tmp_path: Path, kill_and_resume: Any
+) -> None:
+    """``rollout.async_mode=step_ahead``: step k+1's batch generates on the weights step k started with, while
+    step k trains, and the sync waits for it, so every trained sample is exactly one version old from step 2 on
+    and what is generated does not depend on timing. A real ``roll train`` SIGKILLed after its step-2
+    checkpoint (which holds the pending batch) and resumed logs steps 3-4 exactly as this uninterrupted run."""
+    run = [
+        "max_steps=4",
+        "warmup.steps=10",
+        f"batch.prompts_per_step={P}",
+        f"batch.samples_per_prompt={G}",
+        f"batch.micro_batch_samples={P * G}",
+        "rollout.async_generation_ratio=1",
+        "rollout.async_mode=step_ahead",
+        "cpu_threads=1",
+        "eval_every=0",
+        "checkpoint.every_n_steps=2",
+        "plot=false",
+        "tracking.backends=[jsonl]",
+        "tracking.progress=false",
+    ]
+    here = [f"output_dir={tmp_path / 'full'}", "ray.address=auto", "ray.num_cpus=null", *run]
+    cfg = validate(load_tree(QUICKSTART, here, model=RLVRConfig), RLVRConfig)
+    pipeline = SPEC.build(cfg)
+    try:
+        pipeline.run()
+    finally:
+        pipeline.shutdown()
+    rows = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    expected = {r["step"]: r["metrics"] for r in rows}
+    lags = [expected[k]["rollout/version_lag_max"] for k in range(1, 5)]
+    assert lags == [0, 1, 1, 1], f"step_ahead trains step k+1 on version k's samples: {lags}"
+    assert kill_and_resume(QUICKSTART, run, expected, tmp_path) == 2
