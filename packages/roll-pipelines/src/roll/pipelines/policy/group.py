@@ -36,7 +36,9 @@ from roll.core.batch import Batch
 from roll.core.cluster import Cluster, Worker
 from roll.core.config.batch import BatchConfig
 from roll.core.tracking import reduce_metrics
+from roll.pipelines.algorithms.losses import ValueLoss
 from roll.pipelines.common.export import export_hf
+from roll.pipelines.policy.config import Placement, PolicyRunConfig
 from roll.pipelines.policy.critic import Critic
 from roll.pipelines.policy.views import training_view
 from roll.workers.model_update import ModelUpdateGroup
@@ -48,7 +50,6 @@ from roll.workers.types import LossFn
 
 logger = logging.getLogger(__name__)
 
-Placement = Literal["separate", "hybrid"]
 MakeCluster = Callable[..., Cluster]
 SEQUENCE_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK)
 POLICY_COLUMNS = (
@@ -87,6 +88,24 @@ class PolicySpec:
     bucket_mb: float = 256.0
     seed: int = 0
     placement: Placement = "separate"
+
+
+def policy_spec(cfg: PolicyRunConfig, *, warmup_steps: int, norm_len: int) -> PolicySpec:
+    """The :class:`PolicySpec` of a mode's config: its roles, the LR schedule's length (every optimizer step of
+    the run, warm-up included) and the critic's value loss (``norm_len``: the rollout's max new tokens)."""
+    a = cfg.algorithm
+    critic = None
+    if cfg.needs_critic:
+        loss = ValueLoss(
+            clip_range=a.value_clip, agg_mode=a.loss_agg_mode, norm_len=a.loss_agg_norm_len or norm_len
+        )
+        critic = CriticSpec(cfg.critic, cfg.critic.model, loss)
+    return PolicySpec(
+        actor=cfg.actor_train, infer=cfg.actor_infer, batch=cfg.batch,
+        total_steps=cfg.max_steps * cfg.batch.optimizer_steps_per_step + warmup_steps,
+        reference=cfg.reference if cfg.needs_reference else None, critic=critic,
+        cpu_threads=cfg.cpu_threads, bucket_mb=cfg.bucket_mb, seed=cfg.seed, placement=cfg.placement,
+    )  # fmt: skip
 
 
 class PolicyGroup:

@@ -41,10 +41,10 @@ from roll.pipelines.algorithms.dapo import dynamic_sampling_filter, overlong_fil
 from roll.pipelines.algorithms.estimators import (
     layout_group_ids,
 )
-from roll.pipelines.algorithms.losses import MaskedNLLLoss, ValueLoss
+from roll.pipelines.algorithms.losses import MaskedNLLLoss
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.policy.critic import batch_metrics
-from roll.pipelines.policy.group import CriticSpec, PolicyGroup, PolicySpec
+from roll.pipelines.policy.group import PolicyGroup, policy_spec
 from roll.pipelines.policy.objective import PolicyObjective
 from roll.pipelines.policy.prefetch import StepAhead
 from roll.pipelines.rlvr import metrics as M
@@ -77,13 +77,7 @@ class RLVRPipeline(BasePipeline):
 
     def roles(self) -> Mapping[str, RoleConfig]:
         cfg = self.config
-        roles: dict[str, RoleConfig] = {"actor_train": cfg.actor_train}
-        if cfg.placement == "separate":
-            roles["actor_infer"] = cfg.actor_infer
-        if cfg.needs_reference:
-            roles["reference"] = cfg.reference
-        if cfg.needs_critic:
-            roles["critic"] = cfg.critic
+        roles = cfg.policy_roles()
         roles.update({f"reward_{name}": domain.workers for name, domain in cfg.rewards.items()})
         if self.transform is not None:
             roles.update(self.transform.roles())
@@ -95,7 +89,10 @@ class RLVRPipeline(BasePipeline):
         data = prepare_data(cfg.data, cfg.tokenize, kind="prompt", tokenizer=self.tokenizer)
         self.feeder = PromptFeeder(data.train, seed=cfg.seed)
         self.eval_prompts = prompt_batch(data.eval[: cfg.validation.num_prompts]) if data.eval else None
-        self.policy = PolicyGroup(self._policy_spec(), self.make_cluster)
+        spec = policy_spec(
+            cfg, warmup_steps=cfg.warmup.steps if cfg.warmup else 0, norm_len=cfg.rollout.max_new_tokens
+        )
+        self.policy = PolicyGroup(spec, self.make_cluster)
         extra = self.transform.prepare(self) if self.transform is not None else []
         self.reward_clusters = {
             name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
@@ -105,24 +102,6 @@ class RLVRPipeline(BasePipeline):
         self.rewards = RewardScheduler(self.reward_clusters, self.domain_of, method="score")
         self.scheduler = self._make_scheduler()
         self.ahead = StepAhead(self.generate, enabled=cfg.rollout.async_mode == "step_ahead")
-
-    def _policy_spec(self) -> PolicySpec:
-        cfg = self.config
-        total = cfg.max_steps * cfg.batch.optimizer_steps_per_step + (cfg.warmup.steps if cfg.warmup else 0)
-        critic = None
-        if cfg.needs_critic:
-            a = cfg.algorithm
-            loss = ValueLoss(
-                clip_range=a.value_clip,
-                agg_mode=a.loss_agg_mode,
-                norm_len=a.loss_agg_norm_len or cfg.rollout.max_new_tokens,
-            )
-            critic = CriticSpec(cfg.critic, cfg.critic.model, loss)
-        return PolicySpec(
-            actor=cfg.actor_train, infer=cfg.actor_infer, batch=cfg.batch, total_steps=total,
-            reference=cfg.reference if cfg.needs_reference else None, critic=critic,
-            cpu_threads=cfg.cpu_threads, bucket_mb=cfg.bucket_mb, seed=cfg.seed, placement=cfg.placement,
-        )  # fmt: skip
 
     def _make_scheduler(self) -> GenerateScheduler:
         cfg, r = self.config, self.config.rollout

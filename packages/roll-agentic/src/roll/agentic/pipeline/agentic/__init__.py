@@ -26,8 +26,8 @@ from roll.core.types import Pipeline, PipelineSpec
 from roll.pipelines.algorithms.choices import RewardNorm
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.pipelines.algorithms.registry import ESTIMATORS
-from roll.pipelines.common.config import batch_issues
-from roll.workers.roles.config import CriticRoleConfig, InferRoleConfig, ModelConfig, TrainRoleConfig
+from roll.pipelines.policy.config import MOVED_KEYS, PolicyRunConfig
+from roll.workers.roles.config import ModelConfig
 
 __all__ = ["SPEC", "AgenticConfig", "GiGPOConfig", "WarmupConfig"]
 
@@ -60,17 +60,11 @@ def _default_algorithm() -> AlgorithmConfig:
     return AlgorithmConfig(preset="grpo", kl_mode="none", loss_agg_mode="token-mean")
 
 
-class AgenticConfig(AgenticRunConfig):
+class AgenticConfig(AgenticRunConfig, PolicyRunConfig):
     """Config of the ``agentic`` pipeline. Roles: ``actor_train``, ``actor_infer``, ``env_workers``, and
     ``reference`` (when the KL term needs it) and ``critic`` (``algorithm.use_critic``: PPO's GAE)."""
 
     pipeline: str = "agentic"
-    actor_train: TrainRoleConfig = Field(default_factory=TrainRoleConfig)
-    reference: InferRoleConfig = Field(default_factory=lambda: InferRoleConfig(cpus_per_worker=0.25))
-    critic: CriticRoleConfig = Field(default_factory=lambda: CriticRoleConfig(cpus_per_worker=0.25))
-    critic_warmup_steps: int = Field(
-        0, ge=0, description="first RL steps train the critic only, so no advantage comes from a random head"
-    )
     batch: BatchConfig = Field(
         default_factory=lambda: BatchConfig(prompts_per_step=8, samples_per_prompt=4, micro_batch_samples=32)
     )
@@ -80,25 +74,18 @@ class AgenticConfig(AgenticRunConfig):
         "none", description="normalize episode rewards (as algorithm.reward_norm; either may be set)"
     )
     warmup: WarmupConfig | None = None
-    bucket_mb: float = Field(256.0, gt=0, description="model-update bucket size")
     async_generation_ratio: Literal[0, 1] = Field(
         0,
         description="1: roll out step t+1 on the current weights while step t trains (staleness exactly 1; the "
         "pending rollout is checkpointed); 0: synchronous",
     )
-    placement: Literal["separate", "hybrid"] = Field(
-        "separate", description="hybrid: actor_train's process also generates (actor_infer's strategy)"
-    )
     plot: bool = Field(True, description="write the success-rate curve (plot.png) at the end of the run")
 
     @classmethod
     def moved_keys(cls) -> dict[str, str]:
-        return {
-            **super().moved_keys(),
-            "model": "actor_train.model",
-            "train_strategy": "actor_train.strategy.type",
-            "train": "actor_train.strategy",
-        }
+        return dict(
+            MOVED_KEYS
+        )  # the policy's layout, not the rollout pipeline's (model -> actor_infer.model)
 
     @property
     def policy_model(self) -> ModelConfig:
@@ -107,9 +94,10 @@ class AgenticConfig(AgenticRunConfig):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        issues = batch_issues(self.batch, self.actor_train, role_key="actor_train", pairs=False)
-        issues += self.algorithm.check(self.batch.samples_per_prompt)
-        issues += self._algorithm_issues() + self._gigpo_issues() + self._role_issues()
+        issues = self.policy_issues(
+            async_ratio=self.async_generation_ratio, async_key="async_generation_ratio"
+        )
+        issues += self._algorithm_issues() + self._gigpo_issues()
         if issues:
             raise issues_error(issues)
         return self
@@ -125,38 +113,6 @@ class AgenticConfig(AgenticRunConfig):
         if "none" not in (a.reward_norm, self.reward_norm) and a.reward_norm != self.reward_norm:
             message = f"reward_norm={self.reward_norm!r} and algorithm.reward_norm={a.reward_norm!r} disagree"
             issues.append(ConfigIssue("algorithm.reward_norm", message, "set one of them"))
-        return issues
-
-    @property
-    def needs_reference(self) -> bool:
-        return self.algorithm.kl_mode != "none"
-
-    @property
-    def needs_critic(self) -> bool:
-        return self.algorithm.use_critic
-
-    def _role_issues(self) -> list[ConfigIssue]:
-        issues = []
-        if not self.needs_critic:
-            given = {"critic.model": self.critic.model, "critic.strategy": self.critic.strategy}
-            for key in [k for k, v in given.items() if v is not None]:
-                message = f"{key} is set but algorithm.use_critic is false, so no critic runs"
-                issues.append(
-                    ConfigIssue(key, message, "remove it, or use a critic preset (algorithm.preset=ppo)")
-                )
-        else:
-            issues += batch_issues(self.batch, self.critic, role_key="critic", pairs=False)
-        shared = (
-            self.actor_train.device_group is not None
-            and self.actor_train.device_group == self.actor_infer.device_group
-        )
-        if self.async_generation_ratio and (shared or self.placement == "hybrid"):
-            message = "async generation overlaps rollouts with training, but actor_train and actor_infer share devices"
-            issues.append(
-                ConfigIssue(
-                    "async_generation_ratio", message, "set it to 0, or give actor_infer its own devices"
-                )
-            )
         return issues
 
     @property

@@ -37,8 +37,8 @@ from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import ConfigError
 from roll.core.pipeline import BasePipeline
-from roll.pipelines.algorithms.losses import MaskedNLLLoss, ValueLoss
-from roll.pipelines.policy.group import CriticSpec, PolicyGroup, PolicySpec
+from roll.pipelines.algorithms.losses import MaskedNLLLoss
+from roll.pipelines.policy.group import PolicyGroup, policy_spec
 from roll.pipelines.policy.objective import PolicyObjective
 from roll.pipelines.policy.prefetch import StepAhead
 from roll.pipelines.policy.views import training_view
@@ -61,31 +61,13 @@ class AgenticPipeline(BasePipeline):
 
     def roles(self) -> Mapping[str, RoleConfig]:
         cfg = self.config
-        roles: dict[str, RoleConfig] = {"actor_train": cfg.actor_train, "env_workers": cfg.env_workers}
-        if cfg.placement == "separate":
-            roles["actor_infer"] = cfg.actor_infer
-        if cfg.needs_reference:
-            roles["reference"] = cfg.reference
-        if cfg.needs_critic:
-            roles["critic"] = cfg.critic
-        return roles
+        return {**cfg.policy_roles(), "env_workers": cfg.env_workers}
 
     def setup(self) -> None:
         cfg, b = self.config, self.config.batch
-        total = cfg.max_steps * b.optimizer_steps_per_step + (cfg.warmup.steps if cfg.warmup else 0)
-        a = cfg.algorithm
-        critic = None
-        if cfg.needs_critic:
-            value_loss = ValueLoss(
-                clip_range=a.value_clip, agg_mode=a.loss_agg_mode,
-                norm_len=a.loss_agg_norm_len or cfg.env_manager.max_new_tokens,
-            )  # fmt: skip
-            critic = CriticSpec(cfg.critic, cfg.critic.model, value_loss)
-        spec = PolicySpec(
-            actor=cfg.actor_train, infer=cfg.actor_infer, batch=b, total_steps=total,
-            reference=cfg.reference if cfg.needs_reference else None, critic=critic,
-            cpu_threads=cfg.cpu_threads, bucket_mb=cfg.bucket_mb, seed=cfg.seed, placement=cfg.placement,
-        )  # fmt: skip
+        spec = policy_spec(
+            cfg, warmup_steps=cfg.warmup.steps if cfg.warmup else 0, norm_len=cfg.env_manager.max_new_tokens
+        )
         self.policy = PolicyGroup(spec, self.make_cluster)
         self.policy.start()
         self.runtime = RolloutRuntime(
