@@ -48,6 +48,10 @@ class SandboxConfig(RollModel):
     """Interpreter for untrusted code; ``None`` picks one the sandbox user can execute."""
     network_namespace: bool = True
     """Run in a fresh network (and pid) namespace via ``unshare`` when the host allows it."""
+    filesystem_jail: bool = True
+    """Run in a mount namespace that shows only the interpreter's files, read-only (hides the host's files)."""
+    require_isolation: bool = False
+    """Refuse to build the sandbox unless namespaces, the filesystem jail and an unprivileged uid all hold."""
     drop_privileges: bool = True
     """When the parent runs as root, run the program as ``sandbox_uid`` (root ignores RLIMIT_NPROC)."""
     sandbox_uid: int = 65534
