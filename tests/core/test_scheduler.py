@@ -10,8 +10,11 @@ so the two kinds interleave correctly); a 1-rank cluster is the second reward do
 from __future__ import annotations
 
 import itertools
+import logging
+import os
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -183,3 +186,35 @@ def test_reward_scheduler_names_an_unrouted_tag(rollout: Cluster) -> None:
     rewards = RewardScheduler({"main": rollout}, {"a": "main"})
     with pytest.raises(ValueError, match="no reward domain for tag 'zzz'"):
         rewards.submit(Batch({"x_B": torch.arange(1)}, {"tag": ["zzz"]}))
+
+
+class CrashOnce(Worker):
+    """A reward worker whose process dies (``os._exit``, as a segfaulting verifier would) on its first call ever:
+    the marker file makes the restarted actor score normally."""
+
+    def __init__(self, ctx: WorkerContext, marker: str) -> None:
+        super().__init__(ctx)
+        self.marker = Path(marker)
+
+    @register(Dispatch.DP_SPLIT)
+    def score(self, batch: Batch) -> Batch:
+        if not self.marker.exists():
+            self.marker.touch()
+            os._exit(1)
+        return Batch({"reward_B": batch["x_B"].float() * 2})
+
+
+def test_a_crashed_reward_worker_is_restarted_and_its_rows_retried(
+    ray_local: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Golden: reward = 2x for x = 0..5, in input order, after one restart that re-sent all 6 rows."""
+    with Cluster("reward_crashy", CrashOnce, tiny_role(), init_args=(str(tmp_path / "crashed"),)) as crashy:
+        first_pid = crashy.infos[0].pid
+        rewards = RewardScheduler({"main": crashy}, {"a": "main"}, max_retries=1)
+        batch = Batch({"x_B": torch.arange(6)}, {"tag": ["a"] * 6})
+        with caplog.at_level(logging.WARNING, logger="roll.core.scheduler.reward"):
+            scored = rewards.score(batch)
+        assert crashy.infos[0].pid != first_pid  # a new process
+    assert scored["reward_B"].tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+    assert rewards.retried_requests == 6 and rewards.restarts == 1
+    assert "reward_crashy rank 0 died while scoring 6 rows" in caplog.text
