@@ -84,6 +84,8 @@ class JudgeRewardConfig(RollModel):
     backoff_base_s: float = Field(default=0.5, ge=0.0)
     backoff_max_s: float = Field(default=8.0, ge=0.0)
     request_timeout_s: float = Field(default=30.0, gt=0.0)
+    breaker_failures: int = Field(default=8, ge=0)
+    """After this many items in a row fail on retryable errors, the rest of the batch fails at once (0: never)."""
     temperature: float = 0.0
     max_tokens: int = Field(default=512, ge=1)
 
