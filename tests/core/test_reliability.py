@@ -9,6 +9,7 @@ loss must equal the clean run's bitwise.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -133,7 +134,9 @@ def test_sigterm_checkpoints_exits_75_and_resume_auto_continues_exactly(
 
 
 @pytest.mark.slow
-def test_a_sigkilled_worker_is_recovered_and_the_run_matches(clean: Metrics, tmp_path: Path) -> None:
+def test_a_sigkilled_worker_is_recovered_and_the_run_matches(
+    clean: Metrics, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """SIGKILL rank 1's process after step 8: the pipeline rebuilds, resumes from its latest checkpoint (every 5
     steps) and finishes on its own, with one restart logged and every step's metrics equal to the clean run's."""
     out = tmp_path / "killed"
@@ -147,8 +150,10 @@ def test_a_sigkilled_worker_is_recovered_and_the_run_matches(clean: Metrics, tmp
         killed.append(pid)
         os.kill(pid, signal.SIGKILL)
 
-    summary = _run(_config(out, "checkpoint.every_n_steps=5", "max_restarts=1"), during=kill_rank_1)
+    with caplog.at_level(logging.ERROR, logger="roll.core.pipeline"):
+        summary = _run(_config(out, "checkpoint.every_n_steps=5", "max_restarts=1"), during=kill_rank_1)
     assert killed, "the worker was never killed"
+    assert "smoke: workers rank 1 died: " in caplog.text and "Restart 1 of 1" in caplog.text
     assert summary["restarts"] == 1.0
     assert _metrics(out) == clean
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
