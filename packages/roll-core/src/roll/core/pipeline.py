@@ -135,6 +135,8 @@ class BasePipeline(ABC):
             self._resume()
             self._write_config()
             self._loop(stop)
+        except Preempted:
+            raise
         except Exception as exc:
             lost = find_lost_worker(self.clusters) if self.clusters else None
             if lost is None:

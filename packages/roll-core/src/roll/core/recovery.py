@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -108,9 +109,12 @@ def find_lost_worker(clusters: Sequence[Any]) -> LostWorker | None:
         for cluster in clusters
         for rank, actor in enumerate(cluster.actors)
     ]
+    deadline = (
+        time.monotonic() + _PING_TIMEOUT_S
+    )  # one deadline for all: hung actors cost 10 s in all, not each
     for role, rank, ref in pings:
         try:
-            ray.get(ref, timeout=_PING_TIMEOUT_S)
+            ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
         except RayActorError as exc:
             error = translate_error(exc, CallTarget(role, "get_info", _PING_TIMEOUT_S), rank)
             cause = str(error).split(": ", 2)[-1]
