@@ -7,6 +7,7 @@ turns the hook off to check that the namespaces, the unprivileged uid and the rl
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -18,7 +19,7 @@ import pytest
 
 from roll.pipelines.rewards.code import CodeReward, extract_code
 from roll.pipelines.rewards.config import CodeRewardConfig, SandboxConfig
-from roll.pipelines.rewards.sandbox import Sandbox, SandboxIsolationError
+from roll.pipelines.rewards.sandbox import Sandbox, SandboxIsolationError, _launcher
 from roll.pipelines.rewards.types import RewardRequest
 
 FAST = SandboxConfig(wall_timeout_s=2.0, cpu_time_s=2, memory_mb=512)
@@ -206,6 +207,13 @@ def test_interpreter_and_stdlib_work_in_the_jail(reward: CodeReward) -> None:
     )
 
 
-def test_require_isolation_refuses_a_partial_sandbox() -> None:
-    with pytest.raises(SandboxIsolationError, match="filesystem"):
+def test_a_partial_sandbox_warns_at_start_up_and_require_isolation_refuses_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _launcher.cache_clear()  # the launch plan is probed once per process: probe again, so the warning is seen
+    with caplog.at_level(logging.WARNING, logger="roll.pipelines.rewards.sandbox"):
+        partial = Sandbox(SandboxConfig(filesystem_jail=False))
+    assert partial.isolation["filesystem"] is False
+    assert "running without filesystem isolation" in caplog.text
+    with pytest.raises(SandboxIsolationError, match=r"full isolation is required .* no filesystem isolation"):
         Sandbox(SandboxConfig(filesystem_jail=False, require_isolation=True))
