@@ -207,14 +207,18 @@ class CrashOnce(Worker):
 def test_a_crashed_reward_worker_is_restarted_and_its_rows_retried(
     ray_local: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Golden: reward = 2x for x = 0..5, in input order, after one restart that re-sent all 6 rows."""
+    """Golden: reward = 2x for x = 0..5 and 6..9, in input order. Both jobs were sent to the rank before it died;
+    the first one's retry restarts it, the second one's finds it already replaced: one restart, 10 rows re-sent."""
     with Cluster("reward_crashy", CrashOnce, tiny_role(), init_args=(str(tmp_path / "crashed"),)) as crashy:
         first_pid = crashy.infos[0].pid
         rewards = RewardScheduler({"main": crashy}, {"a": "main"}, max_retries=1)
-        batch = Batch({"x_B": torch.arange(6)}, {"tag": ["a"] * 6})
+        jobs = [
+            rewards.submit(Batch({"x_B": torch.arange(lo, hi)}, {"tag": ["a"] * (hi - lo)}))
+            for lo, hi in ((0, 6), (6, 10))
+        ]
         with caplog.at_level(logging.WARNING, logger="roll.core.scheduler.reward"):
-            scored = rewards.score(batch)
+            scored = [job.result()["reward_B"].tolist() for job in jobs]
         assert crashy.infos[0].pid != first_pid  # a new process
-    assert scored["reward_B"].tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
-    assert rewards.retried_requests == 6 and rewards.restarts == 1
+    assert scored == [[0.0, 2.0, 4.0, 6.0, 8.0, 10.0], [12.0, 14.0, 16.0, 18.0]]
+    assert rewards.retried_requests == 10 and rewards.restarts == 1
     assert "reward_crashy rank 0 died while scoring 6 rows" in caplog.text

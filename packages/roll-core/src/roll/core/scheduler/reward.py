@@ -41,6 +41,7 @@ class _Part:
     rows: np.ndarray
     domain: str
     call: RankCall
+    epoch: int = 0  # how many times the rank had been restarted when the call went out
 
 
 class RewardJob:
@@ -112,6 +113,7 @@ class RewardScheduler:
         self.max_retries = max_retries
         self.retried_requests = 0
         self.restarts = 0
+        self._epochs: dict[tuple[str, int], int] = {}  # restarts per (domain, rank)
 
     def domain_of(self, tag: str) -> str:
         """The domain that scores rows tagged ``tag``."""
@@ -143,7 +145,8 @@ class RewardScheduler:
         for share in shares:
             rank = next(self._next_rank[domain])
             sub = batch.select(torch.from_numpy(share))
-            parts.append(_Part(share, domain, submit_to_rank(cluster, rank, self.method, sub)))
+            call = submit_to_rank(cluster, rank, self.method, sub)
+            parts.append(_Part(share, domain, call, self._epochs.get((domain, rank), 0)))
         return parts
 
     def _collect(self, batch: Batch, part: _Part) -> Batch:
@@ -155,19 +158,24 @@ class RewardScheduler:
             except WorkerError as exc:
                 if attempt == self.max_retries or not _worker_died(exc):
                     raise
-                cluster, rank = self.domains[part.domain], part.call.rank
-                log.warning(
-                    "%s rank %d died while scoring %d rows (%s); restarting it and retrying them (retry %d of %d)",
-                    cluster.role, rank, len(part.rows), str(exc).splitlines()[0][:300], attempt + 1,
-                    self.max_retries,
-                )  # fmt: skip
-                cluster.restart_rank(rank)
-                self.restarts += 1
-                self.retried_requests += len(part.rows)
-                part.call = submit_to_rank(
-                    cluster, rank, self.method, batch.select(torch.from_numpy(part.rows))
-                )
+                self._retry(batch, part, exc, attempt)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _retry(self, batch: Batch, part: _Part, exc: WorkerError, attempt: int) -> None:
+        """Restart the part's rank, unless another job's retry already replaced it, and send the rows again."""
+        cluster, rank = self.domains[part.domain], part.call.rank
+        log.warning(
+            "%s rank %d died while scoring %d rows (%s); retrying them on a restarted one (retry %d of %d)",
+            cluster.role, rank, len(part.rows), str(exc).splitlines()[0][:300], attempt + 1, self.max_retries,
+        )  # fmt: skip
+        key = (part.domain, rank)
+        if part.epoch == self._epochs.get(key, 0):
+            cluster.restart_rank(rank)
+            self._epochs[key] = part.epoch + 1
+            self.restarts += 1
+        self.retried_requests += len(part.rows)
+        part.epoch = self._epochs[key]
+        part.call = submit_to_rank(cluster, rank, self.method, batch.select(torch.from_numpy(part.rows)))
 
 
 def _worker_died(exc: WorkerError) -> bool:
