@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -112,13 +113,62 @@ def test_write_fn_crash_keeps_previous_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as info:
         manager.save(2, crash, {"step": 2})
     assert str(info.value) == (
-        f"saving checkpoint step 2 failed (OSError: disk full); the previous checkpoints under {tmp_path} are intact"
+        f"saving checkpoint step 2 failed (OSError: disk full); the previous checkpoints under {tmp_path} are intact "
+        "(latest: step_000001)"
     )
     assert info.value.step == 2  # type: ignore[attr-defined]
     assert isinstance(info.value.__cause__, OSError)
     assert names(tmp_path) == ["step_000001"]  # the temp dir is gone too
     assert manager.latest() == previous
     assert manager.load_state(previous)["data"] == {"epoch": 0, "index": 8}
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 1 MiB tmpfs (root, as in CI); without mount rights, a dir whose model file is ``/dev/full``, which
+    fails every write with the kernel's own ENOSPC."""
+    root = tmp_path / "disk"
+    root.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "roll-test", str(root)], capture_output=True
+    )
+    yield root
+    if mounted.returncode == 0:
+        subprocess.run(["umount", "--lazy", str(root)], check=True)  # lazy: a file may still be open
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint_whole_and_says_so(small_disk: Path) -> None:
+    """Step 1 writes 400 KiB into the 1 MiB disk; step 2 tries 800 KiB and hits ENOSPC half-way."""
+    manager = CheckpointManager(small_disk, keep_last=2)
+
+    def write(size: int) -> Callable[[Path], None]:
+        def write_fn(directory: Path) -> None:
+            target = directory / "model.bin"
+            if _is_tmpfs(small_disk):
+                torch.save({"w": torch.zeros(size // 4, dtype=torch.float32)}, target)
+            else:
+                target.symlink_to("/dev/full")
+                target.write_bytes(bytes(size))
+
+        return write_fn
+
+    previous = manager.save(1, write(400 << 10), {"step": 1}) if _is_tmpfs(small_disk) else None
+    with pytest.raises(CheckpointError, match="is full") as info:
+        manager.save(2, write(800 << 10), {"step": 2})
+    message = str(info.value)
+    assert f"the disk holding {small_disk} is full" in message and "checkpoint.keep_last" in message
+    assert info.value.disk_full is True  # type: ignore[attr-defined]
+    assert sorted(p.name for p in small_disk.iterdir()) == (
+        ["step_000001"] if previous else []
+    )  # the partial save is gone, its space free again
+    if previous is not None:
+        assert "(latest: step_000001)" in message
+        assert manager.latest() == previous and manager.load_state(previous)["step"] == 1
+        assert torch.load(previous / "model.bin")["w"].numel() == 100 << 10
+
+
+def _is_tmpfs(path: Path) -> bool:
+    return any(line.split()[1] == str(path) for line in Path("/proc/mounts").read_text().splitlines())
 
 
 def test_leftovers_of_a_crash_are_ignored_and_cleaned(

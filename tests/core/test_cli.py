@@ -36,7 +36,7 @@ def test_validate_reports_every_error_with_path_line_and_hint(tmp_path: Path) ->
     assert out.returncode == 2
     err = out.stderr
     assert "Traceback" not in err
-    assert "max_step (bad.yaml:2" in err and "did you mean 'max_steps'?" in err
+    assert "max_step (bad.yaml:2" in err and "did you mean 'max_steps' or 'max_restarts'?" in err
     assert "workers.num_workers (bad.yaml:4" in err
     assert "lr (<override 1: lr=-1>)" in err
     assert "micro_batch" in err

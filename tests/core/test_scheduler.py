@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
+import os
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -218,3 +221,39 @@ def test_reward_scheduler_names_an_unrouted_tag(rollout: Cluster) -> None:
     rewards = RewardScheduler({"main": rollout}, {"a": "main"})
     with pytest.raises(ValueError, match="no reward domain for tag 'zzz'"):
         rewards.submit(Batch({"x_B": torch.arange(1)}, {"tag": ["zzz"]}))
+
+
+class CrashOnce(Worker):
+    """A reward worker whose process dies (``os._exit``, as a segfaulting verifier would) on its first call ever:
+    the marker file makes the restarted actor score normally."""
+
+    def __init__(self, ctx: WorkerContext, marker: str) -> None:
+        super().__init__(ctx)
+        self.marker = Path(marker)
+
+    @register(Dispatch.DP_SPLIT)
+    def score(self, batch: Batch) -> Batch:
+        if not self.marker.exists():
+            self.marker.touch()
+            os._exit(1)
+        return Batch({"reward_B": batch["x_B"].float() * 2})
+
+
+def test_a_crashed_reward_worker_is_restarted_and_its_rows_retried(
+    ray_local: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Golden: reward = 2x for x = 0..5 and 6..9, in input order. Both jobs were sent to the rank before it died;
+    the first one's retry restarts it, the second one's finds it already replaced: one restart, 10 rows re-sent."""
+    with Cluster("reward_crashy", CrashOnce, tiny_role(), init_args=(str(tmp_path / "crashed"),)) as crashy:
+        first_pid = crashy.infos[0].pid
+        rewards = RewardScheduler({"main": crashy}, {"a": "main"}, max_retries=1)
+        jobs = [
+            rewards.submit(Batch({"x_B": torch.arange(lo, hi)}, {"tag": ["a"] * (hi - lo)}))
+            for lo, hi in ((0, 6), (6, 10))
+        ]
+        with caplog.at_level(logging.WARNING, logger="roll.core.scheduler.reward"):
+            scored = [job.result()["reward_B"].tolist() for job in jobs]
+        assert crashy.infos[0].pid != first_pid  # a new process
+    assert scored == [[0.0, 2.0, 4.0, 6.0, 8.0, 10.0], [12.0, 14.0, 16.0, 18.0]]
+    assert rewards.retried_requests == 10 and rewards.restarts == 1
+    assert "reward_crashy rank 0 died while scoring 6 rows" in caplog.text

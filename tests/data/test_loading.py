@@ -112,6 +112,33 @@ def test_malformed_jsonl_names_file_and_line(tmp_path: Path) -> None:
             load_source(src(path), streaming=streaming)
 
 
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (
+            {"question": "q7", "note": "no answer"},
+            "'answer' is missing or null \\(it feeds `ground_truth`\\)",
+        ),
+        ({"question": "q7", "answer": None}, "'answer' is missing or null"),
+        ({"question": ["q", "7"], "answer": "7"}, "'question' is a list here but a str in the first row"),
+    ],
+)
+def test_a_malformed_row_fails_at_load_naming_file_and_line(
+    tmp_path: Path, line: dict[str, Any], reason: str
+) -> None:
+    """Line 9 (after a blank line 5) lacks or mistypes a field the other 19 rows have: the JSON builder would
+    load it (null, or a ``Json`` column) and the run would fail at the step that first draws it."""
+    path = tmp_path / "d.jsonl"
+    lines = [json.dumps(r) for r in ROWS]
+    lines[7] = json.dumps(line)
+    path.write_text("\n".join([*lines[:4], "", *lines[4:]]) + "\n")
+    for streaming in (False, True):
+        with pytest.raises(DataError, match=rf"malformed JSONL line: {path}:9: {reason}"):
+            load_source(src(path), streaming=streaming)
+    if "missing" in reason:  # rows past max_samples are never used (a mixed-type file fails in the builder)
+        assert len(load_source(src(path, max_samples=7))) == 7
+
+
 def test_missing_mapped_column_lists_found_columns(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "d.jsonl", ROWS)
     with pytest.raises(DataError) as err:

@@ -169,3 +169,33 @@ def test_score_works_inside_a_running_event_loop(base_url: str) -> None:
         return [r.score for r in judge.score([REQUEST])] + [r.score for r in await judge.ascore([REQUEST])]
 
     assert asyncio.run(main()) == [0.7, 0.7]
+
+
+@pytest.fixture()
+def black_hole() -> Iterator[str]:
+    """An endpoint that accepts TCP connections (into the kernel's backlog) and never answers: a hung judge."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    sock.close()
+
+
+@pytest.mark.usefixtures("judge_env")
+def test_a_down_judge_fails_the_batch_fast_with_every_failure_counted(
+    black_hole: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """64 items, 8 at a time, each attempt timing out at 0.3 s, one retry: without the breaker that is 8 waves of
+    >= 0.6 s (about 5 s); with it the breaker opens once 8 items failed in a row. Items start as slots free up,
+    so at most 8 + 7 items are tried before it opens (7 more may have started just before): >= 49 fail at once."""
+    judge = _judge(black_hole, "ok", request_timeout_s=0.3, max_retries=1, max_concurrency=8)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="roll.pipelines.rewards.judge"):
+        results = judge.score([REQUEST] * 64)
+    assert time.monotonic() - started < 2.5
+    assert all(r.score == 0.0 and "error" in r.info for r in results)
+    skipped = [r for r in results if r.info["error"].startswith("judge unavailable")]
+    assert len(skipped) >= 49 and all("timeout" in r.info["error"] for r in results)
+    assert "64 of 64 items failed" in caplog.text

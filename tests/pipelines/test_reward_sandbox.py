@@ -6,6 +6,8 @@ turns the hook off to check that the namespaces, the unprivileged uid and the rl
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import socket
 import time
@@ -17,7 +19,7 @@ import pytest
 
 from roll.pipelines.rewards.code import CodeReward, extract_code
 from roll.pipelines.rewards.config import CodeRewardConfig, SandboxConfig
-from roll.pipelines.rewards.sandbox import Sandbox
+from roll.pipelines.rewards.sandbox import Sandbox, SandboxIsolationError, _launcher
 from roll.pipelines.rewards.types import RewardRequest
 
 FAST = SandboxConfig(wall_timeout_s=2.0, cpu_time_s=2, memory_mb=512)
@@ -142,3 +144,76 @@ def test_kernel_layers_hold_without_the_hook(tmp_path: Path, listener: int) -> N
     bomb = sandbox.run("import os\nfor _ in range(10_000):\n    os.fork()\n")
     assert not bomb.ok
     assert os.getpid() > 0  # and we are still here, with the whole group killed
+
+
+@pytest.fixture()
+def planted_answers(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
+    """A world-readable answers file in the host's /tmp, under the checkout and in pytest's tmp dir."""
+    secret = f"ANSWER-{os.getpid()}-{time.monotonic_ns()}"
+    checkout = Path(__file__).resolve().parents[2]
+    paths = [
+        Path(f"/tmp/roll-answers-{os.getpid()}.txt"),
+        checkout / f"answers-{os.getpid()}.txt",
+        tmp_path / "a",
+    ]
+    for path in paths:
+        path.write_text(secret + "\n")
+        path.chmod(0o644)
+    tmp_path.chmod(0o755)
+    yield secret, paths
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+def test_host_files_are_invisible_in_the_jail(
+    reward: CodeReward, planted_answers: tuple[str, list[Path]]
+) -> None:
+    """A policy that reads the answers file instead of computing scores 0: the host's files do not exist inside."""
+    secret, paths = planted_answers
+    if not reward.sandbox.isolation["filesystem"]:
+        pytest.skip(f"this host cannot make a mount namespace: {reward.sandbox.isolation}")
+    assert all(path.read_text().strip() == secret for path in paths)  # readable by anyone on the host
+    cheat = (
+        "import glob, os\n"
+        f"for p in {[str(p) for p in paths]!r} + glob.glob('/tmp/*') + glob.glob('/work/**/answers-*', recursive=True):\n"
+        "    if os.path.isfile(p):\n"
+        "        print(open(p).read().strip())\n"
+    )
+    score, info = _score(reward, cheat, {"test_cases": [{"input": "", "output": secret}]})
+    assert score == 0.0 and info["error"] == "wrong answer"
+    seen = reward.sandbox.run(
+        "import json, os\nprint(json.dumps([sorted(os.listdir('/')), [p for p in os.listdir('/proc') if p.isdigit()]]))"
+    )
+    top, pids = json.loads(seen.stdout)
+    interpreter_top = Path(reward.sandbox._launcher.python).parts[1]  # e.g. "root" for a pyenv prefix
+    allowed = {"bin", "dev", "etc", "lib", "lib64", "proc", "sandbox", "sbin", "tmp", "usr", interpreter_top}
+    assert set(top) <= allowed and "work" not in top, top
+    assert pids == ["1"]  # its own pid namespace: the program is the only process in its /proc
+
+
+def test_interpreter_and_stdlib_work_in_the_jail(reward: CodeReward) -> None:
+    program = (
+        "import json, decimal, fractions, sqlite3, hashlib, re, collections, datetime, os\n"
+        "db = sqlite3.connect(':memory:')\n"
+        "print(json.dumps([str(decimal.Decimal(1) / 8), str(fractions.Fraction(3, 6)),\n"
+        "    db.execute('select 6*7').fetchone()[0], hashlib.sha256(b'').hexdigest()[:8]]))\n"
+        "open('scratch.txt', 'w').write('ok')\n"
+        "print(open(os.path.join(os.environ['HOME'], 'scratch.txt')).read())\n"
+    )
+    expected = '["0.125", "1/2", 42, "e3b0c442"]\nok'
+    assert _score(reward, program, {"test_cases": [{"input": "", "output": expected}]}) == (
+        1.0,
+        {"passed": 1, "total": 1, "correct": True},
+    )
+
+
+def test_a_partial_sandbox_warns_at_start_up_and_require_isolation_refuses_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _launcher.cache_clear()  # the launch plan is probed once per process: probe again, so the warning is seen
+    with caplog.at_level(logging.WARNING, logger="roll.pipelines.rewards.sandbox"):
+        partial = Sandbox(SandboxConfig(filesystem_jail=False))
+    assert partial.isolation["filesystem"] is False
+    assert "running without filesystem isolation" in caplog.text
+    with pytest.raises(SandboxIsolationError, match=r"full isolation is required .* no filesystem isolation"):
+        Sandbox(SandboxConfig(filesystem_jail=False, require_isolation=True))

@@ -19,6 +19,7 @@ writes a root at a time.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -49,6 +50,35 @@ _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 _TEMP_PREFIX = ".tmp-"
 _ASIDE_PREFIX = ".old-"
 _TENSOR_REF = "__tensor__"
+
+
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_NEARLY_FULL_BYTES = 1 << 20
+
+
+def _disk_full(err: BaseException, root: Path) -> bool:
+    """ENOSPC/EDQUOT anywhere in the cause chain, or (torch.save reports only "file write failed") a disk with
+    under 1 MiB free while the failed save's files were still on it."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _FULL_ERRNOS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    try:
+        return shutil.disk_usage(root).free < _NEARLY_FULL_BYTES
+    except OSError:
+        return False
+
+
+def _tree_size(path: Path) -> int:
+    try:
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        return 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
 
 
 def step_dir_name(step: int) -> str:
@@ -138,17 +168,29 @@ class CheckpointManager:
             self._write_manifest(temp, step)
             final = self._publish(temp, self.root / step_dir_name(step))
         except BaseException as err:
+            written, full = _tree_size(temp), _disk_full(err, self.root)  # before the cleanup frees space
             shutil.rmtree(temp, ignore_errors=True)
             if not isinstance(err, Exception):
                 raise  # KeyboardInterrupt, SystemExit: not ours to wrap
-            raise CheckpointError(
-                f"saving checkpoint step {step} failed ({type(err).__name__}: {err}); "
-                f"the previous checkpoints under {self.root} are intact",
-                step=step,
-            ) from err
+            message = self._failure_message(step, err, written if full else None)
+            raise CheckpointError(message, step=step, disk_full=full) from err
         self._prune(keep=final)
         logger.info("saved checkpoint %s", final)
         return final
+
+    def _failure_message(self, step: int, err: Exception, written_when_full: int | None) -> str:
+        """What failed and what is left; ``written_when_full`` (bytes) when the disk was full."""
+        latest = self.checkpoints()
+        kept = f"latest: {latest[-1].path.name}" if latest else "there were none yet"
+        intact = f"the previous checkpoints under {self.root} are intact ({kept})"
+        if written_when_full is None:
+            return f"saving checkpoint step {step} failed ({type(err).__name__}: {err}); {intact}"
+        free = shutil.disk_usage(self.root).free
+        return (
+            f"saving checkpoint step {step} failed: the disk holding {self.root} is full ({_mib(free)} free after "
+            f"{_mib(written_when_full)} of this checkpoint were written; the partial save was removed); {intact}. "
+            "Fix: free space there, lower checkpoint.keep_last, or set checkpoint.dir to a bigger disk"
+        )
 
     def _make_temp_dir(self, step: int) -> Path:
         temp = self.root / f"{_TEMP_PREFIX}{step_dir_name(step)}-{secrets.token_hex(4)}"

@@ -1,7 +1,9 @@
 """The ``roll`` command: ``train``, ``validate`` and ``list``.
 
 Entry points are short: parse, build, run, clean up. Every error roll raises on purpose (a :class:`RollError`)
-is printed as its message, without a traceback, and the exit status says what kind it was.
+is printed as its message, without a traceback, and the exit status says what kind it was: 0 done, 1 runtime
+error, 2 config error, 75 preempted (SIGTERM/SIGINT: the step finished and a checkpoint was written; rerun with
+``resume=auto``), 130 interrupted (a step abandoned; the last checkpoint kept).
 """
 
 from __future__ import annotations
@@ -17,11 +19,15 @@ from roll.core import plugins
 from roll.core.config.loader import ConfigTree, load_tree, validate
 from roll.core.config.sections import RunConfig
 from roll.core.errors import ConfigError, ConfigIssue, RollError
+from roll.core.recovery import EXIT_PREEMPTED, Preempted
 from roll.core.types import GROUPS, PipelineSpec
 
 EXIT_CONFIG = 2
 EXIT_RUNTIME = 1
 EXIT_INTERRUPTED = 130
+"""A step was abandoned (a second SIGTERM/SIGINT, or one before training started); the last checkpoint is kept."""
+# EXIT_PREEMPTED (75): stopped on SIGTERM/SIGINT after a finished step and a fresh checkpoint; rerun the same
+# command with resume=auto to continue exactly. Defined in roll.core.recovery.
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -101,8 +107,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     pipeline = spec.build(cfg)
     try:
         summary = pipeline.run()
-    except KeyboardInterrupt:
-        print("roll: interrupted; actors shut down, last checkpoint kept", file=sys.stderr)
+    except Preempted as exc:
+        print(f"roll: preempted: {exc}", file=sys.stderr)
+        return EXIT_PREEMPTED
+    except KeyboardInterrupt as exc:
+        print(f"roll: interrupted ({exc}); actors shut down, last checkpoint kept", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         pipeline.shutdown()

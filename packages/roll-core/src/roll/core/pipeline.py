@@ -1,8 +1,9 @@
 """The run-loop skeleton every training mode shares.
 
 A pipeline says *what* a step is; :class:`BasePipeline` owns *when*: Ray start, resource placement, resume, the
-step loop with evaluation and checkpoint cadence, tracking, and a clean shutdown of every actor on success, error,
-Ctrl-C or SIGTERM. Subclasses implement the abstract methods; the loop in :meth:`BasePipeline.run` reads top to
+step loop with evaluation and checkpoint cadence, tracking, a clean shutdown of every actor on success, error,
+Ctrl-C or SIGTERM, a checkpoint before exiting on a preemption signal, and recovery from a lost worker (see
+:mod:`roll.core.recovery`). Subclasses implement the abstract methods; the loop in :meth:`BasePipeline.run` reads top to
 bottom as named steps.
 
 Step numbering: ``self.step`` is the number of completed training steps. ``train_step(step)`` receives the index of
@@ -14,13 +15,10 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from roll.core import plugins
@@ -29,6 +27,7 @@ from roll.core.cluster import Cluster, RayHandle, ResourceManager, Worker, init_
 from roll.core.config.loader import dump_yaml
 from roll.core.config.sections import RoleConfig, RunConfig
 from roll.core.errors import ConfigError, ConfigIssue, PluginError
+from roll.core.recovery import LostWorker, Preempted, StopSignals, find_lost_worker
 from roll.core.tracking import MultiTracker, Progress
 from roll.core.types import Tracker
 
@@ -53,6 +52,8 @@ class BasePipeline(ABC):
         self.resources: ResourceManager | None = None
         self.clusters: list[Cluster] = []
         self.last_metrics: dict[str, float] = {}
+        self.restarts = 0
+        self._restart_from: Path | None = None
         self._closed = False
         self._owns_ray = False
 
@@ -80,6 +81,10 @@ class BasePipeline(ABC):
     def load_files(self, directory: Path) -> None:
         """Restore what :meth:`save_files` wrote."""
 
+    def teardown(self) -> None:
+        """Release what :meth:`setup` built besides its clusters (threads, schedulers), before a restart after a
+        lost worker; :meth:`setup` then runs again. Default: nothing."""
+
     def export(self, output_dir: Path) -> None:
         """Write the trained model as a ``save_pretrained`` folder under ``output_dir`` (``checkpoint.export_hf``)."""
         logger.warning("%s: checkpoint.export_hf is set, but this pipeline has no HF export", self.name)
@@ -106,24 +111,90 @@ class BasePipeline(ABC):
     # ---------------------------------------------------------------------------------------------- run
 
     def run(self) -> dict[str, float]:
-        """Train until ``max_steps``; returns the last step's metrics. Always call :meth:`shutdown` after."""
-        with _sigterm_as_interrupt():
+        """Train until ``max_steps``; returns the last step's metrics. Always call :meth:`shutdown` after.
+
+        Raises :class:`~roll.core.recovery.Preempted` after a graceful stop on SIGTERM/SIGINT (a checkpoint was
+        written), ``KeyboardInterrupt`` when a step was abandoned. A lost worker is recovered from up to
+        ``max_restarts`` times (see :mod:`roll.core.recovery`).
+        """
+        stop = StopSignals()
+        with stop.installed():
             self._start_runtime()
-            self.setup()
-            self._resume()
-            self._write_config()
-            with Progress(
-                self.config.max_steps,
-                initial=self.step,
-                desc=self.name,
-                enabled=self.config.tracking.progress,
-            ) as progress:
-                while self.step < self.config.max_steps:
-                    self._one_step(progress)
+            stop.reinstall()
+            while not self._attempt(stop):
+                pass
             self._final_checkpoint()
             if self.config.checkpoint.export_hf:
                 self.export(self.output_dir)
         return dict(self.last_metrics)
+
+    def _attempt(self, stop: StopSignals) -> bool:
+        """Set up, resume and run the step loop once; ``False`` when a lost worker was recovered from."""
+        try:
+            self.setup()
+            self._resume()
+            self._write_config()
+            self._loop(stop)
+        except Preempted:
+            raise
+        except Exception as exc:
+            lost = find_lost_worker(self.clusters) if self.clusters else None
+            if lost is None:
+                raise
+            if stop.requested:
+                raise KeyboardInterrupt(f"stopping on a signal; {lost}") from exc
+            self._recover(lost, exc)
+            return False
+        return True
+
+    def _loop(self, stop: StopSignals) -> None:
+        with Progress(
+            self.config.max_steps, initial=self.step, desc=self.name, enabled=self.config.tracking.progress
+        ) as progress:
+            stop.armed = True
+            try:
+                while self.step < self.config.max_steps:
+                    self._one_step(progress)
+                    if stop.requested:
+                        self._preempt(stop)
+            finally:
+                stop.armed = False
+
+    def _preempt(self, stop: StopSignals) -> None:
+        self._final_checkpoint()
+        latest = self.checkpoints.latest()
+        name = signal.Signals(stop.signum or signal.SIGTERM).name
+        raise Preempted(
+            f"{name}: stopped after step {self.step} of {self.config.max_steps}, checkpoint {latest}. "
+            "Continue exactly with the same command plus resume=auto",
+            step=self.step,
+            checkpoint=str(latest),
+            signal=name,
+        )
+
+    def _recover(self, lost: LostWorker, exc: Exception) -> None:
+        """Tear down every cluster, free and re-reserve the resources; the next attempt resumes from the latest
+        checkpoint (or from the start). Re-raises ``exc`` once ``max_restarts`` restarts are spent."""
+        limit = self.config.max_restarts
+        if self.restarts >= limit:
+            logger.error("%s: %s; giving up after %d restarts (max_restarts)", self.name, lost, self.restarts)
+            raise exc
+        self.restarts += 1
+        latest = self.checkpoints.latest()
+        logger.error(
+            "%s: %s (the step failed with %s: %s). Restart %d of %d: rebuilding the clusters, resuming from %s",
+            self.name, lost, type(exc).__name__, str(exc).splitlines()[0][:300], self.restarts, limit,
+            latest or "the start",
+        )  # fmt: skip
+        for cluster in reversed(self.clusters):
+            _quietly(cluster.shutdown, f"shutting down {cluster.role}")
+        self.clusters = []
+        self.teardown()
+        if self.resources is not None:
+            self.resources.release()
+            self.resources.allocate()
+        self._restart_from = latest
+        self.step = 0
 
     def _start_runtime(self) -> None:
         import ray
@@ -135,7 +206,7 @@ class BasePipeline(ABC):
         self.resources.allocate()  # raises with the arithmetic when the roles don't fit
 
     def _resume(self) -> None:
-        path = self.checkpoints.resolve_resume(self.config.resume, self.name)
+        path = self._restart_from or self.checkpoints.resolve_resume(self.config.resume, self.name)
         if path is None:
             return
         self.load_files(path)
@@ -150,6 +221,8 @@ class BasePipeline(ABC):
         metrics = dict(self.train_step(self.step))
         self.step += 1
         metrics["time/step_s"] = time.perf_counter() - start
+        if self.restarts:
+            metrics["restarts"] = float(self.restarts)
         if self.config.eval_every and self.step % self.config.eval_every == 0:
             metrics.update({f"eval/{k}": v for k, v in self.evaluate(self.step).items()})
         if self.step % self.config.tracking.log_every == 0 or self.step == self.config.max_steps:
@@ -212,20 +285,3 @@ def _quietly(fn: Any, what: str) -> None:
         fn()
     except Exception:  # shutdown continues past one failure, so every other actor is still stopped
         logger.warning("error while %s", what, exc_info=True)
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt so a killed job unwinds through shutdown like Ctrl-C does."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -75,7 +75,9 @@ def load_source(src: DatasetSourceConfig, *, streaming: bool = False, seed: int 
             if isinstance(raw, datasets.IterableDataset)
             else _head(raw, src.max_samples)
         )
-    ds = apply_fields(raw, {str(k): v for k, v in src.fields.items()}, source=src.path)
+    fields = {str(k): v for k, v in src.fields.items()}
+    ds = apply_fields(raw, fields, source=src.path)
+    _check_rows(ds, src, fields)
     if isinstance(ds, datasets.Dataset):
         ensure_not_empty(ds, step="loading (the source has no rows)", source=src.path)
     return ds
@@ -146,7 +148,9 @@ def _load_raw(src: DatasetSourceConfig, *, streaming: bool, seed: int) -> AnyDat
             lambda: datasets.load_dataset(src.path, split=src.split, streaming=streaming), src.path
         )
     if fmt == "jsonl" and streaming:
-        _raise_on_bad_jsonl(files)  # streaming reads lazily; check the lines before anything consumes them
+        _raise_on_bad_jsonl(
+            files, {}
+        )  # streaming reads lazily; check the lines before anything consumes them
     return _load_files(fmt, files, src.split, streaming=streaming, where=src.path)
 
 
@@ -162,7 +166,7 @@ def _load_files(fmt: str, files: list[str], split: str, *, streaming: bool, wher
         raise
     except Exception as exc:
         if fmt in ("jsonl", "json"):
-            _raise_on_bad_jsonl(files, cause=exc)
+            _raise_on_bad_jsonl(files, None, cause=exc)  # None: mixed types in any column break the builder
         raise DataError(f"{where}: could not load {fmt} files {files}: {exc}", path=where) from exc
 
 
@@ -214,28 +218,87 @@ def _load_builtin(src: DatasetSourceConfig, *, seed: int, streaming: bool) -> An
 # ----------------------------------------------------------------------------------------------- bad JSONL
 
 
-def find_bad_jsonl_line(files: Iterable[str]) -> str | None:
-    """Return ``"file:line: reason"`` for the first line that is not a JSON object, or None when all are.
+def find_bad_jsonl_line(
+    files: Iterable[str], required: Mapping[str, str] | None = None, limit: int | None = None
+) -> str | None:
+    """Return ``"file:line: reason"`` for the first line that is not a JSON object, or that lacks (or has null
+    for) a key of ``required`` (source column -> the canonical field it feeds) or has it with another JSON type
+    than the first row (``required=None``: any key's type), or None when all are fine.
 
-    Blank lines are allowed (the JSON builder skips them). Reads line by line, in constant memory.
+    Blank lines are allowed (the JSON builder skips them). Reads line by line, in constant memory, and stops
+    after ``limit`` rows (``max_samples``: later rows are never loaded).
     """
+    rows, types = 0, dict[str, type]()
     for file in files:
         with open(file, encoding="utf-8") as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
-                try:
-                    value = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    return f"{file}:{number}: invalid JSON ({exc.msg} at column {exc.colno})"
-                if not isinstance(value, dict):
-                    return f"{file}:{number}: expected a JSON object per line, got {type(value).__name__}"
+                if limit is not None and rows >= limit:
+                    return None
+                rows += 1
+                problem = _line_problem(line, required, types)
+                if problem is not None:
+                    return f"{file}:{number}: {problem}"
     return None
 
 
-def _raise_on_bad_jsonl(files: Iterable[str], cause: BaseException | None = None) -> None:
+def _line_problem(line: str, required: Mapping[str, str] | None, types: dict[str, type]) -> str | None:
+    """What is wrong with one line; ``types`` (column -> type in the first row) fills in as rows are read.
+    ``required=None`` checks the types of every key instead (after the JSON builder failed on mixed types)."""
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return f"invalid JSON ({exc.msg} at column {exc.colno})"
+    if not isinstance(value, dict):
+        return f"expected a JSON object per line, got {type(value).__name__}"
+    checked = required if required is not None else {k: k for k, v in value.items() if v is not None}
+    for column, canonical in checked.items():
+        feeds = f" (it feeds `{canonical}`)" if canonical != column else ""
+        if value.get(column) is None:
+            return f"{column!r} is missing or null{feeds}, unlike the other rows; fix or remove the line"
+        here = _json_kind(value[column])
+        kind = types.setdefault(column, here)
+        if here is not kind:
+            got, first = here.__name__, kind.__name__
+            return f"{column!r} is a {got} here but a {first} in the first row{feeds}; fix or remove the line"
+    return None
+
+
+def _json_kind(value: Any) -> type:
+    return float if type(value) is int else type(value)  # 3 and 3.5 load as one float column
+
+
+_ROW_OPTIONAL = frozenset({"system", "images", "tag"})
+"""Canonical fields a row may leave out while others have them; every other loaded field is required per row."""
+
+
+def _suspect(ds: datasets.Dataset, column: str) -> bool:
+    """Nulls in the column, or mixed JSON types (which the JSON builder keeps as a ``Json`` feature)."""
+    return bool(ds.data.column(column).null_count) or type(ds.features[column]).__name__ == "Json"
+
+
+def _check_rows(ds: AnyDataset, src: DatasetSourceConfig, fields: Mapping[str, str]) -> None:
+    """Fail at load, with ``file:line``, on a JSONL row that lacks a field the other rows have (the JSON builder
+    fills it with null, and the run would otherwise fail at the step that first draws the row)."""
+    if src.format not in ("auto", "jsonl") or src.path.startswith("builtin:"):
+        return
+    fmt, files = resolve_source(src)
+    if fmt != "jsonl":
+        return
+    required = {fields.get(c, c): c for c in column_names(ds) if c not in _ROW_OPTIONAL}
+    if isinstance(ds, datasets.Dataset) and not any(_suspect(ds, c) for c in required.values()):
+        return  # null counts and features are free; only a suspect dataset pays for the line scan
+    where = find_bad_jsonl_line(files, required, limit=src.max_samples)
+    if where is not None:
+        raise DataError(f"malformed JSONL line: {where}", location=where)
+
+
+def _raise_on_bad_jsonl(
+    files: Iterable[str], required: Mapping[str, str] | None, cause: BaseException | None = None
+) -> None:
     files = [f for f in files if Path(f).suffix.lower() == ".jsonl"]
-    where = find_bad_jsonl_line(files)
+    where = find_bad_jsonl_line(files, required)
     if where is not None:
         raise DataError(f"malformed JSONL line: {where}", location=where) from cause
 

@@ -128,6 +128,29 @@ class Cluster:
             "Mark worker methods with @register(Dispatch...) to call them on the cluster"
         )
 
+    def restart_rank(self, rank: int, timeout_s: float | None = None) -> None:
+        """Replace rank ``rank``'s actor (dead or alive) with a fresh one built the same way.
+
+        For roles whose ranks never join a collective together (reward workers, environments): the new actor gets
+        the rendezvous the old one had, but no process group is rebuilt. A role that trains in a process group
+        recovers by rebuilding the whole cluster instead (``BasePipeline`` does, from a checkpoint).
+        """
+        if not 0 <= rank < len(self.actors):
+            raise IndexError(f"{self.role} has {len(self.actors)} ranks; no rank {rank}")
+        with contextlib.suppress(Exception):  # already dead: nothing to kill
+            ray.kill(self.actors[rank], no_restart=True)
+        options = {**self._placement.actor_options(rank), **self._extra_options}
+        ctx = WorkerContext(self.role, rank, self.world_size)
+        self.actors[rank] = self._remote_cls.options(**options).remote(
+            ctx, *self._init_args, **self._init_kwargs
+        )
+        timeout = timeout_s or self._default_timeout
+        old = self.infos[rank]
+        if old.master_addr is not None and old.master_port is not None:
+            args = (old.master_addr, old.master_port, old.local_rank, _local_world(self.infos, old.node_id))
+            self._call_one(rank, "roll_set_rendezvous", args, timeout)
+        self.infos[rank] = self._call_one(rank, "get_info", (), timeout)
+
     def shutdown(self) -> None:
         """Kill every actor and free bundles this Cluster reserved itself. Safe to call twice."""
         for actor in self.actors:
@@ -164,8 +187,9 @@ class Cluster:
         init_kwargs: dict[str, Any],
         runtime_env: Mapping[str, Any] | None,
     ) -> None:
-        remote_cls = ray.remote(worker_cls)
-        extra = {"runtime_env": dict(runtime_env)} if runtime_env else {}
+        self._remote_cls = remote_cls = ray.remote(worker_cls)
+        self._extra_options = extra = {"runtime_env": dict(runtime_env)} if runtime_env else {}
+        self._init_args, self._init_kwargs = init_args, init_kwargs  # kept for restart_rank
         for rank in range(self.world_size):
             options = {**self._placement.actor_options(rank), **extra}
             ctx = WorkerContext(self.role, rank, self.world_size)
@@ -227,6 +251,10 @@ def registered_methods(worker_cls: type[Worker]) -> dict[str, MethodSpec]:
         if spec is not None:
             found[name] = spec
     return found
+
+
+def _local_world(infos: list[WorkerInfo], node_id: str) -> int:
+    return sum(1 for info in infos if info.node_id == node_id)
 
 
 def _share_arguments(plan: CallPlan) -> CallPlan:

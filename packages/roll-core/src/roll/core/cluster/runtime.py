@@ -38,6 +38,9 @@ _OMP_WAIT_ENV = "OMP_WAIT_POLICY"
 _ADDRESS_ENV = "RAY_ADDRESS"
 _UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 _log = logging.getLogger(__name__)
+# How long to wait for a GCS port to accept a connection before giving up (capped by init_timeout_s): a head
+# that is down should fail the run in seconds, with the fix, not after the minute-long init timeout.
+_PROBE_BUDGET_S = 5.0
 
 # True while a Ray that this process started is running; shutdown_ray leaves attached clusters alone.
 _started_here = False
@@ -151,7 +154,7 @@ def _attach(cfg: RayConfig, address: str) -> None:
     """Connect to an existing cluster, probing the GCS port first so a dead address fails fast, not by hanging."""
     source = "ray.address" if cfg.address else "RAY_ADDRESS"
     if address != "auto" and "://" not in address:
-        _probe(address, cfg.init_timeout_s, source)
+        _probe(address, min(cfg.init_timeout_s, _PROBE_BUDGET_S), source)
     _disable_uv_run_hook()
     try:
         ray.init(address=address, namespace=cfg.namespace, logging_level=logging.WARNING)
@@ -173,6 +176,9 @@ def _probe(address: str, timeout_s: float, source: str) -> None:
         try:
             with socket.create_connection((host, int(port)), timeout=min(2.0, timeout_s)):
                 return
+        except socket.gaierror as exc:  # an unknown host name does not start resolving a second later
+            reason = f"the host name does not resolve ({exc})"
+            raise ResourceError(_attach_message(address, source, reason), address=address) from None
         except OSError as exc:
             last_error = f"{type(exc).__name__}: {exc}"
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))

@@ -65,6 +65,11 @@ class RunConfig(RollModel):
     max_steps: int = Field(1, ge=1)
     eval_every: int = Field(0, ge=0, description="0 disables evaluation")
     resume: Literal["auto", "never"] | Path = "never"
+    max_restarts: int = Field(
+        3,
+        ge=0,
+        description="restarts from the latest checkpoint after a worker process dies (0: fail at once)",
+    )
     ray: RayConfig = Field(default_factory=RayConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)

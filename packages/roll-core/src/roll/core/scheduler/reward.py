@@ -14,8 +14,10 @@ Generic over what the rows and the scores are: nothing here knows about rewards 
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,33 +27,47 @@ import torch
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
-from roll.core.errors import DataError
+from roll.core.errors import DataError, WorkerError
 from roll.core.scheduler.rank_calls import RankCall, submit_to_rank
 
 __all__ = ["RewardJob", "RewardScheduler"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Part:
+    """One rank's share of a job: which input rows, on which domain, and the call in flight."""
+
+    rows: np.ndarray
+    domain: str
+    call: RankCall
+    epoch: int = 0  # how many times the rank had been restarted when the call went out
 
 
 class RewardJob:
     """Scoring of one batch in flight. ``refs`` lets a scheduler wait on it together with other calls."""
 
-    def __init__(self, batch: Batch, parts: list[tuple[np.ndarray, RankCall]]) -> None:
+    def __init__(self, scheduler: RewardScheduler, batch: Batch, parts: list[_Part]) -> None:
+        self.scheduler = scheduler
         self.batch = batch
         self.parts = parts
         self.submitted_at = time.perf_counter()
 
     @property
     def refs(self) -> list[ray.ObjectRef[Any]]:
-        return [call.ref for _, call in self.parts]
+        return [part.call.ref for part in self.parts]
 
     def done(self) -> bool:
-        return all(call.pending.done() for _, call in self.parts)
+        return all(part.call.pending.done() for part in self.parts)
 
     def result(self) -> Batch:
-        """The input rows with the workers' columns added (input order). Raises the first worker failure."""
+        """The input rows with the workers' columns added (input order). A part whose worker died is retried on
+        a restarted worker (see :class:`RewardScheduler`); any other failure is raised."""
         if not self.parts:
             return self.batch
-        scored = [call.pending.result() for _, call in self.parts]
-        index_B = np.concatenate([rows for rows, _ in self.parts])
+        scored = [self.scheduler._collect(self.batch, part) for part in self.parts]
+        index_B = np.concatenate([part.rows for part in self.parts])
         joined = Batch.concat(scored)
         if len(joined) != len(index_B):
             raise DataError(f"reward workers returned {len(joined)} rows for {len(index_B)} rows sent")
@@ -68,6 +84,10 @@ class RewardScheduler:
 
     ``routes`` maps a tag to a domain name (a key of ``domains``); a tag that maps nowhere goes to
     ``default_domain`` when one is given, else submitting raises :class:`DataError` naming the tag.
+
+    A reward worker whose process dies (a verifier that segfaults, an OOM kill) is restarted in place
+    (:meth:`Cluster.restart_rank`) and its share of the rows is sent again, at most ``max_retries`` times per
+    share; ``retried_requests`` counts the rows sent again, and each retry is logged with role, rank and cause.
     """
 
     def __init__(
@@ -78,6 +98,7 @@ class RewardScheduler:
         method: str = "score",
         tag_column: str = C.TAG,
         default_domain: str | None = None,
+        max_retries: int = 2,
     ) -> None:
         unknown = sorted({d for d in routes.values() if d not in domains})
         if unknown or (default_domain is not None and default_domain not in domains):
@@ -90,6 +111,10 @@ class RewardScheduler:
         self.tag_column = tag_column
         self.default_domain = default_domain
         self._next_rank = {name: itertools.cycle(range(c.world_size)) for name, c in self.domains.items()}
+        self.max_retries = max_retries
+        self.retried_requests = 0
+        self.restarts = 0
+        self._epochs: dict[tuple[str, int], int] = {}  # restarts per (domain, rank)
 
     def domain_of(self, tag: str) -> str:
         """The domain that scores rows tagged ``tag``."""
@@ -104,24 +129,59 @@ class RewardScheduler:
         """Start scoring ``batch``; returns at once."""
         tags = batch[self.tag_column]
         domain_B = np.array([self.domain_of(str(tag)) for tag in tags], dtype=object)
-        parts: list[tuple[np.ndarray, RankCall]] = []
+        parts: list[_Part] = []
         for domain in dict.fromkeys(domain_B.tolist()):
             rows = np.flatnonzero(domain_B == domain)
             parts += self._submit_domain(domain, batch, rows)
-        return RewardJob(batch, parts)
+        return RewardJob(self, batch, parts)
 
     def score(self, batch: Batch) -> Batch:
         """Submit and wait: the input rows with the score columns added."""
         return self.submit(batch).result()
 
-    def _submit_domain(
-        self, domain: str, batch: Batch, rows: np.ndarray
-    ) -> list[tuple[np.ndarray, RankCall]]:
+    def _submit_domain(self, domain: str, batch: Batch, rows: np.ndarray) -> list[_Part]:
         cluster = self.domains[domain]
         shares = [s for s in np.array_split(rows, min(cluster.world_size, len(rows))) if len(s)]
         parts = []
         for share in shares:
             rank = next(self._next_rank[domain])
             sub = batch.select(torch.from_numpy(share))
-            parts.append((share, submit_to_rank(cluster, rank, self.method, sub)))
+            call = submit_to_rank(cluster, rank, self.method, sub)
+            parts.append(_Part(share, domain, call, self._epochs.get((domain, rank), 0)))
         return parts
+
+    def _collect(self, batch: Batch, part: _Part) -> Batch:
+        """The part's scored rows; when its worker died, restart that rank and send the rows again."""
+        for attempt in range(self.max_retries + 1):
+            try:
+                scored: Batch = part.call.pending.result()
+                return scored
+            except WorkerError as exc:
+                if attempt == self.max_retries or not _worker_died(exc):
+                    raise
+                self._retry(batch, part, exc, attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _retry(self, batch: Batch, part: _Part, exc: WorkerError, attempt: int) -> None:
+        """Restart the part's rank, unless another job's retry already replaced it, and send the rows again."""
+        cluster, rank = self.domains[part.domain], part.call.rank
+        log.warning(
+            "%s rank %d died while scoring %d rows (%s); retrying them on a restarted one (retry %d of %d)",
+            cluster.role, rank, len(part.rows), str(exc).splitlines()[0][:300], attempt + 1, self.max_retries,
+        )  # fmt: skip
+        key = (part.domain, rank)
+        if part.epoch == self._epochs.get(key, 0):
+            cluster.restart_rank(rank)
+            self._epochs[key] = part.epoch + 1
+            self.restarts += 1
+        self.retried_requests += len(part.rows)
+        part.epoch = self._epochs[key]
+        part.call = submit_to_rank(cluster, rank, self.method, batch.select(torch.from_numpy(part.rows)))
+
+
+def _worker_died(exc: WorkerError) -> bool:
+    """Ray's verdict that the actor's process is gone (not an exception its code raised)."""
+    return str(getattr(exc, "remote_type", "")) in _DEATH_TYPES
+
+
+_DEATH_TYPES = frozenset({"RayActorError", "ActorDiedError", "ActorUnavailableError", "OwnerDiedError"})

@@ -48,6 +48,10 @@ class SandboxConfig(RollModel):
     """Interpreter for untrusted code; ``None`` picks one the sandbox user can execute."""
     network_namespace: bool = True
     """Run in a fresh network (and pid) namespace via ``unshare`` when the host allows it."""
+    filesystem_jail: bool = True
+    """Run in a mount namespace that shows only the interpreter's files, read-only (hides the host's files)."""
+    require_isolation: bool = False
+    """Refuse to build the sandbox unless namespaces, the filesystem jail and an unprivileged uid all hold."""
     drop_privileges: bool = True
     """When the parent runs as root, run the program as ``sandbox_uid`` (root ignores RLIMIT_NPROC)."""
     sandbox_uid: int = 65534
@@ -80,6 +84,8 @@ class JudgeRewardConfig(RollModel):
     backoff_base_s: float = Field(default=0.5, ge=0.0)
     backoff_max_s: float = Field(default=8.0, ge=0.0)
     request_timeout_s: float = Field(default=30.0, gt=0.0)
+    breaker_failures: int = Field(default=8, ge=0)
+    """After this many items in a row fail on retryable errors, the rest of the batch fails at once (0: never)."""
     temperature: float = 0.0
     max_tokens: int = Field(default=512, ge=1)
 

@@ -11,6 +11,11 @@ server cannot stall a training step. Other 4xx and malformed bodies are not retr
 scores 0 with ``info["error"]``; the batch never raises for it. ``request_timeout_s`` bounds each attempt end to
 end (httpx's own timeouts are per phase, so a trickling server could otherwise hold a slot forever).
 
+An endpoint that is down must not stall the step by timing out every item in turn: after ``breaker_failures``
+items in a row exhaust their retries on retryable errors (connection refused, timeouts, 5xx), the rest of the batch
+fails at once with ``info["error"]`` saying the judge is unavailable (a circuit breaker, reset by any success and at
+every batch). Each batch with failures logs how many of its items failed, and why.
+
 The API key is read from ``$api_key_env`` once, at construction, kept out of ``repr``, never logged, and
 scrubbed from every error string (a hostile or buggy server may echo it).
 """
@@ -23,6 +28,7 @@ import os
 import random
 import re
 import threading
+from collections import Counter
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -83,6 +89,26 @@ def _content(response: httpx.Response) -> str:
     return content
 
 
+class _Breaker:
+    """Counts items in a row that failed on retryable errors; open once ``threshold`` is reached (0: never)."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+        self.in_a_row = 0
+        self.last_error = ""
+
+    @property
+    def open(self) -> bool:
+        return self.threshold > 0 and self.in_a_row >= self.threshold
+
+    def record(self, error: str | None, retryable: bool) -> None:
+        if error is None:
+            self.in_a_row = 0
+        elif retryable:
+            self.in_a_row += 1
+            self.last_error = error
+
+
 class JudgeReward:
     """Scores responses with an LLM judge. ``score`` is sync; inside an event loop, await :meth:`ascore`."""
 
@@ -129,13 +155,30 @@ class JudgeReward:
         headers = {"Authorization": f"Bearer {self.__api_key}"} if self.__api_key else {}
         limits = httpx.Limits(max_connections=self.config.max_concurrency)
         semaphore = asyncio.Semaphore(self.config.max_concurrency)
+        breaker = _Breaker(self.config.breaker_failures)
         async with httpx.AsyncClient(
             headers=headers, timeout=self.config.request_timeout_s, limits=limits, transport=self._transport
         ) as client:
-            return list(await asyncio.gather(*(self._score_one(client, semaphore, r) for r in requests)))
+            jobs = (self._score_one(client, semaphore, breaker, r) for r in requests)
+            results = list(await asyncio.gather(*jobs))
+        failed = [r.info["error"] for r in results if "error" in r.info]
+        if failed:
+            reasons = ", ".join(f"{n}x {why}" for why, n in Counter(failed).most_common(3))
+            logger.warning(
+                "judge %s: %d of %d items failed (%s)",
+                self.config.base_url,
+                len(failed),
+                len(results),
+                reasons,
+            )
+        return results
 
     async def _score_one(
-        self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, request: RewardRequest
+        self,
+        client: httpx.AsyncClient,
+        semaphore: asyncio.Semaphore,
+        breaker: _Breaker,
+        request: RewardRequest,
     ) -> RewardResult:
         c = self.config
         prompt = c.prompt_template.format(
@@ -145,7 +188,11 @@ class JudgeReward:
             max_score=c.max_score,
         )
         async with semaphore:
-            reply, attempts, error = await self._complete(client, prompt)
+            if breaker.open:
+                why = f"judge unavailable: skipped after {breaker.in_a_row} items in a row failed ({breaker.last_error})"
+                return RewardResult.failed(self._scrub(why), attempts=0)
+            reply, attempts, error, retryable = await self._complete(client, prompt)
+            breaker.record(error if reply is None else None, retryable)
         if reply is None:
             return RewardResult.failed(self._scrub(error or "unknown error"), attempts=attempts)
         value = parse_judge_score(reply, c.score_mode, c.max_score)
@@ -153,20 +200,23 @@ class JudgeReward:
             return RewardResult.failed("no score in judge reply", attempts=attempts, judge_reply=reply[-500:])
         return RewardResult(score=value, info={"judge_score": value, "attempts": attempts})
 
-    async def _complete(self, client: httpx.AsyncClient, prompt: str) -> tuple[str | None, int, str | None]:
-        """``(reply, attempts, error)``: the judge's text, or ``None`` and the last error after all retries."""
+    async def _complete(
+        self, client: httpx.AsyncClient, prompt: str
+    ) -> tuple[str | None, int, str | None, bool]:
+        """``(reply, attempts, error, retryable)``: the judge's text, or ``None`` and the last error after all
+        retries, and whether that error was a retryable one (the endpoint down or overloaded)."""
         error = ""
         for attempt in range(self.config.max_retries + 1):
             try:
-                return await self._attempt(client, prompt), attempt + 1, None
+                return await self._attempt(client, prompt), attempt + 1, None, False
             except _JudgeFailure as failure:
                 error = str(failure)
                 if not failure.retryable or attempt == self.config.max_retries:
-                    return None, attempt + 1, error
+                    return None, attempt + 1, error, failure.retryable
                 delay = self._delay(attempt, failure.retry_after)
                 logger.warning("judge attempt %d failed (%s); retrying in %.2fs", attempt + 1, error, delay)
                 await asyncio.sleep(delay)
-        return None, self.config.max_retries + 1, error  # pragma: no cover  (the loop always returns)
+        return None, self.config.max_retries + 1, error, True  # pragma: no cover  (the loop always returns)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         cap = self.config.backoff_max_s

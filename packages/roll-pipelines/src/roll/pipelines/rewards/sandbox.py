@@ -14,10 +14,14 @@ What each layer guarantees (kernel-enforced unless marked *in-process*):
 - **Network**: when ``unshare`` can create namespaces (root, or unprivileged user namespaces), the program runs
   in a fresh network namespace whose loopback is down, so nothing is reachable, 127.0.0.1 included. Always, and
   *in-process*: an audit hook refuses ``socket.connect``/``bind``/``sendto``/name lookups.
-- **Filesystem**: cwd and ``HOME``/``TMPDIR`` are a fresh temp dir, removed afterwards. *In-process*: the audit
-  hook refuses opening for write, renaming, deleting, linking or chmod-ing anything outside that dir (symlinks
-  resolved), and reading ``/proc/*/environ``. As ``nobody``, file permissions also apply. There is no chroot:
-  the program may *read* world-readable files.
+- **Filesystem**: where a mount namespace can be made (``filesystem_jail``), the program runs in a jail
+  (:mod:`._sandbox_jail`) whose root holds only ``/usr`` and the interpreter's prefix, read-only, a private
+  tmpfs for cwd = ``HOME`` = ``TMPDIR`` and for ``/tmp``, and a ``/proc`` of its own pid namespace: no host
+  file outside those (data, checkouts, answers files, home directories) can even be read. Without it, cwd is a
+  fresh host temp dir and world-readable host files stay readable (a warning says so at start-up;
+  ``require_isolation`` refuses to run instead). *In-process*: the audit hook refuses opening for write,
+  renaming, deleting, linking or chmod-ing anything outside cwd (symlinks resolved), and reading
+  ``/proc/*/environ``. As ``nobody``, file permissions also apply.
 - **Environment**: the child gets a fresh environment (``PATH``, ``HOME``, ``TMPDIR``, ``LANG``), never the
   parent's; ``python -I`` ignores ``PYTHON*`` variables and the user site.
 - *In-process*: the hook refuses ``fork``/``exec``/``subprocess``/``os.kill``, ``ctypes`` (a way around the hook)
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import selectors
 import shutil
@@ -44,11 +49,18 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from roll.core.errors import RollError
+from roll.pipelines.rewards._sandbox_jail import SANDBOX_DIR, jail_script
 from roll.pipelines.rewards.config import SandboxConfig
 
+logger = logging.getLogger(__name__)
 _BOOT_SOURCE = (Path(__file__).parent / "_sandbox_boot.py").read_text(encoding="utf-8")
 _PROBE_TIMEOUT_S = 30.0
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class SandboxIsolationError(RollError, RuntimeError):
+    """Full isolation was demanded (``require_isolation``) and this host cannot provide it."""
 
 
 @dataclass(frozen=True)
@@ -69,12 +81,20 @@ class SandboxResult:
 
 @dataclass(frozen=True)
 class _Launcher:
-    """How to start the interpreter: an argv prefix, the interpreter and the uid that will own the workdir."""
+    """How to start the interpreter: an argv prefix, the interpreter, the uid that will own the workdir, and the
+    jail script when the program runs in a filesystem jail (see :mod:`._sandbox_jail`)."""
 
     prefix: tuple[str, ...]
     python: str
     uid: int | None
     isolation: dict[str, bool] = field(default_factory=dict)
+    jail: str | None = None
+
+    def argv(self, workdir: Path, size_mb: int) -> list[str]:
+        """The argv prefix up to (and including) the interpreter for a run in ``workdir``."""
+        if self.jail is None:
+            return [*self.prefix, self.python]
+        return [*self.prefix, "/bin/sh", "-c", self.jail, "sh", str(workdir), str(size_mb), self.python]
 
 
 def _probe(argv: list[str]) -> bool:
@@ -85,31 +105,69 @@ def _probe(argv: list[str]) -> bool:
     return done.returncode == 0
 
 
-@cache
-def _launcher(python: str | None, namespaces: bool, drop: bool, uid: int) -> _Launcher:
-    """The strongest launch this host allows for these settings; probed once per process."""
+def _works(launcher: _Launcher) -> bool:
+    if not launcher.prefix:
+        return True
+    with tempfile.TemporaryDirectory(prefix="roll-sandbox-probe-") as tmp:
+        workdir = Path(tmp)
+        _stage(workdir, "", launcher.uid)
+        return _probe([*launcher.argv(workdir, 1), "-I", "-S", "-c", "pass"])
+
+
+def _plans(python: str, namespaces: bool, jail: bool, drop: bool, uid: int) -> list[_Launcher]:
+    """Launch plans, strongest first: jail + namespaces + uid, namespaces + uid, namespaces, nothing."""
     unshare = shutil.which("unshare", path=_SAFE_PATH) if namespaces else None
     root = os.geteuid() == 0
+    plans: list[_Launcher] = []
+    if unshare:
+        user = () if root else ("--user", "--map-root-user")
+        ns = (unshare, *user, "--net", "--pid", "--fork", "--kill-child")
+        jail_ns = (unshare, *user, "--mount", "--propagation", "private", *ns[1 + len(user) :])
+        ids = ("--setgid", str(uid), "--setuid", str(uid))
+        dropped = root and drop
+        as_uid = uid if dropped else None
+        full = {"namespaces": True, "filesystem": True, "unprivileged_uid": dropped or not root}
+        if jail:
+            real = str(Path(python).resolve())  # a venv's symlink would point outside the jail
+            plans.append(_Launcher(jail_ns, real, as_uid, full, jail_script(real, as_uid)))
+        if dropped:
+            plans.append(_Launcher((*ns, *ids), python, uid, {**full, "filesystem": False}))
+        plans.append(_Launcher(ns, python, None, {**full, "filesystem": False, "unprivileged_uid": not root}))
+    none = {"namespaces": False, "filesystem": False, "unprivileged_uid": not root}
+    return [*plans, _Launcher((), python, None, none)]
+
+
+@cache
+def _launcher(python: str | None, namespaces: bool, jail: bool, drop: bool, uid: int) -> _Launcher:
+    """The strongest launch this host allows for these settings; probed once per process, warns when partial."""
     candidates = (
         [python] if python else [sys.executable, *filter(None, [shutil.which("python3", path=_SAFE_PATH)])]
     )
-    ns: tuple[str, ...] = ()
-    if unshare:
-        ns = (unshare, "--net", "--pid", "--fork", "--kill-child")
-        if not root:
-            ns = (unshare, "--user", "--map-root-user", *ns[1:])
-    plans: list[tuple[tuple[str, ...], bool]] = []
-    if root and drop:
-        ids = ("--setgid", str(uid), "--setuid", str(uid))
-        plans += [((*ns, *ids), True)] if ns else []
-    plans += [(ns, False)] if ns else []
-    plans += [((), False)]
-    for prefix, dropped in plans:
+    for plan_index in range(4):
         for interpreter in candidates:
-            if not prefix or _probe([*prefix, interpreter, "-I", "-S", "-c", "pass"]):
-                isolation = {"namespaces": bool(prefix), "unprivileged_uid": dropped or not root}
-                return _Launcher(prefix, interpreter, uid if dropped else None, isolation)
+            plans = _plans(interpreter, namespaces, jail, drop, uid)
+            if plan_index < len(plans) and _works(plans[plan_index]):
+                chosen = plans[plan_index]
+                missing = [name for name, held in chosen.isolation.items() if not held]
+                if missing:
+                    logger.warning(
+                        "code sandbox: running without %s isolation (%s): turned off in the config or impossible "
+                        "on this host; Sandbox.isolation says what holds. Run as root or enable unprivileged user namespaces "
+                        "(sysctl kernel.unprivileged_userns_clone=1) for full isolation.",
+                        ", ".join(missing), chosen.isolation,
+                    )  # fmt: skip
+                return chosen
     raise AssertionError("unreachable: the last plan always succeeds")  # pragma: no cover
+
+
+def _stage(workdir: Path, code: str, uid: int | None) -> None:
+    """Write the program and the bootstrap into ``workdir`` (plus the jail's empty mount point)."""
+    (workdir / "program.py").write_text(code, encoding="utf-8")
+    (workdir / "_boot.py").write_text(_BOOT_SOURCE, encoding="utf-8")
+    (workdir / "root").mkdir()
+    if uid is not None:
+        for path in (workdir, workdir / "program.py", workdir / "_boot.py"):
+            os.chown(path, uid, uid)
 
 
 class Sandbox:
@@ -118,29 +176,32 @@ class Sandbox:
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig()
         c = self.config
-        self._launcher = _launcher(c.python, c.network_namespace, c.drop_privileges, c.sandbox_uid)
+        self._launcher = _launcher(
+            c.python, c.network_namespace, c.filesystem_jail, c.drop_privileges, c.sandbox_uid
+        )
+        missing = [name for name, held in self._launcher.isolation.items() if not held]
+        if c.require_isolation and missing:
+            raise SandboxIsolationError(
+                f"code sandbox: full isolation is required (sandbox.require_isolation: true) but this host "
+                f"gives no {', '.join(missing)} isolation ({self._launcher.isolation}). Fix: run as root or "
+                f"enable unprivileged user namespaces, keep network_namespace/filesystem_jail/drop_privileges on, "
+                f"or set require_isolation: false to accept the weaker sandbox."
+            )
 
     @property
     def isolation(self) -> dict[str, bool]:
-        """Which kernel layers this host gave: ``namespaces`` (network + pid) and ``unprivileged_uid``."""
+        """Which kernel layers this host gave: ``namespaces`` (network + pid), ``filesystem`` (the mount-namespace
+        jail of :mod:`._sandbox_jail`: the host's files are invisible) and ``unprivileged_uid``."""
         return dict(self._launcher.isolation)
 
     def run(self, code: str, stdin: str = "") -> SandboxResult:
         """Run ``code`` as ``__main__`` with ``stdin``; never raises for anything the program does."""
         workdir = Path(tempfile.mkdtemp(prefix="roll-sandbox-", dir=self.config.workdir_root))
         try:
-            self._prepare(workdir, code)
+            _stage(workdir, code, self._launcher.uid)
             return self._execute(workdir, stdin)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-
-    def _prepare(self, workdir: Path, code: str) -> None:
-        (workdir / "program.py").write_text(code, encoding="utf-8")
-        (workdir / "_boot.py").write_text(_BOOT_SOURCE, encoding="utf-8")
-        uid = self._launcher.uid
-        if uid is not None:
-            for path in (workdir, workdir / "program.py", workdir / "_boot.py"):
-                os.chown(path, uid, uid)
 
     def _rlimits(self) -> dict[str, tuple[int, int]]:
         c, mb = self.config, 1024 * 1024
@@ -159,8 +220,7 @@ class Sandbox:
     def _execute(self, workdir: Path, stdin: str) -> SandboxResult:
         launcher = self._launcher
         argv = [
-            *launcher.prefix,
-            launcher.python,
+            *launcher.argv(workdir, 4 * self.config.file_size_mb),
             "-I",
             "-S",
             "-B",
@@ -168,7 +228,8 @@ class Sandbox:
             self._settings(),
             "program.py",
         ]
-        env = {"PATH": _SAFE_PATH, "HOME": str(workdir), "TMPDIR": str(workdir), "LANG": "C.UTF-8"}
+        home = SANDBOX_DIR if launcher.jail else str(workdir)
+        env = {"PATH": _SAFE_PATH, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
         started = time.monotonic()
         proc = subprocess.Popen(
             argv, cwd=workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -238,4 +299,4 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             pipe.close()
 
 
-__all__ = ["Sandbox", "SandboxResult"]
+__all__ = ["Sandbox", "SandboxIsolationError", "SandboxResult"]

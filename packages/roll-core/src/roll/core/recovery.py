@@ -1,0 +1,127 @@
+"""What a run survives: preemption signals and lost workers. Used by :class:`~roll.core.pipeline.BasePipeline`.
+
+- **Preemption** (:class:`StopSignals`): the first SIGTERM or SIGINT (Ctrl-C) during the step loop only asks the
+  loop to stop; the current step finishes, a checkpoint is written and the run raises :class:`Preempted` (the CLI
+  exits with :data:`EXIT_PREEMPTED`). A second signal, or one that arrives before the loop, abandons the step at
+  once with ``KeyboardInterrupt`` (the CLI exits 130); the previous checkpoint stays whole (checkpoints are
+  written to a temp dir and renamed).
+- **Lost workers** (:func:`find_lost_worker`): when a step fails, every actor of every cluster is pinged; one whose
+  process is gone (SIGKILL, OOM kill, a lost node) is named with its role, rank and Ray's cause. The pipeline then
+  tears its clusters down, rebuilds them and resumes from the latest checkpoint. A failure with every actor alive
+  (a bug in a step, bad data) is not retried: it would fail again.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from roll.core.errors import RollError
+
+logger = logging.getLogger(__name__)
+
+EXIT_PREEMPTED = 75
+"""``roll train``'s exit code after a graceful stop on SIGTERM/SIGINT: a checkpoint was written; rerun the same
+command with ``resume=auto`` to continue exactly (75 is ``EX_TEMPFAIL``, "try again later")."""
+
+_PING_TIMEOUT_S = 10.0
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Preempted(RollError, RuntimeError):
+    """The run stopped on a signal after finishing a step and writing its checkpoint."""
+
+
+class StopSignals:
+    """SIGTERM/SIGINT handling of a run; see the module docstring. Only installs itself in the main thread."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.armed = False
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if not self.armed or self.requested:
+            raise KeyboardInterrupt(f"{name}: abandoning the current step; the last checkpoint is kept")
+        self.signum = signum
+        logger.warning(
+            "%s received: finishing the current step, then writing a checkpoint and exiting "
+            "(send it again to abandon the step)",
+            name,
+        )
+
+    def reinstall(self) -> None:
+        """Take the signals back: ``ray.init`` installs its own SIGTERM handler in the driver (which aborts)."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in _STOP_SIGNALS:
+                signal.signal(sig, self.handle)
+
+    @contextmanager
+    def installed(self) -> Iterator[StopSignals]:
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+        self.reinstall()
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+@dataclass(frozen=True)
+class LostWorker:
+    """An actor whose process is gone: its role, rank and the cause Ray reports."""
+
+    role: str
+    rank: int
+    cause: str
+
+    def __str__(self) -> str:
+        return f"{self.role} rank {self.rank} died: {self.cause}"
+
+
+def find_lost_worker(clusters: Sequence[Any]) -> LostWorker | None:
+    """Ping every actor of every cluster (``Cluster.actors``); the first dead one, else ``None``.
+
+    A live actor that is busy (say, stuck in a collective whose peer died) does not answer within the ping
+    timeout and counts as alive: only Ray's own verdict that an actor is dead counts.
+    """
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    from roll.core.cluster.calls import CallTarget, translate_error
+
+    pings = [
+        (cluster.role, rank, actor.get_info.remote())
+        for cluster in clusters
+        for rank, actor in enumerate(cluster.actors)
+    ]
+    deadline = (
+        time.monotonic() + _PING_TIMEOUT_S
+    )  # one deadline for all: hung actors cost 10 s in all, not each
+    for role, rank, ref in pings:
+        try:
+            ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+        except RayActorError as exc:
+            error = translate_error(exc, CallTarget(role, "get_info", _PING_TIMEOUT_S), rank)
+            cause = str(error).split(": ", 2)[-1]
+            return LostWorker(role, rank, cause)
+        except (GetTimeoutError, ray.exceptions.RayError):
+            continue  # alive but busy, or a task error: not a lost process
+    return None
+
+
+__all__ = ["EXIT_PREEMPTED", "LostWorker", "Preempted", "StopSignals", "find_lost_worker"]

@@ -1,0 +1,160 @@
+"""What a run survives, through the smoke pipeline: a preemption signal to a real ``roll train``, and a worker
+process SIGKILLed in the middle of a run. Both must end in the same per-step metrics as one uninterrupted run.
+
+The uninterrupted run (``clean``, :data:`STEPS` steps) is computed once per module on the session's Ray and shared.
+Smoke steps are deterministic in (seed, step) and checkpoints hold the weights, so after any resume every logged
+loss must equal the clean run's bitwise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roll.core.checkpoint import CheckpointManager
+from roll.core.config.loader import load_config
+from roll.core.recovery import EXIT_PREEMPTED, StopSignals
+from roll.core.smoke import SmokeConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE_YAML = ROOT / "examples" / "smoke.yaml"
+STEPS = 60
+COMMON = [f"max_steps={STEPS}", "tracking.progress=false", "tracking.backends=[jsonl]"]
+Metrics = dict[int, dict[str, float]]
+
+
+def _config(out: Path, *overrides: str) -> SmokeConfig:
+    return load_config(
+        SMOKE_YAML, [f"output_dir={out}", "ray.num_cpus=null", *COMMON, *overrides], model=SmokeConfig
+    )
+
+
+def _run(cfg: SmokeConfig, during: Any = None) -> dict[str, float]:
+    from roll.core.smoke.pipeline import SmokePipeline
+
+    pipeline = SmokePipeline(cfg)
+    if during is not None:
+        threading.Thread(target=during, args=(pipeline,), daemon=True).start()
+    try:
+        return pipeline.run()
+    finally:
+        pipeline.shutdown()
+
+
+def _metrics(out: Path) -> Metrics:
+    """``{step: metrics}`` without time/* (wall clock) and ``restarts``; a step logged twice keeps its last line."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {row["step"]: {k: v for k, v in row["metrics"].items() if _compared(k)} for row in rows}
+
+
+def _compared(name: str) -> bool:
+    return not name.startswith("time/") and name != "restarts"
+
+
+@pytest.fixture(scope="module")
+def clean(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Metrics:
+    out = tmp_path_factory.mktemp("clean")
+    _run(_config(out))
+    metrics = _metrics(out)
+    assert sorted(metrics) == list(range(1, STEPS + 1))
+    return metrics
+
+
+def test_a_second_signal_abandons_the_step_and_a_first_one_only_asks() -> None:
+    """In-process, with the real handler: SIGINT (Ctrl-C) while armed sets the request, a second one raises."""
+    stop, before = StopSignals(), signal.getsignal(signal.SIGTERM)
+    with stop.installed():
+        with pytest.raises(KeyboardInterrupt):  # before the step loop: nothing to finish
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        stop.armed = True
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        assert stop.requested and stop.signum == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt, match="abandoning"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def _wait_for_steps(out: Path, proc: subprocess.Popen[str], log: Path, steps: int) -> None:
+    deadline = time.monotonic() + 300
+    jsonl = out / "metrics.jsonl"
+    while not (jsonl.exists() and len(jsonl.read_text().splitlines()) >= steps):
+        assert proc.poll() is None, f"the run ended early:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no step after 300 s:\n{log.read_text()[-3000:]}"
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_exits_75_and_resume_auto_continues_exactly(
+    clean: Metrics, tmp_path: Path
+) -> None:
+    """SIGTERM a real `roll train` mid-run (no periodic checkpoints): it finishes the step, writes the checkpoint
+    of that step and exits 75; ``resume=auto`` then logs, for every later step, exactly the clean run's metrics."""
+    out, log = tmp_path / "preempted", tmp_path / "train.log"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    cmd = [
+        sys.executable,
+        "-m",
+        "roll.core.cli",
+        "train",
+        str(SMOKE_YAML),
+        f"output_dir={out}",
+        "ray.num_cpus=2",
+    ]
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [*cmd, *COMMON, "checkpoint.every_n_steps=0"], env=env, stdout=sink, stderr=sink
+        )
+        _wait_for_steps(out, proc, log, 3)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == EXIT_PREEMPTED, log.read_text()[-3000:]
+    latest = CheckpointManager(out / "checkpoints", keep_last=3).latest()
+    assert latest is not None
+    stopped_at = int(latest.name.split("_")[1])
+    assert (
+        3 <= stopped_at < STEPS and max(_metrics(out)) == stopped_at
+    )  # the step finished, then the checkpoint
+    assert "resume=auto" in log.read_text()
+    _run(_config(out, "resume=auto"))
+    resumed = _metrics(out)
+    assert resumed == clean  # steps before the signal from the first process, the rest from the resumed one
+
+
+@pytest.mark.slow
+def test_a_sigkilled_worker_is_recovered_and_the_run_matches(
+    clean: Metrics, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGKILL rank 1's process after step 8: the pipeline rebuilds, resumes from its latest checkpoint (every 5
+    steps) and finishes on its own, with one restart logged and every step's metrics equal to the clean run's."""
+    out = tmp_path / "killed"
+    killed: list[int] = []
+
+    def kill_rank_1(pipeline: Any) -> None:
+        deadline = time.monotonic() + 300
+        while pipeline.step < 8 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        pid = pipeline.clusters[0].infos[1].pid
+        killed.append(pid)
+        os.kill(pid, signal.SIGKILL)
+
+    with caplog.at_level(logging.ERROR, logger="roll.core.pipeline"):
+        summary = _run(_config(out, "checkpoint.every_n_steps=5", "max_restarts=1"), during=kill_rank_1)
+    assert killed, "the worker was never killed"
+    assert "smoke: workers rank 1 died: " in caplog.text and "Restart 1 of 1" in caplog.text
+    assert summary["restarts"] == 1.0
+    assert _metrics(out) == clean
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["metrics"]["restarts"] == 1.0 and rows[0]["metrics"].get("restarts") is None
