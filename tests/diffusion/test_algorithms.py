@@ -15,8 +15,12 @@ def _scheduler():  # type: ignore[no-untyped-def]
     from diffusers import DDIMScheduler
 
     sched = DDIMScheduler(
-        beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012, clip_sample=False,
-        set_alpha_to_one=False, steps_offset=1,
+        beta_schedule="scaled_linear",
+        beta_start=0.00085,
+        beta_end=0.012,
+        clip_sample=False,
+        set_alpha_to_one=False,
+        steps_offset=1,
     )
     sched.set_timesteps(10)
     return sched

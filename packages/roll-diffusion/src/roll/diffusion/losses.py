@@ -41,4 +41,7 @@ def ddpo_loss(
     clipped = -advantages_B * ratio_B.clamp(1.0 - clip_range, 1.0 + clip_range)
     loss = torch.maximum(unclipped, clipped).mean()
     clipfrac = ((ratio_B - 1.0).abs() > clip_range).float().mean()
-    return loss, {"clipfrac": float(clipfrac), "approx_kl": float(0.5 * (logp_B - old_logp_B).detach().pow(2).mean())}
+    return loss, {
+        "clipfrac": float(clipfrac),
+        "approx_kl": float(0.5 * (logp_B - old_logp_B).detach().pow(2).mean()),
+    }

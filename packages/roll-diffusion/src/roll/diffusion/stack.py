@@ -43,7 +43,7 @@ class ImageStack:
         from diffusers import DDIMScheduler, StableDiffusionPipeline
 
         pipe = StableDiffusionPipeline.from_pretrained(
-            resolve_diffusion_path(path), safety_checker=None, requires_safety_checker=False, torch_dtype=dtype
+            resolve_diffusion_path(path), safety_checker=None, requires_safety_checker=False, dtype=dtype
         )
         self.pipe = pipe
         self.scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
@@ -88,7 +88,9 @@ class ImageStack:
     def steps(self, num_steps: int) -> list[S.DDIMStep]:
         self.scheduler.set_timesteps(num_steps)
         alphas = self.scheduler.alphas_cumprod
-        return S.ddim_steps(alphas, self.scheduler.timesteps.tolist(), float(self.scheduler.final_alpha_cumprod))
+        return S.ddim_steps(
+            alphas, self.scheduler.timesteps.tolist(), float(self.scheduler.final_alpha_cumprod)
+        )
 
     def eps_fn(self, unet: Any, guidance: float) -> EpsFn:
         def eps(latents: torch.Tensor, t: int, emb: torch.Tensor) -> torch.Tensor:

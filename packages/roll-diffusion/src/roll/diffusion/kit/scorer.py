@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -36,7 +35,9 @@ class ShapeScorer(nn.Module):
             nn.AdaptiveAvgPool2d(1),
             nn.Flatten(),
         )
-        self.heads = nn.ModuleList(nn.Linear(2 * width, n) for n in (len(shapes.COLORS), len(shapes.SHAPES), 4))
+        self.heads = nn.ModuleList(
+            nn.Linear(2 * width, n) for n in (len(shapes.COLORS), len(shapes.SHAPES), 4)
+        )
 
     def forward(self, images_BCHW: torch.Tensor) -> list[torch.Tensor]:
         features = self.body(images_BCHW * 2.0 - 1.0)
@@ -73,7 +74,9 @@ def train_scorer(captions: list[str], images_NCHW: torch.Tensor, steps: int, see
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(steps):
         idx = torch.randint(0, len(captions), (64,), generator=gen)
-        x = ((images_NCHW[idx] + 1.0) / 2.0 + 0.1 * torch.randn(images_NCHW[idx].shape, generator=gen)).clamp(0, 1)
+        x = ((images_NCHW[idx] + 1.0) / 2.0 + 0.1 * torch.randn(images_NCHW[idx].shape, generator=gen)).clamp(
+            0, 1
+        )
         logits = model(x)
         loss = sum(nn.functional.cross_entropy(lg, labels_N3[idx, h]) for h, lg in enumerate(logits))
         opt.zero_grad()
@@ -89,5 +92,3 @@ def alignment_B(scorer: ShapeScorer, images_BCHW: torch.Tensor, labels_B3: torch
     logits = scorer(images_BCHW)
     probs = [lg.softmax(-1).gather(1, labels_B3[:, h : h + 1]).squeeze(1) for h, lg in enumerate(logits)]
     return torch.stack(probs, dim=1).mean(dim=1)
-
-

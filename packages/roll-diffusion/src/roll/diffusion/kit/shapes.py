@@ -31,11 +31,7 @@ def caption(color: str, shape: str, background: str) -> str:
 
 def all_captions() -> list[str]:
     """The 36 captions: 4 object colours x 3 shapes x 3 other background colours."""
-    return [
-        caption(c, s, b)
-        for c, s, b in itertools.product(COLORS, SHAPES, COLORS)
-        if b != c
-    ]
+    return [caption(c, s, b) for c, s, b in itertools.product(COLORS, SHAPES, COLORS) if b != c]
 
 
 def parse_caption(text: str) -> tuple[str, str, str]:

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 IMAGE_SIZE = 16
 MAX_TOKENS = 8
 SCORER_DIR = "roll_scorer"
-WARMUP = {"vae_steps": 150, "unet_steps": 200, "scorer_steps": 100, "batch": 32, "seed": 0}
+WARMUP = {"vae_steps": 150, "unet_steps": 200, "scorer_steps": 500, "batch": 32, "seed": 0}
 _RECIPE_VERSION = 1
 
 
@@ -142,19 +142,37 @@ def shapes_dataset(per_caption: int, seed: int = 0) -> tuple[list[str], np.ndarr
 def encode_prompts(tokenizer: Any, text_encoder: Any, prompts: list[str]) -> Any:
     """``[B, T, D]`` text-encoder hidden states, tokenized as ``StableDiffusionPipeline`` does."""
     ids = tokenizer(
-        prompts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
+        prompts,
+        padding="max_length",
+        max_length=tokenizer.model_max_length,
+        truncation=True,
+        return_tensors="pt",
     ).input_ids
     return text_encoder(ids.to(text_encoder.device))[0]
 
 
 def _build(folder: Path) -> None:
     import torch
+
+    start = time.perf_counter()
+    torch.set_flush_denormal(True)  # denormals made CPU steps several times slower
+    threads = torch.get_num_threads()
+    # One thread: these ops are too small to split, and on a loaded box two spinning OpenMP threads waiting
+    # for each other made a VAE step 15x slower (7 s against 0.5 s, measured).
+    torch.set_num_threads(1)
+    try:
+        _warm_all(folder)
+    finally:
+        torch.set_num_threads(threads)
+    logger.info("tiny-sd warmed in %.1f s into %s", time.perf_counter() - start, folder)
+
+
+def _warm_all(folder: Path) -> None:
+    import torch
     from diffusers import StableDiffusionPipeline
 
     from roll.diffusion.kit.scorer import train_scorer
 
-    start = time.perf_counter()
-    torch.set_flush_denormal(True)  # denormals made CPU steps several times slower
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(WARMUP["seed"])
         parts = build_components(WARMUP["seed"])
@@ -168,7 +186,6 @@ def _build(folder: Path) -> None:
     )
     pipe.save_pretrained(folder, safe_serialization=True)
     scorer.save(folder / SCORER_DIR)
-    logger.info("tiny-sd warmed in %.1f s into %s", time.perf_counter() - start, folder)
 
 
 def _batches(n: int, steps: int, batch: int) -> list[Any]:
@@ -198,7 +215,9 @@ def _warm_vae(vae: Any, images_NCHW: Any) -> None:
     with torch.no_grad():
         std = vae.encode(images_NCHW[:256]).latent_dist.mean.std()
     vae.register_to_config(scaling_factor=float(1.0 / std))
-    logger.info("tiny-sd VAE: reconstruction MSE %.4f, latent scale %.3f", float(loss.detach()), float(1 / std))
+    logger.info(
+        "tiny-sd VAE: reconstruction MSE %.4f, latent scale %.3f", float(loss.detach()), float(1 / std)
+    )
 
 
 def _warm_denoiser(parts: dict[str, Any], captions: list[str], images_NCHW: Any) -> None:
@@ -222,7 +241,9 @@ def _warm_denoiser(parts: dict[str, Any], captions: list[str], images_NCHW: Any)
         noise = torch.randn(x0.shape, generator=gen)
         t = torch.randint(0, scheduler.config.num_train_timesteps, (len(x0),), generator=gen)
         noisy = scheduler.add_noise(x0, noise, t)
-        eps = unet(noisy, t, encoder_hidden_states=encode_prompts(parts["tokenizer"], text_encoder, prompts)).sample
+        eps = unet(
+            noisy, t, encoder_hidden_states=encode_prompts(parts["tokenizer"], text_encoder, prompts)
+        ).sample
         loss = torch.nn.functional.mse_loss(eps, noise)
         opt.zero_grad()
         loss.backward()

@@ -150,9 +150,7 @@ class RewardFLConfig(RunConfig):
     algorithm: Algorithm = Field(default_factory=DraftConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     prompts: PromptsConfig = Field(default_factory=PromptsConfig)
-    batch: BatchConfig = Field(
-        default_factory=lambda: BatchConfig(prompts_per_step=8, micro_batch_samples=8)
-    )
+    batch: BatchConfig = Field(default_factory=lambda: BatchConfig(prompts_per_step=8, micro_batch_samples=8))
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
     @model_validator(mode="after")
@@ -168,7 +166,9 @@ def _algorithm_issues(cfg: RewardFLConfig) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     algo = cfg.algorithm
     if cfg.batch.micro_batch_samples is None:
-        issues.append(ConfigIssue("batch.micro_batch_tokens", "images have no tokens", "set batch.micro_batch_samples"))
+        issues.append(
+            ConfigIssue("batch.micro_batch_tokens", "images have no tokens", "set batch.micro_batch_samples")
+        )
     if cfg.batch.prompts_per_step % cfg.actor_train.num_workers:
         issues.append(
             ConfigIssue(
@@ -180,17 +180,25 @@ def _algorithm_issues(cfg: RewardFLConfig) -> list[ConfigIssue]:
         )
     if isinstance(algo, DraftConfig):
         if algo.k is not None and algo.k > cfg.sampling.num_steps:
-            issues.append(ConfigIssue("algorithm.k", f"k={algo.k} > sampling.num_steps={cfg.sampling.num_steps}"))
+            issues.append(
+                ConfigIssue("algorithm.k", f"k={algo.k} > sampling.num_steps={cfg.sampling.num_steps}")
+            )
         if algo.refl and algo.k != 1:
-            issues.append(ConfigIssue("algorithm.refl", "ReFL backpropagates through one step", "set algorithm.k: 1"))
+            issues.append(
+                ConfigIssue("algorithm.refl", "ReFL backpropagates through one step", "set algorithm.k: 1")
+            )
         if algo.refl and algo.refl_last > cfg.sampling.num_steps:
             issues.append(ConfigIssue("algorithm.refl_last", "more than sampling.num_steps"))
     else:
         if cfg.sampling.eta <= 0.0:
-            issues.append(ConfigIssue("sampling.eta", "ddpo needs a stochastic sampler", "set sampling.eta: 1.0"))
+            issues.append(
+                ConfigIssue("sampling.eta", "ddpo needs a stochastic sampler", "set sampling.eta: 1.0")
+            )
         if cfg.batch.samples_per_prompt < 2:
             issues.append(
-                ConfigIssue("batch.samples_per_prompt", "per-prompt advantages need >= 2 samples", "set it to 4")
+                ConfigIssue(
+                    "batch.samples_per_prompt", "per-prompt advantages need >= 2 samples", "set it to 4"
+                )
             )
     return issues
 

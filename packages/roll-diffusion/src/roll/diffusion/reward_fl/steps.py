@@ -152,7 +152,9 @@ def draft_micro_loss(
 
 def kl_term(tr: DenoiserTrainer, traj: Any, emb: torch.Tensor) -> torch.Tensor:
     """Mean over the grad steps of :func:`~roll.diffusion.losses.eps_regularizer` against the frozen base."""
-    base_eps = tr.stack.eps_fn(tr.base if tr.base is not None else tr.denoiser, tr.cfg.sampling.guidance_scale)
+    base_eps = tr.stack.eps_fn(
+        tr.base if tr.base is not None else tr.denoiser, tr.cfg.sampling.guidance_scale
+    )
     terms = []
     for x, t, e in zip(traj.grad_inputs, traj.grad_timesteps, traj.eps):
         with torch.no_grad(), _adapters_off(tr):
@@ -230,7 +232,7 @@ def ddpo_backward(
     stack, cfg = tr.stack, tr.cfg.sampling
     steps = stack.steps(cfg.num_steps)
     order = np.random.default_rng(seed_for(tr.cfg.seed, step, tr.rank, 7)).permutation(len(steps))
-    chosen = sorted(order[: max(1, int(round(algo.timestep_fraction * len(steps))))].tolist())
+    chosen = sorted(order[: max(1, round(algo.timestep_fraction * len(steps)))].tolist())
     eps = stack.eps_fn(tr.denoiser, cfg.guidance_scale)
     micro = int(tr.cfg.batch.micro_batch_samples or len(idx))
     sums = {"ddpo_loss": 0.0, "clipfrac": 0.0, "approx_kl": 0.0}
@@ -274,7 +276,13 @@ def load_full_state(model: Any, optimizer: torch.optim.Optimizer, state: dict[st
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
     options = StateDictOptions(full_state_dict=True, strict=False)
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"], options=options)
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optimizer"],
+        options=options,
+    )
 
 
 def export(tr: DenoiserTrainer, output_dir: Path) -> str:

@@ -19,7 +19,6 @@ from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.diffusion import losses as L
 from roll.diffusion.reward_fl import REWARD_GROUP, DDPOConfig, DraftConfig, RewardFLConfig
 from roll.diffusion.reward_fl import steps as T
-from roll.diffusion.stack import ImageStack
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +36,7 @@ class DenoiserTrainer(Worker):
     def setup(self) -> None:
         torch.set_flush_denormal(True)  # denormals made CPU steps several times slower
         cfg = self.cfg
+        torch.set_num_threads(max(1, int(cfg.actor_train.cpus_per_worker)))
         strategy = cfg.actor_train.strategy
         if self.world_size > 1:
             self.init_process_group()
@@ -114,7 +114,10 @@ class DenoiserTrainer(Worker):
         rollouts = T.ddpo_rollouts(self, prompts, step)
         g = self.cfg.batch.samples_per_prompt
         adv_B = L.group_advantages_PG(rollouts.rewards_B.view(-1, g), clip=algo.adv_clip).flatten()
-        metrics = {"reward_mean": float(rollouts.rewards_B.mean()), "reward_std": float(rollouts.rewards_B.std())}
+        metrics = {
+            "reward_mean": float(rollouts.rewards_B.mean()),
+            "reward_std": float(rollouts.rewards_B.std()),
+        }
         per_opt = self.cfg.batch.samples_per_optimizer_step // self.world_size
         for start in range(0, len(prompts), per_opt):
             idx = list(range(start, min(start + per_opt, len(prompts))))
@@ -141,7 +144,10 @@ class DenoiserTrainer(Worker):
         images = T.sample_images(self, prompts, torch.Generator().manual_seed(seed), eta=0.0)
         rewards_B = self.reward(T.frames_as_images(images), T.frame_prompts(prompts, images))
         self.denoiser.train()
-        return {"images": (images * 255).round().to(torch.uint8).cpu(), "rewards": T.per_sample(rewards_B, images)}
+        return {
+            "images": (images * 255).round().to(torch.uint8).cpu(),
+            "rewards": T.per_sample(rewards_B, images),
+        }
 
     # ------------------------------------------------------------------------------------------ checkpoints
 

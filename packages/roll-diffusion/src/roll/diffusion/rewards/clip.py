@@ -28,7 +28,9 @@ class ClipReward:
 
     def __call__(self, images_BCHW: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         device = images_BCHW.device
-        pixels = torch.nn.functional.interpolate(images_BCHW, size=self.size, mode="bicubic", align_corners=False)
+        pixels = torch.nn.functional.interpolate(
+            images_BCHW, size=self.size, mode="bicubic", align_corners=False
+        )
         pixels = (pixels - self.mean.to(device)) / self.std.to(device)
         text = self.tokenizer(prompts, padding=True, truncation=True, return_tensors="pt").to(device)
         image_emb = self.model.get_image_features(pixel_values=pixels)
