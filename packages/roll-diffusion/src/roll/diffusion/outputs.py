@@ -3,7 +3,7 @@ so roll-diffusion needs no plotting library)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +42,7 @@ def save_video(videos_BFHW3: np.ndarray, strip: Path, gif: Path, scale: int = 4)
 
 
 def save_curve(
-    series: dict[str, Sequence[tuple[int, float]]], path: Path, size: tuple[int, int] = (480, 300)
+    series: Mapping[str, Sequence[tuple[int, float]]], path: Path, size: tuple[int, int] = (480, 300)
 ) -> Path:
     """Line plot of ``{name: [(step, value), ...]}`` with min/max labels and a legend."""
     colors = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40)]
@@ -53,14 +53,14 @@ def save_curve(
     if not points:
         image.save(path)
         return path
-    x0, x1 = min(p[0] for p in points), max(p[0] for p in points)
+    x0, x1 = float(min(p[0] for p in points)), float(max(p[0] for p in points))
     y0, y1 = min(p[1] for p in points), max(p[1] for p in points)
     x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1e-6)
     draw.rectangle((left, top, right, bottom), outline="black")
     for value, y in ((y0, bottom), (y1, top)):
         draw.text((2, y - 6), f"{value:.3g}", fill="black")
-    draw.text((left, bottom + 6), f"step {x0}", fill="black")
-    draw.text((right - 60, bottom + 6), f"step {x1}", fill="black")
+    draw.text((left, bottom + 6), f"step {x0:g}", fill="black")
+    draw.text((right - 60, bottom + 6), f"step {x1:g}", fill="black")
     for i, (name, pts) in enumerate(series.items()):
         xy = [
             (left + (s - x0) / (x1 - x0) * (right - left), bottom - (v - y0) / (y1 - y0) * (bottom - top))
@@ -69,8 +69,8 @@ def save_curve(
         color = colors[i % len(colors)]
         if len(xy) > 1:
             draw.line(xy, fill=color, width=2)
-        for x, y in xy:
-            draw.ellipse((x - 2, y - 2, x + 2, y + 2), fill=color)
+        for px, py in xy:
+            draw.ellipse((px - 2, py - 2, px + 2, py + 2), fill=color)
         draw.text((left + 8, top + 4 + 12 * i), name, fill=color)
     path.parent.mkdir(parents=True, exist_ok=True)
     image.save(path)

@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 from roll.diffusion import sampling as S
 from roll.diffusion.kit import resolve_diffusion_path
 
-EpsFn = Callable[[torch.Tensor, int, torch.Tensor], torch.Tensor]
+EpsFn = Callable[[torch.Tensor, float, torch.Tensor], torch.Tensor]
 """``(latents, timestep, text embeddings [2B or B, T, D]) -> eps``, guidance applied."""
 
 
@@ -33,7 +33,7 @@ class Trajectory:
     logps: list[torch.Tensor] = field(default_factory=list)  # [B] each
     eps: list[torch.Tensor] = field(default_factory=list)  # noise predictions of the grad-carrying steps
     grad_inputs: list[torch.Tensor] = field(default_factory=list)  # their inputs x_t
-    grad_timesteps: list[int] = field(default_factory=list)
+    grad_timesteps: list[float] = field(default_factory=list)
 
 
 class ImageStack:
@@ -93,7 +93,7 @@ class ImageStack:
         )
 
     def eps_fn(self, unet: Any, guidance: float) -> EpsFn:
-        def eps(latents: torch.Tensor, t: int, emb: torch.Tensor) -> torch.Tensor:
+        def eps(latents: torch.Tensor, t: float, emb: torch.Tensor) -> torch.Tensor:
             guided = guidance > 1.0
             x = torch.cat([latents, latents]) if guided else latents
             timestep = torch.tensor(t, device=self.device)
@@ -147,7 +147,7 @@ class ImageStack:
         traj.latents = x
         return traj
 
-    def _eps(self, eps: EpsFn, x: torch.Tensor, t: int, emb: torch.Tensor, ckpt: bool) -> torch.Tensor:
+    def _eps(self, eps: EpsFn, x: torch.Tensor, t: float, emb: torch.Tensor, ckpt: bool) -> torch.Tensor:
         if ckpt:
             out = checkpoint(eps, x, t, emb, use_reentrant=False)
             assert isinstance(out, torch.Tensor)
@@ -182,7 +182,7 @@ class ImageStack:
 
         unet = UNet2DConditionModel.from_config(self.unet.config)
         unet.load_state_dict(unet_state)
-        pipe = StableDiffusionPipeline(
+        pipe: Any = StableDiffusionPipeline(
             unet=unet,
             vae=self.vae,
             text_encoder=self.text_encoder,
@@ -197,7 +197,7 @@ class ImageStack:
     def save_lora(self, unet_state: dict[str, torch.Tensor], target: Path) -> None:
         """``pytorch_lora_weights.safetensors`` that ``pipe.load_lora_weights(target)`` reads."""
         from diffusers import StableDiffusionPipeline
-        from diffusers.utils import convert_state_dict_to_diffusers
+        from diffusers.utils.state_dict_utils import convert_state_dict_to_diffusers
         from peft.utils import get_peft_model_state_dict
 
         layers = convert_state_dict_to_diffusers(get_peft_model_state_dict(self.unet, state_dict=unet_state))

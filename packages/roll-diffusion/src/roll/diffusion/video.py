@@ -79,7 +79,7 @@ class VideoStack:
             uncond, cond = out.chunk(2)
             return uncond + guidance * (cond - uncond)
 
-        return velocity  # type: ignore[return-value]
+        return velocity
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """``[B, F, 3, H, W]`` in [0, 1]."""
@@ -116,7 +116,7 @@ class VideoStack:
                 if keep:
                     traj.eps.append(v)
                     traj.grad_inputs.append(x)
-                    traj.grad_timesteps.append(step.t)  # type: ignore[arg-type]
+                    traj.grad_timesteps.append(step.t)
                 if stop_at is not None and i == stop_at:
                     traj.latents = x - step.sigma * v
                     return traj
@@ -130,11 +130,12 @@ class VideoStack:
         transformer = WanTransformer3DModel.from_config(self.denoiser.config)
         transformer.load_state_dict(state)
         parts = {k: getattr(self.pipe, k) for k in ("tokenizer", "text_encoder", "vae", "scheduler")}
-        WanPipeline(transformer=transformer, **parts).save_pretrained(target, safe_serialization=True)
+        pipe: Any = WanPipeline(transformer=transformer, **parts)
+        pipe.save_pretrained(target, safe_serialization=True)
 
     def save_lora(self, state: dict[str, torch.Tensor], target: Path) -> None:
         from diffusers import WanPipeline
-        from diffusers.utils import convert_state_dict_to_diffusers
+        from diffusers.utils.state_dict_utils import convert_state_dict_to_diffusers
         from peft.utils import get_peft_model_state_dict
 
         layers = convert_state_dict_to_diffusers(get_peft_model_state_dict(self.denoiser, state_dict=state))

@@ -181,7 +181,7 @@ def _warm_all(folder: Path) -> None:
         _warm_vae(parts["vae"], images)
         _warm_denoiser(parts, captions, images)
         scorer = train_scorer(captions, images, steps=WARMUP["scorer_steps"])
-    pipe = StableDiffusionPipeline(
+    pipe: Any = StableDiffusionPipeline(
         **parts, safety_checker=None, feature_extractor=None, requires_safety_checker=False
     )
     pipe.save_pretrained(folder, safe_serialization=True)

@@ -79,4 +79,5 @@ def build_wan_components(seed: int = 0) -> dict[str, Any]:
 def _build(folder: Path) -> None:
     from diffusers import WanPipeline
 
-    WanPipeline(**build_wan_components()).save_pretrained(folder, safe_serialization=True)
+    pipe: Any = WanPipeline(**build_wan_components())
+    pipe.save_pretrained(folder, safe_serialization=True)

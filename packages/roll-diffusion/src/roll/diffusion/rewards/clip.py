@@ -16,10 +16,10 @@ class ClipReward:
     differentiable = True
 
     def __init__(self, config: ClipConfig) -> None:
-        from transformers import CLIPModel, CLIPTokenizerFast
+        from transformers import AutoTokenizer, CLIPModel
 
         self.model = CLIPModel.from_pretrained(config.model).eval().requires_grad_(False)
-        self.tokenizer = CLIPTokenizerFast.from_pretrained(config.model)
+        self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         self.scale = config.scale
         size = self.model.config.vision_config.image_size
         self.size = (size, size) if isinstance(size, int) else tuple(size)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 class ShapeAlignmentConfig(RollModel):
-    """The kit's scorer: mean probability of the prompt's colour, shape and background (prompts must be kit
+    """The kit's scorer: mean probability of the prompt's colour and background (prompts must be kit
     captions). ``scorer`` is a kit preset or a folder holding ``roll_scorer/``."""
 
     scorer: str = "tiny-sd"
@@ -59,7 +59,7 @@ SHAPE_ALIGNMENT = RewardSpec(
     "shape_alignment",
     build_shape_alignment,
     ShapeAlignmentConfig,
-    "differentiable: the tiny kit's CNN probability of the prompt's colour, shape and background",
+    "differentiable: the tiny kit's CNN probability of the prompt's colour and background",
 )
 JPEG_COMPRESSIBILITY = RewardSpec(
     "jpeg_compressibility", build_jpeg, JpegConfig, "rule reward: minus the JPEG size in kB (DDPO)"
