@@ -9,18 +9,29 @@ Load it with ``pytest_plugins = ["roll.core.testing"]`` in the top ``conftest.py
   only if some collected test carries the marker.
 - ``@pytest.mark.slow``: only a label; slow tests still run unless deselected with ``-m "not slow"``.
 - :func:`tiny_role`: a :class:`RoleConfig` sized for tests (one worker, 0.25 CPU).
+- ``kill_and_resume`` (fixture): the exact-resume check of any pipeline. A real ``roll train`` subprocess is
+  SIGKILLed (no clean exit) once its first checkpoint is on disk, ``resume=auto`` finishes the run in a second
+  subprocess, and every logged metric of every step after the checkpoint must equal, bitwise, the
+  uninterrupted run's. :func:`read_metrics` reads a run's ``metrics.jsonl``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from roll.core.config.sections import RayConfig, RoleConfig
 
-__all__ = ["TEST_NUM_CPUS", "ray_local", "tiny_role"]
+__all__ = ["TEST_NUM_CPUS", "kill_and_resume", "ray_local", "read_metrics", "tiny_role"]
 
 TEST_NUM_CPUS = 4.0
 
@@ -72,3 +83,98 @@ def _cuda_missing_reason() -> str | None:
     if not torch.cuda.is_available():
         return "gpu test: torch.cuda.is_available() is False (no CUDA device or a CPU-only torch)"
     return None
+
+
+Metrics = dict[int, dict[str, float]]
+KillAndResume = Callable[[Path, Sequence[str], Metrics, Path], int]
+Run = Callable[[list[str]], object]
+TIMING_PREFIXES = ("time/", "throughput/")
+"""Metrics that measure the machine, not the run: left out of exact-resume comparisons."""
+
+START_TIMEOUT_S = 300
+
+
+def read_metrics(out: Path) -> Metrics:
+    """``{step: metrics}`` of a run's ``metrics.jsonl``; a step logged twice keeps its last line (a resumed
+    run logs again the steps after its checkpoint that the killed run had already logged)."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {row["step"]: row["metrics"] for row in rows}
+
+
+def _cli(yaml: Path, args: Sequence[str], cwd: Path, log: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)  # its own Ray, started and owned by the subprocess
+    out = (cwd / log).open("w")  # a file, not a pipe: nobody drains a pipe while we wait
+    cmd = [sys.executable, "-m", "roll.core.cli", "train", str(yaml), *args]
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+def _tail(path: Path) -> str:
+    return path.read_text()[-3000:]
+
+
+def _kill_after_first_checkpoint(proc: subprocess.Popen[str], out: Path, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not list((out / "checkpoints").glob("step_*")):
+        assert proc.poll() is None, f"the run ended before its first checkpoint:\n{_tail(log)}"
+        assert time.monotonic() < deadline, f"no checkpoint after {START_TIMEOUT_S} s:\n{_tail(log)}"
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+def _check(yaml: Path, args: Sequence[str], expected: Metrics, workdir: Path) -> int:
+    from roll.core.checkpoint import CheckpointManager
+
+    out = workdir / "killed"
+    run_args = [f"output_dir={out}", "ray.num_cpus=2", *args]
+    _kill_after_first_checkpoint(_cli(yaml, run_args, workdir, "killed.log"), out, workdir / "killed.log")
+    latest = CheckpointManager(out / "checkpoints", keep_last=2).latest()
+    assert latest is not None
+    resumed_at = int(latest.name.split("_")[1])
+    last = max(expected)
+    assert resumed_at < last, "the checkpoint is the last step: nothing left to resume"
+    resumed = _cli(yaml, [*run_args, "resume=auto"], workdir, "resumed.log")
+    assert resumed.wait(timeout=START_TIMEOUT_S) == 0, _tail(workdir / "resumed.log")
+    assert_same_metrics(read_metrics(out), expected, range(resumed_at + 1, last + 1))
+    return resumed_at
+
+
+def assert_same_metrics(got: Metrics, expected: Metrics, steps: Sequence[int]) -> None:
+    """Every metric of every step in ``steps`` (timing aside) is bitwise the expected one."""
+    for step in steps:
+        for name, value in expected[step].items():
+            if not name.startswith(TIMING_PREFIXES):
+                assert got[step][name] == value, (step, name, got[step][name], value)
+
+
+def _resume_matches(run: Run, workdir: Path, *, steps: int = 4, at: int = 2) -> Metrics:
+    full, resumed = workdir / "full", workdir / "resumed"
+    common = [f"max_steps={steps}", f"checkpoint.every_n_steps={at}", f"checkpoint.keep_last={steps}"]
+    run([f"output_dir={full}", *common])
+    checkpoint = full / "checkpoints" / f"step_{at:06d}"
+    assert checkpoint.is_dir(), f"no checkpoint at step {at}"
+    run([f"output_dir={resumed}", *common, f"resume={checkpoint}"])
+    expected, got = read_metrics(full), read_metrics(resumed)
+    assert min(got) == at + 1, f"the resumed run did not start after step {at}: {sorted(got)}"
+    assert_same_metrics(got, expected, range(at + 1, steps + 1))
+    return expected
+
+
+@pytest.fixture(scope="session")
+def resume_matches() -> Callable[..., Metrics]:
+    """``check(run, workdir, steps=4, at=2) -> metrics``: the in-process exact-resume check. ``run(overrides)``
+    trains a pipeline in this process (on the shared Ray); an uninterrupted run of ``steps`` steps checkpoints
+    every ``at`` steps, a second run in a fresh output dir resumes from its step-``at`` checkpoint, and every
+    logged metric of every later step (time and throughput aside) must equal the uninterrupted run's, bitwise."""
+    return _resume_matches
+
+
+@pytest.fixture
+def kill_and_resume() -> KillAndResume:
+    """``check(yaml, args, expected_metrics, workdir) -> resumed_at``: SIGKILL ``roll train yaml *args`` after
+    its first checkpoint, resume it, and assert every step after the checkpoint logs ``expected_metrics``
+    (time/* and throughput/* aside) bitwise. ``args`` must describe the same run as the one that produced
+    ``expected_metrics``."""
+    return _check

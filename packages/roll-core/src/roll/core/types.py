@@ -6,6 +6,8 @@ Map of the abstractions:
   ``build(config) -> Pipeline``. The ``pipeline:`` key of a YAML file picks one.
 - ``roll.strategy`` -> :class:`StrategySpec`: a train or infer backend (hf, fsdp2, vllm, megatron).
 - ``roll.reward`` -> :class:`RewardSpec`: a reward-worker factory (math, code_sandbox, llm_judge, ...).
+- ``roll.diffusion_reward`` -> :class:`RewardSpec`: an image or video reward of roll-diffusion (shape_alignment,
+  jpeg_compressibility, clip).
 - ``roll.env`` -> :class:`EnvSpec`: an environment factory.
 - ``roll.tool`` -> :class:`ToolSpec`: a tool factory.
 - ``roll.tracker`` -> :class:`TrackerSpec`: a metrics sink (stdout, jsonl, tensorboard, wandb).
@@ -96,6 +98,7 @@ GROUPS: dict[str, type[Any]] = {
     "roll.pipeline": PipelineSpec,
     "roll.strategy": StrategySpec,
     "roll.reward": RewardSpec,
+    "roll.diffusion_reward": RewardSpec,
     "roll.env": EnvSpec,
     "roll.tool": ToolSpec,
     "roll.tracker": TrackerSpec,

@@ -1,0 +1,217 @@
+"""``reward_fl``: reward-feedback fine-tuning of a text-to-image (or tiny video) diffusion model.
+
+One role, ``actor_train``: data-parallel Ray actors that each hold the diffusion stack (denoiser trained, VAE and
+text encoder frozen) and the reward, sample for their share of the step's prompts and train (FSDP2 on the
+denoiser when there are several; gloo on CPU). Two algorithms, by ``algorithm.type``:
+
+- ``draft``: the reward's gradient flows back through the last ``k`` denoising steps (DRaFT-K); ``k: 1`` with
+  ``refl: true`` stops at a random one of the last ``refl_last`` steps and scores the one-step ``x0_hat`` (ReFL);
+  ``k: null`` keeps every step, with gradient checkpointing (AlignProp). Optional ``kl_coef`` (noise-prediction
+  distance to the frozen base, a per-step KL up to a constant) and ``pretrain_coef`` (the denoising loss on the
+  kit's captioned shapes, against collapse).
+- ``ddpo``: policy gradient for rewards without a gradient (JPEG compressibility): stochastic DDIM (``eta > 0``),
+  per-step log-probs, per-prompt normalized advantages over ``batch.samples_per_prompt`` samples, PPO clipping.
+
+Per eval step: a PNG grid of the fixed eval prompts, images in TensorBoard, ``reward_curve.png``. Export
+(``checkpoint.export_hf``): a diffusers folder under ``<output_dir>/diffusers`` (full fine-tuning) or LoRA weights
+under ``<output_dir>/lora`` that ``load_lora_weights`` reads.
+
+This module holds only the config and the spec (no torch, no Ray); :mod:`.pipeline` has the implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import Field, ValidationError, model_validator
+
+from roll.core import plugins
+from roll.core.config.base import RollModel
+from roll.core.config.batch import BatchConfig
+from roll.core.config.sections import RoleConfig, RunConfig
+from roll.core.config.validate import issues_error
+from roll.core.errors import ConfigIssue, PluginError
+from roll.core.types import Pipeline, PipelineSpec
+from roll.workers.config import OptimizerConfig
+
+REWARD_GROUP = "roll.diffusion_reward"
+DEFAULT_EVAL_PROMPTS = [
+    "a red circle on blue",
+    "a green square on yellow",
+    "a blue triangle on red",
+    "a yellow circle on green",
+    "a red square on green",
+    "a green triangle on blue",
+    "a blue circle on yellow",
+    "a yellow triangle on red",
+]
+
+
+class DenoiserModelConfig(RollModel):
+    """A diffusers folder: a kit preset (``tiny-sd``, ``tiny-wan``), a local path or a hub id."""
+
+    path: str = "tiny-sd"
+
+
+class DiffusionLoraConfig(RollModel):
+    """LoRA adapters on the denoiser's attention projections (peft); the base weights stay frozen."""
+
+    r: int = Field(4, ge=1)
+    alpha: int = Field(4, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: ["to_q", "to_k", "to_v", "to_out.0"])
+
+
+class DenoiserStrategyConfig(RollModel):
+    """How the denoiser trains: FSDP2 over the role's workers (a plain module on one), full or LoRA."""
+
+    type: Literal["fsdp2"] = "fsdp2"
+    device: str = Field("auto", description="'auto' = cuda when available, else cpu")
+    dtype: Literal["fp32", "bf16"] = "fp32"
+    optimizer: OptimizerConfig = Field(default_factory=lambda: OptimizerConfig(lr=1e-4))
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    lora: DiffusionLoraConfig | None = None
+
+
+class DenoiserRoleConfig(RoleConfig):
+    model: DenoiserModelConfig = Field(default_factory=DenoiserModelConfig)
+    strategy: DenoiserStrategyConfig = Field(default_factory=DenoiserStrategyConfig)
+
+
+class SamplingConfig(RollModel):
+    """The sampler: DDIM with ``num_steps`` steps (flow-matching Euler for Wan), classifier-free guidance."""
+
+    num_steps: int = Field(10, ge=1)
+    guidance_scale: float = Field(1.0, ge=1.0, description="1 disables classifier-free guidance")
+    eta: float = Field(0.0, ge=0.0, le=1.0, description="DDIM noise; ddpo needs > 0")
+
+
+class DraftConfig(RollModel):
+    type: Literal["draft"] = "draft"
+    k: int | None = Field(1, ge=1, description="steps the gradient flows through; null = all (AlignProp)")
+    refl: bool = Field(False, description="stop at a random late step and score x0_hat (ReFL; needs k: 1)")
+    refl_last: int = Field(3, ge=1, description="ReFL draws its stop step among the last refl_last steps")
+    gradient_checkpointing: bool = Field(True, description="recompute the grad steps' activations")
+    kl_coef: float = Field(0.0, ge=0.0)
+    pretrain_coef: float = Field(0.0, ge=0.0, description="denoising loss on the kit's shapes, mixed in")
+
+
+class DDPOConfig(RollModel):
+    type: Literal["ddpo"] = "ddpo"
+    clip_range: float = Field(1e-4, gt=0)
+    adv_clip: float = Field(5.0, gt=0)
+    timestep_fraction: float = Field(1.0, gt=0, le=1.0, description="share of the steps trained on")
+
+
+Algorithm = Annotated[DraftConfig | DDPOConfig, Field(discriminator="type")]
+
+
+class RewardConfig(RollModel):
+    """A ``roll.diffusion_reward`` plugin by name and its options (validated against its config model)."""
+
+    name: str = "shape_alignment"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known(self) -> Self:
+        try:
+            spec = plugins.load(REWARD_GROUP, self.name)
+        except PluginError as exc:
+            raise issues_error([ConfigIssue("name", str(exc))]) from None
+        if spec.config_model is not None:
+            try:
+                spec.config_model(**self.options)
+            except ValidationError as exc:
+                issues = [
+                    ConfigIssue(".".join(["options", *map(str, e["loc"])]), e["msg"]) for e in exc.errors()
+                ]
+                raise issues_error(issues) from None
+        return self
+
+
+class PromptsConfig(RollModel):
+    """Training prompts (``builtin:shapes``: the kit's 36 captions) and the fixed eval prompts."""
+
+    train: list[str] | Literal["builtin:shapes"] = "builtin:shapes"
+    eval: list[str] = Field(default_factory=lambda: list(DEFAULT_EVAL_PROMPTS), min_length=1)
+
+
+class EvalConfig(RollModel):
+    seed: int = 1234
+    grid_columns: int = Field(8, ge=1)
+
+
+class RewardFLConfig(RunConfig):
+    """Config of the ``reward_fl`` pipeline."""
+
+    pipeline: str = "reward_fl"
+    actor_train: DenoiserRoleConfig = Field(default_factory=DenoiserRoleConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    algorithm: Algorithm = Field(default_factory=DraftConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    prompts: PromptsConfig = Field(default_factory=PromptsConfig)
+    batch: BatchConfig = Field(default_factory=lambda: BatchConfig(prompts_per_step=8, micro_batch_samples=8))
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        issues = self.batch.check(self.actor_train.num_workers, where="actor_train.num_workers")
+        issues += _algorithm_issues(self)
+        if issues:
+            raise issues_error(issues)
+        return self
+
+
+def _algorithm_issues(cfg: RewardFLConfig) -> list[ConfigIssue]:
+    issues: list[ConfigIssue] = []
+    algo = cfg.algorithm
+    if cfg.batch.micro_batch_samples is None:
+        issues.append(
+            ConfigIssue("batch.micro_batch_tokens", "images have no tokens", "set batch.micro_batch_samples")
+        )
+    if cfg.batch.prompts_per_step % cfg.actor_train.num_workers:
+        issues.append(
+            ConfigIssue(
+                "batch.prompts_per_step",
+                f"{cfg.batch.prompts_per_step} prompts do not split over {cfg.actor_train.num_workers} workers "
+                "(each worker samples whole prompt groups)",
+                "use a multiple of actor_train.num_workers",
+            )
+        )
+    if isinstance(algo, DraftConfig):
+        if algo.k is not None and algo.k > cfg.sampling.num_steps:
+            issues.append(
+                ConfigIssue("algorithm.k", f"k={algo.k} > sampling.num_steps={cfg.sampling.num_steps}")
+            )
+        if algo.refl and algo.k != 1:
+            issues.append(
+                ConfigIssue("algorithm.refl", "ReFL backpropagates through one step", "set algorithm.k: 1")
+            )
+        if algo.refl and algo.refl_last > cfg.sampling.num_steps:
+            issues.append(ConfigIssue("algorithm.refl_last", "more than sampling.num_steps"))
+    else:
+        if cfg.sampling.eta <= 0.0:
+            issues.append(
+                ConfigIssue("sampling.eta", "ddpo needs a stochastic sampler", "set sampling.eta: 1.0")
+            )
+        if cfg.batch.samples_per_prompt < 2:
+            issues.append(
+                ConfigIssue(
+                    "batch.samples_per_prompt", "per-prompt advantages need >= 2 samples", "set it to 4"
+                )
+            )
+    return issues
+
+
+def _build(config: Any) -> Pipeline:
+    from roll.diffusion.reward_fl.pipeline import RewardFLPipeline
+
+    return RewardFLPipeline(config)
+
+
+SPEC = PipelineSpec(
+    name="reward_fl",
+    config_model=RewardFLConfig,
+    build=_build,
+    description="reward feedback learning for diffusion models: DRaFT-K / ReFL / AlignProp, or DDPO",
+)
