@@ -1,6 +1,7 @@
 """The :class:`roll.core.types.RewardSpec` of each verifiable reward, for the ``roll.reward`` entry points.
 
-Light on purpose: this module imports only the config models; each ``build`` imports its reward module (math-verify,
+Light on purpose: this module imports only the config models (and the stdlib-only python and exact-match
+rewards); each ``build`` imports its reward module (math-verify,
 httpx, the sandbox) when called.
 """
 
@@ -16,6 +17,8 @@ from roll.pipelines.rewards.config import (
     JudgeRewardConfig,
     MathRewardConfig,
 )
+from roll.pipelines.rewards.exact import ExactMatchConfig, ExactMatchReward
+from roll.pipelines.rewards.python import PythonReward, PythonRewardConfig
 
 if TYPE_CHECKING:
     from roll.pipelines.rewards.arithmetic import ArithmeticReward
@@ -55,6 +58,14 @@ def build_arithmetic(config: ArithmeticRewardConfig) -> ArithmeticReward:
     return ArithmeticReward(config)
 
 
+def build_python(config: PythonRewardConfig) -> PythonReward:
+    return PythonReward(config)
+
+
+def build_exact_match(config: ExactMatchConfig) -> ExactMatchReward:
+    return ExactMatchReward(config)
+
+
 MATH = RewardSpec("math", build_math, MathRewardConfig, "math-verify equivalence of the final boxed answer")
 CODE_SANDBOX = RewardSpec(
     "code_sandbox", build_code, CodeRewardConfig, "fraction of test cases a program passes"
@@ -65,6 +76,13 @@ ARITHMETIC = RewardSpec(
     "arithmetic", build_arithmetic, ArithmeticRewardConfig, "exact match for built-in tasks"
 )
 
+PYTHON = RewardSpec(
+    "python", build_python, PythonRewardConfig, "a plain Python function: module:name or file.py:name"
+)
+EXACT_MATCH = RewardSpec(
+    "exact_match", build_exact_match, ExactMatchConfig, "normalized exact match, optionally after a regex"
+)
+
 SPECS: dict[str, RewardSpec] = {
-    spec.name: spec for spec in (MATH, CODE_SANDBOX, LLM_JUDGE, IFEVAL, ARITHMETIC)
+    spec.name: spec for spec in (MATH, CODE_SANDBOX, LLM_JUDGE, IFEVAL, ARITHMETIC, PYTHON, EXACT_MATCH)
 }
