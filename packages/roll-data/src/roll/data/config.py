@@ -31,7 +31,7 @@ CANONICAL_FIELDS: tuple[str, ...] = (
     "images",
 )
 
-SourceFormat = Literal["auto", "jsonl", "json", "parquet", "csv", "disk", "hub", "builtin"]
+SourceFormat = Literal["auto", "jsonl", "json", "parquet", "csv", "arrow", "disk", "hub", "builtin"]
 LengthPolicy = Literal["drop", "truncate", "error"]
 
 
@@ -48,6 +48,9 @@ class DatasetSourceConfig(RollModel):
     path: str = Field(min_length=1)
     format: SourceFormat = "auto"
     split: str = "train"
+    subset: str | None = Field(
+        None, description="hub sources: the dataset's config name, e.g. 'main' for gsm8k"
+    )
     fields: dict[CanonicalField, str] = Field(
         default_factory=dict, description="canonical name -> the column that holds it in this source"
     )
