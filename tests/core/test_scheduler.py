@@ -183,3 +183,14 @@ def test_reward_scheduler_names_an_unrouted_tag(rollout: Cluster) -> None:
     rewards = RewardScheduler({"main": rollout}, {"a": "main"})
     with pytest.raises(ValueError, match="no reward domain for tag 'zzz'"):
         rewards.submit(Batch({"x_B": torch.arange(1)}, {"tag": ["zzz"]}))
+
+
+def test_reward_scheduler_sends_untagged_rows_to_the_only_domain(rollout: Cluster) -> None:
+    rewards = RewardScheduler({"main": rollout}, {"a": "main"})
+    assert rewards.domain_of("") == "main"
+    scored = rewards.score(
+        Batch({"x_B": torch.arange(3), "g_B": torch.zeros(3, dtype=torch.long)}, {"tag": [""] * 3})
+    )
+    assert scored["x_B"].tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="no reward domain for tag 'zzz'"):
+        rewards.domain_of("zzz")  # a tag that is set but wrong is still an error

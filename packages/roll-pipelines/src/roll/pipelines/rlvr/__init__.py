@@ -33,11 +33,18 @@ def _preflight(config: Any) -> list[ConfigIssue]:
     return rlvr_preflight(config)
 
 
+def _explain(config: Any) -> list[str]:
+    from roll.pipelines.preflight import rlvr_explain
+
+    return rlvr_explain(config)
+
+
 SPEC = PipelineSpec(
     name="rlvr",
     config_model=RLVRConfig,
     build=_build,
     preflight=_preflight,
+    explain=_explain,
     description="RL with verifiable rewards: rollouts, reward workers by domain, any algorithm preset",
 )
 
