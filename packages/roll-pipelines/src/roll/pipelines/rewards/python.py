@@ -22,17 +22,14 @@ Importing this module is light (stdlib and pydantic); resolving the function imp
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import inspect
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from roll.core.callables import is_file_target, resolve_callable
 from roll.core.config.base import RollModel
 from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
@@ -57,14 +54,14 @@ class PythonRewardConfig(RollModel):
     @classmethod
     def _absolute_file(cls, value: str) -> str:
         target, _, name = value.rpartition(":")
-        if _is_file_target(target):
+        if is_file_target(target):
             return f"{Path(target).expanduser().resolve()}:{name}"
         return value
 
     @model_validator(mode="after")
     def _check_function(self) -> PythonRewardConfig:
         try:
-            fn = resolve_function(self.function)
+            fn = resolve_callable(self.function)
         except ValueError as exc:
             raise issues_error([ConfigIssue("function", str(exc))]) from None
         try:
@@ -73,57 +70,6 @@ class PythonRewardConfig(RollModel):
             hint = "the function must look like: def reward(response, ground_truth, **kwargs) -> float"
             raise issues_error([ConfigIssue("function", str(exc), hint)]) from None
         return self
-
-
-def _is_file_target(target: str) -> bool:
-    return target.endswith(".py") or "/" in target or "\\" in target
-
-
-def resolve_function(spec: str) -> Callable[..., Any]:
-    """The callable ``spec`` names (``module:name`` or ``file.py:name``); ValueError says what is wrong."""
-    target, sep, name = spec.rpartition(":")
-    if not sep or not target or not name:
-        raise ValueError(f"{spec!r} is not of the form 'module:name' or 'path/to/file.py:name'")
-    module = _load_file(target) if _is_file_target(target) else _import(target)
-    obj: Any = module
-    for part in name.split("."):
-        if not hasattr(obj, part):
-            public = sorted(n for n in vars(module) if callable(getattr(module, n)) and not n.startswith("_"))
-            raise ValueError(f"{target} has no attribute {name!r}; its public callables: {public}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"{spec} is a {type(obj).__name__}, not a function")
-    return obj  # type: ignore[no-any-return]
-
-
-def _import(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ValueError(
-            f"cannot import module {module!r}: {exc}. Install the package that provides it (on every node), "
-            "or name a file instead: function: path/to/file.py:name"
-        ) from exc
-
-
-def _load_file(path: str) -> Any:
-    file = Path(path)
-    if not file.is_file():
-        raise ValueError(f"reward file {path} does not exist")
-    # A stable, unique module name per file, so two files called rewards.py never collide.
-    name = "roll_user_reward_" + hashlib.sha1(str(file).encode()).hexdigest()[:12]
-    if name in sys.modules:
-        return sys.modules[name]
-    loader_spec = importlib.util.spec_from_file_location(name, file)
-    if loader_spec is None or loader_spec.loader is None:
-        raise ValueError(f"cannot load {path} as a Python module")
-    module = importlib.util.module_from_spec(loader_spec)
-    try:
-        loader_spec.loader.exec_module(module)
-    except Exception as exc:
-        raise ValueError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
-    sys.modules[name] = module
-    return module
 
 
 def check_signature(fn: Callable[..., Any], where: str, extra_kwargs: set[str]) -> None:
@@ -188,7 +134,7 @@ class PythonReward:
 
     def __init__(self, config: PythonRewardConfig) -> None:
         self.config = config
-        self.fn = resolve_function(config.function)
+        self.fn = resolve_callable(config.function)
         self._accepted = accepted_kwargs(self.fn)
 
     def _kwargs(self, offered: dict[str, Any]) -> dict[str, Any]:

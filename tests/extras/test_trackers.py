@@ -1,7 +1,7 @@
 """The optional trackers (``roll-core[mlflow|swanlab|trackio]``) in their local or offline modes: the run config
 logged, metrics per step, and an image, each read back with the library's own reader.
 
-At the tests root, not in ``tests/core``: the per-package CI installs roll-core without its extras, while the
+In ``tests/extras``, not ``tests/core``: the per-package CI installs roll-core without its extras, while the
 workspace's dev group installs them. About 5 s in all (the three imports dominate).
 """
 
