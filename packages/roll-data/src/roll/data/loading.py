@@ -98,6 +98,8 @@ def resolve_source(src: DatasetSourceConfig) -> tuple[str, list[str]]:
     """
     if src.path.startswith("builtin:") or src.format == "builtin":
         return "builtin", []
+    if src.path.startswith("reasoning_gym:") or src.format == "reasoning_gym":
+        return "reasoning_gym", []
     if src.format in ("hub", "disk"):
         return src.format, []
     path = Path(src.path).expanduser()
@@ -140,6 +142,8 @@ def _load_raw(src: DatasetSourceConfig, *, streaming: bool, seed: int) -> AnyDat
     fmt, files = resolve_source(src)
     if fmt == "builtin":
         return _load_builtin(src, seed=seed, streaming=streaming)
+    if fmt == "reasoning_gym":
+        return _load_reasoning_gym(src, seed=seed, streaming=streaming)
     if fmt == "disk":
         return _load_disk(src.path, src.split, streaming=streaming)
     if fmt == "hub":
@@ -221,6 +225,24 @@ def _load_builtin(src: DatasetSourceConfig, *, seed: int, streaming: bool) -> An
     split: Literal["train", "eval"] = "eval" if src.split in ("eval", "validation", "test") else "train"
     ds = builtin_dataset(
         name, src.builtin_kind, src.max_samples, seed=seed, split=split, options=dict(src.builtin_options)
+    )
+    return ds.to_iterable_dataset() if streaming else ds
+
+
+def _load_reasoning_gym(src: DatasetSourceConfig, *, seed: int, streaming: bool) -> AnyDataset:
+    """``max_samples`` rows of a reasoning-gym task (:mod:`roll.data.procedural`)."""
+    from roll.data.procedural import reasoning_gym_dataset
+
+    if src.builtin_kind == "preference" or src.max_samples is None:
+        raise DataError(f"{src.path}: set max_samples, and builtin_kind to rl or sft", path=src.path)
+    ds = reasoning_gym_dataset(
+        src.path.removeprefix("reasoning_gym:"),
+        src.builtin_kind,
+        src.max_samples,
+        seed=seed,
+        split=src.split,
+        options=dict(src.builtin_options),
+        difficulty=src.difficulty,
     )
     return ds.to_iterable_dataset() if streaming else ds
 

@@ -94,3 +94,13 @@ class ArithmeticRewardConfig(RollModel):
     """Exact match against a built-in task's answer, via that task's own ``verify``."""
 
     task: str = "arithmetic"
+
+
+class ReasoningGymRewardConfig(RollModel):
+    """reasoning-gym's own checker on rows from ``reasoning_gym:<task>`` sources (see
+    :mod:`roll.pipelines.rewards.reasoning_gym`). ``extract`` says where the answer is in a response:
+    ``answer_is``: after the last "answer is" (the SFT format of those sources), ``answer_tag``: inside the last
+    ``<answer>...</answer>``, ``none``: the whole response."""
+
+    extract: Literal["answer_is", "answer_tag", "none"] = "answer_is"
+    correct_at: float = Field(1.0, gt=0.0, le=1.0, description="scores at least this count as correct")

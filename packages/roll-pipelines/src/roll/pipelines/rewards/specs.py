@@ -16,6 +16,7 @@ from roll.pipelines.rewards.config import (
     IFEvalRewardConfig,
     JudgeRewardConfig,
     MathRewardConfig,
+    ReasoningGymRewardConfig,
 )
 from roll.pipelines.rewards.exact import ExactMatchConfig, ExactMatchReward
 from roll.pipelines.rewards.python import PythonReward, PythonRewardConfig
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from roll.pipelines.rewards.ifeval import IFEvalReward
     from roll.pipelines.rewards.judge import JudgeReward
     from roll.pipelines.rewards.math import MathReward
+    from roll.pipelines.rewards.reasoning_gym import ReasoningGymReward
 
 
 def build_math(config: MathRewardConfig) -> MathReward:
@@ -58,6 +60,12 @@ def build_arithmetic(config: ArithmeticRewardConfig) -> ArithmeticReward:
     return ArithmeticReward(config)
 
 
+def build_reasoning_gym(config: ReasoningGymRewardConfig) -> ReasoningGymReward:
+    from roll.pipelines.rewards.reasoning_gym import ReasoningGymReward
+
+    return ReasoningGymReward(config)
+
+
 def build_python(config: PythonRewardConfig) -> PythonReward:
     return PythonReward(config)
 
@@ -83,6 +91,14 @@ EXACT_MATCH = RewardSpec(
     "exact_match", build_exact_match, ExactMatchConfig, "normalized exact match, optionally after a regex"
 )
 
+REASONING_GYM = RewardSpec(
+    "reasoning_gym",
+    build_reasoning_gym,
+    ReasoningGymRewardConfig,
+    "reasoning-gym's own checker for reasoning_gym:<task> data",
+)
+
 SPECS: dict[str, RewardSpec] = {
-    spec.name: spec for spec in (MATH, CODE_SANDBOX, LLM_JUDGE, IFEVAL, ARITHMETIC, PYTHON, EXACT_MATCH)
+    spec.name: spec
+    for spec in (MATH, CODE_SANDBOX, LLM_JUDGE, IFEVAL, ARITHMETIC, PYTHON, EXACT_MATCH, REASONING_GYM)
 }
