@@ -37,6 +37,8 @@ def test_spec_builds_a_reward_function() -> None:
         "arithmetic",
         "python",
         "exact_match",
+        "reasoning_gym",
+        "reward_model",
     }
     assert all(isinstance(spec, RewardSpec) for spec in SPECS.values())
     reward = ARITHMETIC.build(ArithmeticRewardConfig())

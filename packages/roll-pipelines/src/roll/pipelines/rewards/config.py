@@ -104,3 +104,19 @@ class ReasoningGymRewardConfig(RollModel):
 
     extract: Literal["answer_is", "answer_tag", "none"] = "answer_is"
     correct_at: float = Field(1.0, gt=0.0, le=1.0, description="scores at least this count as correct")
+
+
+class RewardModelRewardConfig(RollModel):
+    """A sequence-classification reward model scoring each (prompt, response): roll's ``reward_model`` export
+    (``<output_dir>/hf``) or any ``AutoModelForSequenceClassification`` folder or hub id. It loads once per
+    reward worker, so the domain's ``workers`` are its Ray workers. See :mod:`roll.pipelines.rewards.reward_model`.
+    """
+
+    path: str = Field(min_length=1)
+    template: str | None = Field(None, description="chat template name; None: the tokenizer's own")
+    batch_size: int = Field(16, ge=1)
+    max_length: int = Field(2048, ge=8, description="longer conversations keep their last tokens")
+    scale: float = 1.0
+    shift: float = 0.0
+    correct_above: float | None = Field(None, description="info['correct'] = score > this, when set")
+    device: Literal["cpu", "cuda", "auto"] = "auto"

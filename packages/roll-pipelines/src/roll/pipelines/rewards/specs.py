@@ -17,6 +17,7 @@ from roll.pipelines.rewards.config import (
     JudgeRewardConfig,
     MathRewardConfig,
     ReasoningGymRewardConfig,
+    RewardModelRewardConfig,
 )
 from roll.pipelines.rewards.exact import ExactMatchConfig, ExactMatchReward
 from roll.pipelines.rewards.python import PythonReward, PythonRewardConfig
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from roll.pipelines.rewards.judge import JudgeReward
     from roll.pipelines.rewards.math import MathReward
     from roll.pipelines.rewards.reasoning_gym import ReasoningGymReward
+    from roll.pipelines.rewards.reward_model import RewardModelReward
 
 
 def build_math(config: MathRewardConfig) -> MathReward:
@@ -66,6 +68,12 @@ def build_reasoning_gym(config: ReasoningGymRewardConfig) -> ReasoningGymReward:
     return ReasoningGymReward(config)
 
 
+def build_reward_model(config: RewardModelRewardConfig) -> RewardModelReward:
+    from roll.pipelines.rewards.reward_model import RewardModelReward
+
+    return RewardModelReward(config)
+
+
 def build_python(config: PythonRewardConfig) -> PythonReward:
     return PythonReward(config)
 
@@ -98,7 +106,24 @@ REASONING_GYM = RewardSpec(
     "reasoning-gym's own checker for reasoning_gym:<task> data",
 )
 
+REWARD_MODEL = RewardSpec(
+    "reward_model",
+    build_reward_model,
+    RewardModelRewardConfig,
+    "a sequence-classification reward model (roll's reward_model export or any HF folder)",
+)
+
 SPECS: dict[str, RewardSpec] = {
     spec.name: spec
-    for spec in (MATH, CODE_SANDBOX, LLM_JUDGE, IFEVAL, ARITHMETIC, PYTHON, EXACT_MATCH, REASONING_GYM)
+    for spec in (
+        MATH,
+        CODE_SANDBOX,
+        LLM_JUDGE,
+        IFEVAL,
+        ARITHMETIC,
+        PYTHON,
+        EXACT_MATCH,
+        REASONING_GYM,
+        REWARD_MODEL,
+    )
 }
