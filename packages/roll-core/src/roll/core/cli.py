@@ -1,4 +1,4 @@
-"""The ``roll`` command: ``train``, ``validate`` (``--explain``) and ``list``.
+"""The ``roll`` command: ``train``, ``eval``, ``validate`` (``--explain``) and ``list``.
 
 Entry points are short: parse, build, run, clean up. Every error roll raises on purpose (a :class:`RollError`)
 is printed as its message, without a traceback, and the exit status says what kind it was.
@@ -22,6 +22,8 @@ from roll.core.types import GROUPS, PipelineSpec
 EXIT_CONFIG = 2
 EXIT_RUNTIME = 1
 EXIT_INTERRUPTED = 130
+EVAL_PIPELINE = "rlvr_rollout"
+"""What ``roll eval`` runs when the config names no pipeline (roll-pipelines' rollout-only evaluation)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,6 +50,13 @@ def _parser() -> argparse.ArgumentParser:
         "--no-preflight", action="store_true", help="skip the pipeline's checks of data sources and plugins"
     )
     train.set_defaults(func=_cmd_train)
+    evaluate = sub.add_parser(
+        "eval", help=f"run an evaluation config (pipeline {EVAL_PIPELINE!r} unless the config names another)"
+    )
+    evaluate.add_argument("config", type=Path)
+    evaluate.add_argument("overrides", nargs="*")
+    evaluate.add_argument("--no-preflight", action="store_true", help="skip the pipeline's pre-flight checks")
+    evaluate.set_defaults(func=_cmd_eval)
     check = sub.add_parser("validate", help="check a config and report every problem at once")
     check.add_argument("config", type=Path)
     check.add_argument("overrides", nargs="*")
@@ -123,6 +132,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             "\n".join(lines) if lines else f"pipeline {spec.name!r} sets nothing beyond the config's defaults"
         )
     return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    """``train`` for evaluation configs: the same run, with ``pipeline`` defaulting to :data:`EVAL_PIPELINE`."""
+    if "pipeline" not in load_tree(args.config, []).data:
+        args.overrides = [f"+pipeline={EVAL_PIPELINE}", *args.overrides]
+    return _cmd_train(args)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

@@ -35,7 +35,7 @@ def rlvr_preflight(config: Any) -> list[ConfigIssue]:
     issues = reward_issues(config.rewards)
     peeks, data_issues = peek_data(config.data, kind="prompt", where="data")
     issues += data_issues + tag_issues(peeks, config.rewards)
-    if config.warmup is not None:
+    if getattr(config, "warmup", None) is not None:
         issues += peek_data(config.warmup.data, kind="sft", where="warmup.data")[1]
     return issues
 

@@ -65,7 +65,10 @@ class RewardModelReward:
                 add_special_tokens=False,
             )
             ids_BT, mask_BT = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
-            out += score_forward(self.model, ids_BT, mask_BT, False, 1.0).scores_B.tolist()
+            scores_B = score_forward(self.model, ids_BT, mask_BT, False, 1.0).scores_B
+            if scores_B is None:  # score_forward always sets it; the type says Optional
+                raise RuntimeError("score_forward returned no scores")
+            out += scores_B.tolist()
         return out
 
     def score(self, requests: list[RewardRequest]) -> list[RewardResult]:
