@@ -39,6 +39,7 @@ def test_spec_builds_a_reward_function() -> None:
         "exact_match",
         "reasoning_gym",
         "reward_model",
+        "llm_judge_local",
     }
     assert all(isinstance(spec, RewardSpec) for spec in SPECS.values())
     reward = ARITHMETIC.build(ArithmeticRewardConfig())

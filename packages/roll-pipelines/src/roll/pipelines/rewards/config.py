@@ -120,3 +120,19 @@ class RewardModelRewardConfig(RollModel):
     shift: float = 0.0
     correct_above: float | None = Field(None, description="info['correct'] = score > this, when set")
     device: Literal["cpu", "cuda", "auto"] = "auto"
+
+
+class LocalJudgeRewardConfig(RollModel):
+    """An LLM judge that the run serves itself: ``model`` (a path roll loads: export folder, hub id, tiny preset)
+    is loaded in the reward domain's own Ray workers (give them GPUs with ``workers.gpus_per_worker``) and
+    answers greedily; no HTTP endpoint. Prompt and score parsing are ``llm_judge``'s. See
+    :mod:`roll.pipelines.rewards.local_judge`."""
+
+    model: str = Field(min_length=1)
+    prompt_template: str = DEFAULT_JUDGE_TEMPLATE
+    score_mode: Literal["scale", "yes_no"] = "scale"
+    max_score: float = Field(default=10.0, gt=0.0)
+    max_new_tokens: int = Field(64, ge=1)
+    batch_size: int = Field(8, ge=1)
+    max_prompt_tokens: int = Field(2048, ge=8)
+    device: Literal["cpu", "cuda", "auto"] = "auto"

@@ -15,6 +15,7 @@ from roll.pipelines.rewards.config import (
     CodeRewardConfig,
     IFEvalRewardConfig,
     JudgeRewardConfig,
+    LocalJudgeRewardConfig,
     MathRewardConfig,
     ReasoningGymRewardConfig,
     RewardModelRewardConfig,
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from roll.pipelines.rewards.code import CodeReward
     from roll.pipelines.rewards.ifeval import IFEvalReward
     from roll.pipelines.rewards.judge import JudgeReward
+    from roll.pipelines.rewards.local_judge import LocalJudgeReward
     from roll.pipelines.rewards.math import MathReward
     from roll.pipelines.rewards.reasoning_gym import ReasoningGymReward
     from roll.pipelines.rewards.reward_model import RewardModelReward
@@ -74,6 +76,12 @@ def build_reward_model(config: RewardModelRewardConfig) -> RewardModelReward:
     return RewardModelReward(config)
 
 
+def build_local_judge(config: LocalJudgeRewardConfig) -> LocalJudgeReward:
+    from roll.pipelines.rewards.local_judge import LocalJudgeReward
+
+    return LocalJudgeReward(config)
+
+
 def build_python(config: PythonRewardConfig) -> PythonReward:
     return PythonReward(config)
 
@@ -113,6 +121,13 @@ REWARD_MODEL = RewardSpec(
     "a sequence-classification reward model (roll's reward_model export or any HF folder)",
 )
 
+LLM_JUDGE_LOCAL = RewardSpec(
+    "llm_judge_local",
+    build_local_judge,
+    LocalJudgeRewardConfig,
+    "an LLM judge served by the run's own reward workers (no HTTP endpoint)",
+)
+
 SPECS: dict[str, RewardSpec] = {
     spec.name: spec
     for spec in (
@@ -125,5 +140,6 @@ SPECS: dict[str, RewardSpec] = {
         EXACT_MATCH,
         REASONING_GYM,
         REWARD_MODEL,
+        LLM_JUDGE_LOCAL,
     )
 }
