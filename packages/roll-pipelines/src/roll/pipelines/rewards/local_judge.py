@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from roll.pipelines.rewards._hf import encoded_batches, load_tokenizer, pick_device
 from roll.pipelines.rewards.config import LocalJudgeRewardConfig
 from roll.pipelines.rewards.judge import parse_judge_score
 from roll.pipelines.rewards.types import RewardRequest, RewardResult
@@ -22,17 +23,14 @@ class LocalJudgeReward:
     """Greedy replies of a local causal LM, scored like ``llm_judge``."""
 
     def __init__(self, config: LocalJudgeRewardConfig) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         from roll.data.tiny import resolve_model_path
 
         self.config = config
         path = resolve_model_path(config.model)
-        self.tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        cuda = config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available())
-        self.device = torch.device("cuda" if cuda else "cpu")
+        self.tokenizer = load_tokenizer(path, padding_side="left")
+        self.device = pick_device(config.device)
         model: Any = AutoModelForCausalLM.from_pretrained(path)
         self.model = model.to(self.device).eval()
 
@@ -56,15 +54,14 @@ class LocalJudgeReward:
     def replies(self, prompts: list[str]) -> list[str]:
         """Greedy replies, batch by batch (left padding, so every reply starts at the same column)."""
         out: list[str] = []
-        for start in range(0, len(prompts), self.config.batch_size):
-            enc: Any = self.tokenizer(
-                prompts[start : start + self.config.batch_size],
-                return_tensors="pt",
-                padding=True,
-                truncation=True,
-                max_length=self.config.max_prompt_tokens,
-                add_special_tokens=False,
-            ).to(self.device)
+        c = self.config
+        for enc in encoded_batches(
+            self.tokenizer,
+            prompts,
+            batch_size=c.batch_size,
+            max_length=c.max_prompt_tokens,
+            device=self.device,
+        ):
             ids_BT = self.model.generate(
                 **enc,
                 do_sample=False,

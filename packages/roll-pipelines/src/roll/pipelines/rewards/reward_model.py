@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from roll.data.templates import render
+from roll.pipelines.rewards._hf import encoded_batches, load_tokenizer, pick_device
 from roll.pipelines.rewards.config import RewardModelRewardConfig
 from roll.pipelines.rewards.types import RewardRequest, RewardResult
 from roll.workers.roles.heads import score_forward
@@ -24,19 +25,16 @@ class RewardModelReward:
     """Scores with ``AutoModelForSequenceClassification.from_pretrained(config.path)`` (one label)."""
 
     def __init__(self, config: RewardModelRewardConfig) -> None:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification
 
         from roll.data.tiny import resolve_model_path
 
         self.config = config
         path = resolve_model_path(config.path)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.tokenizer.truncation_side = "left"  # keep the response and its last token
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        cuda = config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available())
-        self.device = torch.device("cuda" if cuda else "cpu")
-        self.model = AutoModelForSequenceClassification.from_pretrained(path).to(self.device).eval()
+        self.tokenizer = load_tokenizer(path, truncation_side="left")  # keep the response and its last token
+        self.device = pick_device(config.device)
+        model: Any = AutoModelForSequenceClassification.from_pretrained(path)
+        self.model = model.to(self.device).eval()
 
     def text_of(self, request: RewardRequest) -> str:
         """The text the model scores (module docstring)."""
@@ -55,17 +53,11 @@ class RewardModelReward:
     def raw_scores(self, texts: list[str]) -> list[float]:
         """The head's output at each text's last token, batch by batch."""
         out: list[float] = []
-        for start in range(0, len(texts), self.config.batch_size):
-            enc: Any = self.tokenizer(
-                texts[start : start + self.config.batch_size],
-                return_tensors="pt",
-                padding=True,
-                truncation=True,
-                max_length=self.config.max_length,
-                add_special_tokens=False,
-            )
-            ids_BT, mask_BT = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
-            scores_B = score_forward(self.model, ids_BT, mask_BT, False, 1.0).scores_B
+        c = self.config
+        for enc in encoded_batches(
+            self.tokenizer, texts, batch_size=c.batch_size, max_length=c.max_length, device=self.device
+        ):
+            scores_B = score_forward(self.model, enc["input_ids"], enc["attention_mask"], False, 1.0).scores_B
             if scores_B is None:  # score_forward always sets it; the type says Optional
                 raise RuntimeError("score_forward returned no scores")
             out += scores_B.tolist()
