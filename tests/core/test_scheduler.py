@@ -257,3 +257,14 @@ def test_a_crashed_reward_worker_is_restarted_and_its_rows_retried(
     assert scored == [[0.0, 2.0, 4.0, 6.0, 8.0, 10.0], [12.0, 14.0, 16.0, 18.0]]
     assert rewards.retried_requests == 10 and rewards.restarts == 1
     assert "reward_crashy rank 0 died while scoring 6 rows" in caplog.text
+
+
+def test_reward_scheduler_sends_untagged_rows_to_the_only_domain(rollout: Cluster) -> None:
+    rewards = RewardScheduler({"main": rollout}, {"a": "main"})
+    assert rewards.domain_of("") == "main"
+    scored = rewards.score(
+        Batch({"x_B": torch.arange(3), "g_B": torch.zeros(3, dtype=torch.long)}, {"tag": [""] * 3})
+    )
+    assert scored["x_B"].tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="no reward domain for tag 'zzz'"):
+        rewards.domain_of("zzz")  # a tag that is set but wrong is still an error

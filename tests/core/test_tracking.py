@@ -236,3 +236,48 @@ def test_specs_are_tracker_specs() -> None:
     assert all(isinstance(spec, TrackerSpec) for spec in (STDOUT, JSONL, TENSORBOARD, WANDB))
     assert isinstance(StdoutTracker(), Tracker)
     assert isinstance(MultiTracker([]), Tracker)
+
+
+class _ImageSink:
+    """A tracker that keeps what it receives, with the optional ``log_images`` method."""
+
+    def __init__(self) -> None:
+        self.images: list[tuple[dict[str, Path], int]] = []
+        self.closed = False
+
+    def log(self, metrics: Any, step: int) -> None:
+        pass
+
+    def log_images(self, images: Any, step: int) -> None:
+        self.images.append((dict(images), step))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_shutdown_sends_the_runs_plots_to_image_trackers_only(tmp_path: Path) -> None:
+    """A pipeline's PNGs reach trackers that have ``log_images`` (at the last step), before they close; a tracker
+    without the method (jsonl) is skipped."""
+    from roll.core.config.sections import RunConfig
+    from roll.core.pipeline import BasePipeline
+    from roll.core.tracking import MultiTracker
+
+    class Plotting(BasePipeline):
+        def roles(self) -> dict[str, Any]:
+            return {}
+
+        def setup(self) -> None:
+            pass
+
+        def train_step(self, step: int) -> dict[str, float]:
+            return {}
+
+    run = Plotting(
+        RunConfig(pipeline="x", output_dir=tmp_path, tracking=TrackingConfig(backends=["jsonl"])), name="x"
+    )
+    sink = _ImageSink()
+    run.tracker = MultiTracker([*run.tracker.trackers, sink])  # type: ignore[attr-defined]
+    (tmp_path / "plot.png").write_bytes(b"\x89PNG")
+    run.step = 7
+    run.shutdown()
+    assert sink.images == [({"plot": tmp_path / "plot.png"}, 7)] and sink.closed

@@ -29,7 +29,18 @@ def test_bad_ground_truth_scores_zero_with_error() -> None:
 
 
 def test_spec_builds_a_reward_function() -> None:
-    assert set(SPECS) == {"math", "code_sandbox", "llm_judge", "ifeval", "arithmetic"}
+    assert set(SPECS) == {
+        "math",
+        "code_sandbox",
+        "llm_judge",
+        "ifeval",
+        "arithmetic",
+        "python",
+        "exact_match",
+        "reasoning_gym",
+        "reward_model",
+        "llm_judge_local",
+    }
     assert all(isinstance(spec, RewardSpec) for spec in SPECS.values())
     reward = ARITHMETIC.build(ArithmeticRewardConfig())
     assert isinstance(reward, RewardFunction)

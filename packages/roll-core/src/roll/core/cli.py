@@ -1,4 +1,4 @@
-"""The ``roll`` command: ``train``, ``validate`` and ``list``.
+"""The ``roll`` command: ``train``, ``eval``, ``validate`` (``--explain``) and ``list``.
 
 Entry points are short: parse, build, run, clean up. Every error roll raises on purpose (a :class:`RollError`)
 is printed as its message, without a traceback, and the exit status says what kind it was: 0 done, 1 runtime
@@ -28,6 +28,8 @@ EXIT_INTERRUPTED = 130
 """A step was abandoned (a second SIGTERM/SIGINT, or one before training started); the last checkpoint is kept."""
 # EXIT_PREEMPTED (75): stopped on SIGTERM/SIGINT after a finished step and a fresh checkpoint; rerun the same
 # command with resume=auto to continue exactly. Defined in roll.core.recovery.
+EVAL_PIPELINE = "rlvr_rollout"
+"""What ``roll eval`` runs when the config names no pipeline (roll-pipelines' rollout-only evaluation)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,10 +52,24 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="run the pipeline a config names")
     train.add_argument("config", type=Path)
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5")
+    train.add_argument(
+        "--no-preflight", action="store_true", help="skip the pipeline's checks of data sources and plugins"
+    )
     train.set_defaults(func=_cmd_train)
+    evaluate = sub.add_parser(
+        "eval", help=f"run an evaluation config (pipeline {EVAL_PIPELINE!r} unless the config names another)"
+    )
+    evaluate.add_argument("config", type=Path)
+    evaluate.add_argument("overrides", nargs="*")
+    evaluate.add_argument("--no-preflight", action="store_true", help="skip the pipeline's pre-flight checks")
+    evaluate.set_defaults(func=_cmd_eval)
     check = sub.add_parser("validate", help="check a config and report every problem at once")
     check.add_argument("config", type=Path)
     check.add_argument("overrides", nargs="*")
+    check.add_argument("--explain", action="store_true", help="also print what presets and defaults set")
+    check.add_argument(
+        "--no-preflight", action="store_true", help="skip the pipeline's checks of data sources and plugins"
+    )
     check.set_defaults(func=_cmd_validate)
     listing = sub.add_parser("list", help="list installed plugins of every group")
     listing.set_defaults(func=_cmd_list)
@@ -67,14 +83,31 @@ def _version() -> str:
         return "unknown"
 
 
-def load_run_config(path: Path, overrides: Sequence[str]) -> tuple[PipelineSpec, RunConfig]:
-    """Compose the YAML, pick the pipeline plugin its ``pipeline:`` key names, and validate against its model."""
+def load_run_config(
+    path: Path, overrides: Sequence[str], *, preflight: bool = False
+) -> tuple[PipelineSpec, RunConfig]:
+    """Compose the YAML, pick the pipeline plugin its ``pipeline:`` key names, and validate against its model.
+
+    With ``preflight``, the pipeline's own :attr:`PipelineSpec.preflight` checks run too (data sources, plugin
+    options); their issues are located in the YAML like any other and raise one :class:`ConfigError`.
+    """
     # Two passes: the first only reads which pipeline (and so which model) applies; the second lets overrides
     # set any key that model declares, even keys the YAML leaves to their defaults.
     picked = load_tree(path, [o for o in overrides if o.lstrip("+").startswith("pipeline=")])
     spec = _pipeline_spec(picked)
     tree = load_tree(path, overrides, model=spec.config_model)
-    return spec, validate(tree, spec.config_model)
+    config = validate(tree, spec.config_model)
+    if preflight and spec.preflight is not None:
+        issues = [_located(issue, tree) for issue in spec.preflight(config)]
+        if issues:
+            raise ConfigError(issues=issues)
+    return spec, config
+
+
+def _located(issue: ConfigIssue, tree: ConfigTree) -> ConfigIssue:
+    if issue.source is not None:
+        return issue
+    return ConfigIssue(issue.path, issue.message, issue.hint, tree.source(issue.path))
 
 
 def _pipeline_spec(tree: ConfigTree) -> PipelineSpec:
@@ -97,13 +130,25 @@ def _pipeline_spec(tree: ConfigTree) -> PipelineSpec:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    spec, cfg = load_run_config(args.config, args.overrides)
+    spec, cfg = load_run_config(args.config, args.overrides, preflight=not args.no_preflight)
     print(f"{args.config}: ok (pipeline {spec.name!r}, {type(cfg).__name__})")
+    if args.explain:
+        lines = list(spec.explain(cfg)) if spec.explain is not None else []
+        print(
+            "\n".join(lines) if lines else f"pipeline {spec.name!r} sets nothing beyond the config's defaults"
+        )
     return 0
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    """``train`` for evaluation configs: the same run, with ``pipeline`` defaulting to :data:`EVAL_PIPELINE`."""
+    if "pipeline" not in load_tree(args.config, []).data:
+        args.overrides = [f"+pipeline={EVAL_PIPELINE}", *args.overrides]
+    return _cmd_train(args)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
-    spec, cfg = load_run_config(args.config, args.overrides)
+    spec, cfg = load_run_config(args.config, args.overrides, preflight=not args.no_preflight)
     pipeline = spec.build(cfg)
     try:
         summary = pipeline.run()

@@ -258,9 +258,17 @@ class BasePipeline(ABC):
             _quietly(cluster.shutdown, f"shutting down {cluster.role}")
         if self.resources is not None:
             _quietly(self.resources.release, "releasing placement groups")
+        _quietly(self._log_plots, "logging plots")
         _quietly(self.tracker.close, "closing trackers")
         if self.ray is not None and self._owns_ray and self.ray.started_here:
             _quietly(shutdown_ray, "stopping Ray")
+
+    def _log_plots(self) -> None:
+        """The PNG plots a run wrote in its output folder, to the trackers that log images."""
+        log_images = getattr(self.tracker, "log_images", None)
+        plots = {path.stem: path for path in sorted(self.output_dir.glob("*.png"))}
+        if log_images is not None and plots:
+            log_images(plots, self.step)
 
 
 def build_trackers(config: RunConfig, output_dir: Path) -> Tracker:

@@ -1,8 +1,8 @@
 """Metrics sinks (trackers), their entry-point specs, and reduction of metrics across workers.
 
 Each tracker implements :class:`roll.core.types.Tracker` and is exposed as a :class:`~roll.core.types.TrackerSpec`
-constant (:data:`STDOUT`, :data:`JSONL`, :data:`TENSORBOARD`, :data:`WANDB`) that entry points of the
-``roll.tracker`` group name. A spec's ``build(output_dir, config, run_config)`` makes the tracker; this module
+constant (:data:`STDOUT`, :data:`JSONL`, :data:`TENSORBOARD`, :data:`WANDB`; MLflow, SwanLab and Trackio in
+:mod:`roll.core.tracking_extras`) that entry points of the ``roll.tracker`` group name. A spec's ``build(output_dir, config, run_config)`` makes the tracker; this module
 imports neither torch nor wandb at import time, so listing plugins stays fast: TensorBoard and wandb load in
 ``build``.
 
@@ -204,6 +204,13 @@ class MultiTracker:
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         for tracker in self.trackers:
             tracker.log(metrics, step)
+
+    def log_images(self, images: Mapping[str, Path], step: int) -> None:
+        """``{name: png path}`` to every tracker that logs images (those with a ``log_images`` method)."""
+        for tracker in self.trackers:
+            log_images = getattr(tracker, "log_images", None)
+            if log_images is not None:
+                log_images(images, step)
 
     def close(self) -> None:
         errors: list[BaseException] = []

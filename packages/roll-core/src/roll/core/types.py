@@ -18,12 +18,13 @@ checks each loaded object against the spec type of its group.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from roll.core.config.sections import RunConfig
+    from roll.core.errors import ConfigIssue
 
 
 @runtime_checkable
@@ -46,10 +47,18 @@ class Tracker(Protocol):
 
 @dataclass(frozen=True)
 class PipelineSpec:
+    """A training mode. ``preflight(config)`` (optional) checks what the config model cannot see alone, such as
+    the first rows of every data source against the fields the config maps, or a reward's options against its
+    plugin's model; it returns every problem found and runs in ``roll validate`` and in ``roll train`` before
+    Ray starts. ``explain(config)`` (optional) returns lines saying what presets and defaults set, for
+    ``roll validate --explain``. Both live with the pipeline, so core never imports one."""
+
     name: str
     config_model: type[RunConfig]
     build: Callable[[Any], Pipeline]
     description: str = ""
+    preflight: Callable[[Any], Sequence[ConfigIssue]] | None = None
+    explain: Callable[[Any], Sequence[str]] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Loading rows through ``datasets``: files, globs, directories, ``save_to_disk`` folders, hub names, built-ins.
+"""Loading rows through ``datasets``: files (jsonl, json, parquet, csv, arrow), globs, directories, ``save_to_disk``
+folders, hub names, built-ins.
 
 Contract of :func:`load_data`:
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import glob
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
@@ -33,8 +34,8 @@ log = logging.getLogger(__name__)
 
 AnyDataset: TypeAlias = datasets.Dataset | datasets.IterableDataset
 
-_EXTENSIONS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
-_BUILDERS = {"jsonl": "json", "json": "json", "parquet": "parquet", "csv": "csv"}
+_EXTENSIONS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
+_BUILDERS = {"jsonl": "json", "json": "json", "parquet": "parquet", "csv": "csv", "arrow": "arrow"}
 _DISK_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
 _MASK64 = (1 << 64) - 1
 
@@ -99,6 +100,8 @@ def resolve_source(src: DatasetSourceConfig) -> tuple[str, list[str]]:
     """
     if src.path.startswith("builtin:") or src.format == "builtin":
         return "builtin", []
+    if src.path.startswith("reasoning_gym:") or src.format == "reasoning_gym":
+        return "reasoning_gym", []
     if src.format in ("hub", "disk"):
         return src.format, []
     path = Path(src.path).expanduser()
@@ -141,12 +144,12 @@ def _load_raw(src: DatasetSourceConfig, *, streaming: bool, seed: int) -> AnyDat
     fmt, files = resolve_source(src)
     if fmt == "builtin":
         return _load_builtin(src, seed=seed, streaming=streaming)
+    if fmt == "reasoning_gym":
+        return _load_reasoning_gym(src, seed=seed, streaming=streaming)
     if fmt == "disk":
         return _load_disk(src.path, src.split, streaming=streaming)
     if fmt == "hub":
-        return _guarded(
-            lambda: datasets.load_dataset(src.path, split=src.split, streaming=streaming), src.path
-        )
+        return _load_hub(src, streaming=streaming)
     if fmt == "jsonl" and streaming:
         _raise_on_bad_jsonl(
             files, {}
@@ -182,13 +185,28 @@ def _load_disk(path: str, split: str, *, streaming: bool) -> AnyDataset:
     return loaded.to_iterable_dataset() if streaming else loaded
 
 
-def _guarded(load: Callable[[], Any], where: str) -> AnyDataset:
+HUB_UNREACHABLE_HINT = (
+    "the Hugging Face Hub cannot be reached from here (no network, or HF_HUB_OFFLINE is set). Fetch the data "
+    "where the hub is reachable, e.g. `datasets.load_dataset(NAME, split=...).save_to_disk(DIR)` or "
+    "`huggingface-cli download --repo-type dataset NAME --local-dir DIR`, copy DIR here and set `path: DIR`; "
+    "with a copy already in the datasets cache, set HF_HUB_OFFLINE=1 to use it without network retries"
+)
+
+
+def _load_hub(src: DatasetSourceConfig, *, streaming: bool) -> AnyDataset:
+    """``datasets.load_dataset(path, subset)``; an unreachable hub is explained (:data:`HUB_UNREACHABLE_HINT`)."""
     try:
-        return _as_dataset(load(), where)
-    except DataError:
-        raise
+        loaded = datasets.load_dataset(src.path, src.subset, split=src.split, streaming=streaming)
+    except ConnectionError as exc:
+        raise DataError(
+            f"{src.path}: could not load dataset: {exc}. {HUB_UNREACHABLE_HINT.replace('NAME', src.path)}",
+            path=src.path,
+        ) from exc
     except Exception as exc:
-        raise DataError(f"{where}: could not load dataset: {type(exc).__name__}: {exc}", path=where) from exc
+        raise DataError(
+            f"{src.path}: could not load dataset: {type(exc).__name__}: {exc}", path=src.path
+        ) from exc
+    return _as_dataset(loaded, src.path)
 
 
 def _as_dataset(obj: Any, where: str) -> AnyDataset:
@@ -211,6 +229,24 @@ def _load_builtin(src: DatasetSourceConfig, *, seed: int, streaming: bool) -> An
     split: Literal["train", "eval"] = "eval" if src.split in ("eval", "validation", "test") else "train"
     ds = builtin_dataset(
         name, src.builtin_kind, src.max_samples, seed=seed, split=split, options=dict(src.builtin_options)
+    )
+    return ds.to_iterable_dataset() if streaming else ds
+
+
+def _load_reasoning_gym(src: DatasetSourceConfig, *, seed: int, streaming: bool) -> AnyDataset:
+    """``max_samples`` rows of a reasoning-gym task (:mod:`roll.data.procedural`)."""
+    from roll.data.procedural import reasoning_gym_dataset
+
+    if src.builtin_kind == "preference" or src.max_samples is None:
+        raise DataError(f"{src.path}: set max_samples, and builtin_kind to rl or sft", path=src.path)
+    ds = reasoning_gym_dataset(
+        src.path.removeprefix("reasoning_gym:"),
+        src.builtin_kind,
+        src.max_samples,
+        seed=seed,
+        split=src.split,
+        options=dict(src.builtin_options),
+        difficulty=src.difficulty,
     )
     return ds.to_iterable_dataset() if streaming else ds
 

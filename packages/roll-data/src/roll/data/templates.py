@@ -72,11 +72,27 @@ def get_template(name: str) -> TemplateFn:
         raise ConfigError(issues=[issue]) from None
 
 
+SHAREGPT_ROLES = {
+    "human": "user",
+    "gpt": "assistant",
+    "system": "system",
+    "user": "user",
+    "assistant": "assistant",
+}
+"""ShareGPT's ``from`` names and the roles they mean."""
+
+
 def validate_messages(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
-    """Check roles and contents; return plain ``{"role", "content"}`` dicts."""
+    """Check roles and contents; return plain ``{"role", "content"}`` dicts.
+
+    Turns in ShareGPT's layout (``{"from": "human" | "gpt" | "system", "value": ...}``) are read as the
+    ``role``/``content`` turns they stand for, so such a column works as ``messages`` without rewriting.
+    """
     out: list[Message] = []
     for i, m in enumerate(messages):
         role, content = m.get("role"), m.get("content")
+        if role is None and "from" in m:
+            role, content = SHAREGPT_ROLES.get(str(m["from"]), m["from"]), m.get("value")
         if role not in ROLES:
             raise DataError(f"messages[{i}]: role {role!r} is not one of {list(ROLES)}")
         if not isinstance(content, str):

@@ -83,7 +83,8 @@ class RewardScheduler:
     """Routes rows by ``tag_column`` to domain clusters and scores them there (see the module docstring).
 
     ``routes`` maps a tag to a domain name (a key of ``domains``); a tag that maps nowhere goes to
-    ``default_domain`` when one is given, else submitting raises :class:`DataError` naming the tag.
+    ``default_domain`` when one is given, else submitting raises :class:`DataError` naming the tag. With a
+    single domain, an untagged row (tag ``""``) goes to it: there is nothing to choose.
 
     A reward worker whose process dies (a verifier that segfaults, an OOM kill) is restarted in place
     (:meth:`Cluster.restart_rank`) and its share of the rows is sent again, at most ``max_retries`` times per
@@ -119,6 +120,8 @@ class RewardScheduler:
     def domain_of(self, tag: str) -> str:
         """The domain that scores rows tagged ``tag``."""
         domain = self.routes.get(tag, self.default_domain)
+        if domain is None and not tag and len(self.domains) == 1:
+            domain = next(iter(self.domains))
         if domain is None:
             raise DataError(
                 f"no reward domain for tag {tag!r}; routes: {self.routes}. Add the tag to a domain's `tags`"

@@ -100,3 +100,45 @@ class ArithmeticRewardConfig(RollModel):
     """Exact match against a built-in task's answer, via that task's own ``verify``."""
 
     task: str = "arithmetic"
+
+
+class ReasoningGymRewardConfig(RollModel):
+    """reasoning-gym's own checker on rows from ``reasoning_gym:<task>`` sources (see
+    :mod:`roll.pipelines.rewards.reasoning_gym`). ``extract`` says where the answer is in a response:
+    ``answer_is``: after the last "answer is" (the SFT format of those sources), ``answer_tag``: inside the last
+    ``<answer>...</answer>``, ``none``: the whole response."""
+
+    extract: Literal["answer_is", "answer_tag", "none"] = "answer_is"
+    correct_at: float = Field(1.0, gt=0.0, le=1.0, description="scores at least this count as correct")
+
+
+class RewardModelRewardConfig(RollModel):
+    """A sequence-classification reward model scoring each (prompt, response): roll's ``reward_model`` export
+    (``<output_dir>/hf``) or any ``AutoModelForSequenceClassification`` folder or hub id. It loads once per
+    reward worker, so the domain's ``workers`` are its Ray workers. See :mod:`roll.pipelines.rewards.reward_model`.
+    """
+
+    path: str = Field(min_length=1)
+    template: str | None = Field(None, description="chat template name; None: the tokenizer's own")
+    batch_size: int = Field(16, ge=1)
+    max_length: int = Field(2048, ge=8, description="longer conversations keep their last tokens")
+    scale: float = 1.0
+    shift: float = 0.0
+    correct_above: float | None = Field(None, description="info['correct'] = score > this, when set")
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+
+
+class LocalJudgeRewardConfig(RollModel):
+    """An LLM judge that the run serves itself: ``model`` (a path roll loads: export folder, hub id, tiny preset)
+    is loaded in the reward domain's own Ray workers (give them GPUs with ``workers.gpus_per_worker``) and
+    answers greedily; no HTTP endpoint. Prompt and score parsing are ``llm_judge``'s. See
+    :mod:`roll.pipelines.rewards.local_judge`."""
+
+    model: str = Field(min_length=1)
+    prompt_template: str = DEFAULT_JUDGE_TEMPLATE
+    score_mode: Literal["scale", "yes_no"] = "scale"
+    max_score: float = Field(default=10.0, gt=0.0)
+    max_new_tokens: int = Field(64, ge=1)
+    batch_size: int = Field(8, ge=1)
+    max_prompt_tokens: int = Field(2048, ge=8)
+    device: Literal["cpu", "cuda", "auto"] = "auto"

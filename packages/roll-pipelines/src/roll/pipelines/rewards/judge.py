@@ -54,6 +54,16 @@ class _JudgeFailure(Exception):
         self.retryable, self.retry_after = retryable, retry_after
 
 
+def fill_judge_prompt(template: str, request: RewardRequest, max_score: float) -> str:
+    """``template`` with ``{question}``, ``{reference}``, ``{response}`` and ``{max_score}`` filled in."""
+    return template.format(
+        question=request.prompt,
+        reference=request.ground_truth,
+        response=request.response,
+        max_score=max_score,
+    )
+
+
 def parse_judge_score(text: str, mode: str, max_score: float) -> float | None:
     """The normalized score in a judge reply, or ``None`` when it states none."""
     if mode == "yes_no":
@@ -181,12 +191,7 @@ class JudgeReward:
         request: RewardRequest,
     ) -> RewardResult:
         c = self.config
-        prompt = c.prompt_template.format(
-            question=request.prompt,
-            reference=request.ground_truth,
-            response=request.response,
-            max_score=c.max_score,
-        )
+        prompt = fill_judge_prompt(c.prompt_template, request, c.max_score)
         async with semaphore:
             if breaker.open:
                 why = f"judge unavailable: skipped after {breaker.in_a_row} items in a row failed ({breaker.last_error})"

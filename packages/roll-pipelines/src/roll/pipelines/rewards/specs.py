@@ -1,6 +1,7 @@
 """The :class:`roll.core.types.RewardSpec` of each verifiable reward, for the ``roll.reward`` entry points.
 
-Light on purpose: this module imports only the config models; each ``build`` imports its reward module (math-verify,
+Light on purpose: this module imports only the config models (and the stdlib-only python and exact-match
+rewards); each ``build`` imports its reward module (math-verify,
 httpx, the sandbox) when called.
 """
 
@@ -14,15 +15,23 @@ from roll.pipelines.rewards.config import (
     CodeRewardConfig,
     IFEvalRewardConfig,
     JudgeRewardConfig,
+    LocalJudgeRewardConfig,
     MathRewardConfig,
+    ReasoningGymRewardConfig,
+    RewardModelRewardConfig,
 )
+from roll.pipelines.rewards.exact import ExactMatchConfig, ExactMatchReward
+from roll.pipelines.rewards.python import PythonReward, PythonRewardConfig
 
 if TYPE_CHECKING:
     from roll.pipelines.rewards.arithmetic import ArithmeticReward
     from roll.pipelines.rewards.code import CodeReward
     from roll.pipelines.rewards.ifeval import IFEvalReward
     from roll.pipelines.rewards.judge import JudgeReward
+    from roll.pipelines.rewards.local_judge import LocalJudgeReward
     from roll.pipelines.rewards.math import MathReward
+    from roll.pipelines.rewards.reasoning_gym import ReasoningGymReward
+    from roll.pipelines.rewards.reward_model import RewardModelReward
 
 
 def build_math(config: MathRewardConfig) -> MathReward:
@@ -55,6 +64,32 @@ def build_arithmetic(config: ArithmeticRewardConfig) -> ArithmeticReward:
     return ArithmeticReward(config)
 
 
+def build_reasoning_gym(config: ReasoningGymRewardConfig) -> ReasoningGymReward:
+    from roll.pipelines.rewards.reasoning_gym import ReasoningGymReward
+
+    return ReasoningGymReward(config)
+
+
+def build_reward_model(config: RewardModelRewardConfig) -> RewardModelReward:
+    from roll.pipelines.rewards.reward_model import RewardModelReward
+
+    return RewardModelReward(config)
+
+
+def build_local_judge(config: LocalJudgeRewardConfig) -> LocalJudgeReward:
+    from roll.pipelines.rewards.local_judge import LocalJudgeReward
+
+    return LocalJudgeReward(config)
+
+
+def build_python(config: PythonRewardConfig) -> PythonReward:
+    return PythonReward(config)
+
+
+def build_exact_match(config: ExactMatchConfig) -> ExactMatchReward:
+    return ExactMatchReward(config)
+
+
 MATH = RewardSpec("math", build_math, MathRewardConfig, "math-verify equivalence of the final boxed answer")
 CODE_SANDBOX = RewardSpec(
     "code_sandbox", build_code, CodeRewardConfig, "fraction of test cases a program passes"
@@ -65,6 +100,46 @@ ARITHMETIC = RewardSpec(
     "arithmetic", build_arithmetic, ArithmeticRewardConfig, "exact match for built-in tasks"
 )
 
+PYTHON = RewardSpec(
+    "python", build_python, PythonRewardConfig, "a plain Python function: module:name or file.py:name"
+)
+EXACT_MATCH = RewardSpec(
+    "exact_match", build_exact_match, ExactMatchConfig, "normalized exact match, optionally after a regex"
+)
+
+REASONING_GYM = RewardSpec(
+    "reasoning_gym",
+    build_reasoning_gym,
+    ReasoningGymRewardConfig,
+    "reasoning-gym's own checker for reasoning_gym:<task> data",
+)
+
+REWARD_MODEL = RewardSpec(
+    "reward_model",
+    build_reward_model,
+    RewardModelRewardConfig,
+    "a sequence-classification reward model (roll's reward_model export or any HF folder)",
+)
+
+LLM_JUDGE_LOCAL = RewardSpec(
+    "llm_judge_local",
+    build_local_judge,
+    LocalJudgeRewardConfig,
+    "an LLM judge served by the run's own reward workers (no HTTP endpoint)",
+)
+
 SPECS: dict[str, RewardSpec] = {
-    spec.name: spec for spec in (MATH, CODE_SANDBOX, LLM_JUDGE, IFEVAL, ARITHMETIC)
+    spec.name: spec
+    for spec in (
+        MATH,
+        CODE_SANDBOX,
+        LLM_JUDGE,
+        IFEVAL,
+        ARITHMETIC,
+        PYTHON,
+        EXACT_MATCH,
+        REASONING_GYM,
+        REWARD_MODEL,
+        LLM_JUDGE_LOCAL,
+    )
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.pipelines.rlvr.config import (
     RewardDomainConfig,
@@ -26,10 +27,24 @@ def _build(config: Any) -> Pipeline:
     return RLVRPipeline(config)
 
 
+def _preflight(config: Any) -> list[ConfigIssue]:
+    from roll.pipelines.preflight import rlvr_preflight
+
+    return rlvr_preflight(config)
+
+
+def _explain(config: Any) -> list[str]:
+    from roll.pipelines.preflight import rlvr_explain
+
+    return rlvr_explain(config)
+
+
 SPEC = PipelineSpec(
     name="rlvr",
     config_model=RLVRConfig,
     build=_build,
+    preflight=_preflight,
+    explain=_explain,
     description="RL with verifiable rewards: rollouts, reward workers by domain, any algorithm preset",
 )
 

@@ -1,0 +1,174 @@
+"""Rewards as plain Python functions: ``type: python`` with ``function: my_pkg.rewards:exact`` or ``file.py:name``.
+
+The contract of a reward function (checked when the config is validated, so ``roll validate`` reports a wrong
+signature before any actor starts)::
+
+    def my_reward(response: str, ground_truth: str, **kwargs) -> float | bool | dict
+
+- ``response`` and ``ground_truth`` are passed positionally: the first two parameters must accept them.
+- Keyword arguments offered: ``prompt`` (str), ``tag`` (str), ``metadata`` (a mapping) and every key of the
+  config's ``kwargs``. A function without ``**kwargs`` receives only the names it declares; any other parameter
+  it has must have a default.
+- It returns a number or a bool (the score), or a mapping with a ``"score"`` key whose other entries become the
+  result's ``info`` (put ``"correct": bool`` there to drive the accuracy metric).
+
+With ``batched: true`` the same names carry lists, one entry per row (``responses``, ``ground_truths``,
+``prompt=[...]`` ...), and the function returns a list of such values, as TRL's reward callables do. An exception
+in the function, or a value of another type, scores that row (or batch) 0 with the reason in ``info["error"]``:
+one bad row must not stop a training step, and ``reward_error_B`` counts it.
+
+Importing this module is light (stdlib and pydantic); resolving the function imports the user's module.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from roll.core.callables import is_file_target, resolve_callable
+from roll.core.config.base import RollModel
+from roll.core.config.validate import issues_error
+from roll.core.errors import ConfigIssue
+from roll.pipelines.rewards.types import RewardRequest, RewardResult
+
+OFFERED_KWARGS = ("prompt", "tag", "metadata")
+"""Keyword arguments every call offers beyond ``response`` and ``ground_truth``."""
+
+
+class PythonRewardConfig(RollModel):
+    """A reward computed by a user's Python function (see the module docstring for the contract).
+
+    ``function`` is ``package.module:name`` (importable where the reward workers run) or ``path/to/file.py:name``
+    (a relative path is taken from the directory ``roll`` runs in and stored absolute).
+    """
+
+    function: str = Field(min_length=3, description="module:name or path/to/file.py:name")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="extra keyword arguments of every call")
+    batched: bool = Field(False, description="call once per batch with lists instead of once per row")
+
+    @field_validator("function")
+    @classmethod
+    def _absolute_file(cls, value: str) -> str:
+        target, _, name = value.rpartition(":")
+        if is_file_target(target):
+            return f"{Path(target).expanduser().resolve()}:{name}"
+        return value
+
+    @model_validator(mode="after")
+    def _check_function(self) -> PythonRewardConfig:
+        try:
+            fn = resolve_callable(self.function)
+        except ValueError as exc:
+            raise issues_error([ConfigIssue("function", str(exc))]) from None
+        try:
+            check_signature(fn, self.function, set(self.kwargs))
+        except ValueError as exc:
+            hint = "the function must look like: def reward(response, ground_truth, **kwargs) -> float"
+            raise issues_error([ConfigIssue("function", str(exc), hint)]) from None
+        return self
+
+
+def check_signature(fn: Callable[..., Any], where: str, extra_kwargs: set[str]) -> None:
+    """Raise ValueError unless ``fn(response, ground_truth, **offered)`` is a valid call (module docstring)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: cannot read its signature: {exc}") from exc
+    shown = f"{where}{inspect.signature(fn)}"
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var_positional = any(p.kind is p.VAR_POSITIONAL for p in params)
+    if len(positional) < 2 and not var_positional:
+        raise ValueError(
+            f"{shown} must take (response, ground_truth, **kwargs): it accepts fewer than two positional "
+            "arguments"
+        )
+    offered = {*OFFERED_KWARGS, *extra_kwargs}
+    named = {p.name for p in positional[2:]} | {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+    required = [
+        p.name
+        for p in [*positional[2:], *(p for p in params if p.kind is p.KEYWORD_ONLY)]
+        if p.default is p.empty and p.name not in offered
+    ]
+    if required:
+        raise ValueError(
+            f"{shown}: parameters {required} have no default and roll does not pass them; it passes "
+            f"{sorted(offered)} (add them to `kwargs:` or give them defaults)"
+        )
+    var_keyword = any(p.kind is p.VAR_KEYWORD for p in params)
+    unknown = sorted(extra_kwargs - named) if not var_keyword else []
+    if unknown:
+        raise ValueError(f"{shown} does not accept the configured kwargs {unknown}")
+
+
+def accepted_kwargs(fn: Callable[..., Any]) -> set[str] | None:
+    """The keyword names ``fn`` declares beyond the first two, or None when it takes ``**kwargs``."""
+    params = list(inspect.signature(fn).parameters.values())
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params[2:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def to_result(value: Any) -> RewardResult:
+    """A function's return value as a :class:`RewardResult` (module docstring), or a failed one saying why."""
+    if isinstance(value, RewardResult):
+        return value
+    if isinstance(value, bool):
+        return RewardResult(float(value), {"correct": value})
+    if isinstance(value, int | float):
+        return RewardResult(float(value))
+    if isinstance(value, Mapping) and isinstance(value.get("score"), int | float):
+        info = {str(k): v for k, v in value.items() if k != "score"}
+        return RewardResult(float(value["score"]), info)
+    return RewardResult.failed(
+        f"reward function returned {type(value).__name__} {value!r:.60}; expected a number, a bool or a "
+        "mapping with a numeric 'score'"
+    )
+
+
+class PythonReward:
+    """Calls the configured function per row (or once per batch with ``batched``)."""
+
+    def __init__(self, config: PythonRewardConfig) -> None:
+        self.config = config
+        self.fn = resolve_callable(config.function)
+        self._accepted = accepted_kwargs(self.fn)
+
+    def _kwargs(self, offered: dict[str, Any]) -> dict[str, Any]:
+        offered = {**offered, **self.config.kwargs}
+        if self._accepted is None:
+            return offered
+        return {k: v for k, v in offered.items() if k in self._accepted}
+
+    def score(self, requests: list[RewardRequest]) -> list[RewardResult]:
+        if self.config.batched:
+            return self._score_batch(requests)
+        return [self._score_one(r) for r in requests]
+
+    def _score_one(self, r: RewardRequest) -> RewardResult:
+        kwargs = self._kwargs({"prompt": r.prompt, "tag": r.tag, "metadata": r.metadata})
+        try:
+            return to_result(self.fn(r.response, r.ground_truth, **kwargs))
+        except Exception as exc:
+            return RewardResult.failed(f"{self.config.function} raised {type(exc).__name__}: {exc}")
+
+    def _score_batch(self, requests: list[RewardRequest]) -> list[RewardResult]:
+        offered = {
+            "prompt": [r.prompt for r in requests],
+            "tag": [r.tag for r in requests],
+            "metadata": [r.metadata for r in requests],
+        }
+        responses, truths = [r.response for r in requests], [r.ground_truth for r in requests]
+        try:
+            values = list(self.fn(responses, truths, **self._kwargs(offered)))
+        except Exception as exc:
+            return [RewardResult.failed(f"{self.config.function} raised {type(exc).__name__}: {exc}")] * len(
+                requests
+            )
+        if len(values) != len(requests):
+            error = f"{self.config.function} returned {len(values)} scores for {len(requests)} rows"
+            return [RewardResult.failed(error)] * len(requests)
+        return [to_result(v) for v in values]

@@ -1,0 +1,125 @@
+"""The ``rlvr_rollout`` run: load prompts, start the inference and reward workers, generate, score, write.
+
+One "step": every prompt (up to ``max_prompts``) is answered ``samples`` times through the
+:class:`~roll.core.scheduler.GenerateScheduler` (request by request over the inference ranks), the answers are
+scored by the :class:`~roll.core.scheduler.RewardScheduler` (reward workers by domain, as in ``rlvr``), and the run
+writes ``samples.jsonl`` and ``summary.json`` (see :mod:`roll.pipelines.rlvr_rollout`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from roll.core.batch import Batch
+from roll.core.config.sections import RoleConfig
+from roll.core.pipeline import BasePipeline
+from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
+from roll.pipelines.common.data import load_tokenizer, prepare_data
+from roll.pipelines.rlvr.data import CARRY_COLUMNS, prompt_batch
+from roll.pipelines.rlvr.reward_worker import CORRECT, RewardWorker
+from roll.pipelines.rlvr_rollout import RolloutEvalConfig
+from roll.pipelines.rlvr_rollout.metrics import domain_table, summarize
+from roll.workers.config import SamplingParams
+from roll.workers.roles import columns as C
+from roll.workers.roles.infer import ActorInferWorker
+
+SAMPLES_FILE = "samples.jsonl"
+SUMMARY_FILE = "summary.json"
+
+
+def _no_feed(n: int) -> Batch:
+    raise RuntimeError("rlvr_rollout generates with generate_all; it has no prompt feed")
+
+
+class RolloutEvalPipeline(BasePipeline):
+    """See the module docstring."""
+
+    config: RolloutEvalConfig
+
+    def __init__(self, config: RolloutEvalConfig) -> None:
+        super().__init__(config, name="rlvr_rollout")
+        self.domain_of = {tag: name for name, d in config.rewards.items() for tag in d.tags}
+        self.default_domain = next(iter(config.rewards)) if len(config.rewards) == 1 else None
+
+    def roles(self) -> Mapping[str, RoleConfig]:
+        roles = {"actor_infer": self.config.actor_infer}
+        roles.update({f"reward_{name}": d.workers for name, d in self.config.rewards.items()})
+        return roles
+
+    def setup(self) -> None:
+        cfg = self.config
+        tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+        data = prepare_data(cfg.data, cfg.tokenize, kind="prompt", tokenizer=tokenizer)
+        self.rows = (data.train + data.eval)[: cfg.max_prompts]
+        env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
+        from roll.core import plugins
+
+        infer_cfg = plugins.load("roll.strategy", cfg.infer_strategy).config_model.model_validate(cfg.infer)
+        self.infer = self.make_cluster(
+            "actor_infer",
+            ActorInferWorker,
+            init_args=(cfg.model, infer_cfg, cfg.infer_strategy),
+            runtime_env=env,
+        )
+        clusters = {
+            name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
+            for name, d in cfg.rewards.items()
+        }
+        self.infer.setup()
+        self.rewards = RewardScheduler(clusters, self.domain_of, method="score")
+        options = GenerateOptions(
+            group_size=cfg.samples, request_prompts=cfg.request_prompts, carry_columns=CARRY_COLUMNS
+        )
+        self.scheduler = GenerateScheduler(self.infer, _no_feed, options)
+
+    def train_step(self, step: int) -> Mapping[str, float]:
+        cfg = self.config
+        params = SamplingParams(
+            n=cfg.samples, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens
+        )
+        scored = self.rewards.score(self.scheduler.generate_all(prompt_batch(self.rows), params))
+        summary = self._summary(scored)
+        self._write(scored, summary)
+        return summary
+
+    def _summary(self, scored: Batch) -> dict[str, float]:
+        g = self.config.samples
+
+        def table(values: list[Any]) -> list[list[Any]]:
+            return [values[i : i + g] for i in range(0, len(values), g)]
+
+        correct = table([bool(v) for v in scored[CORRECT].tolist()])
+        scores = table([float(v) for v in scored[C.SCORES].tolist()])
+        lengths = table([len(ids) for ids in scored[C.RESPONSE_IDS]])
+        tags = [str(t) for t in scored["tag"]][::g]
+        domains = domain_table(tags, self.domain_of, self.default_domain)
+        return summarize(correct, scores, lengths, domains, self.config.pass_k)
+
+    def _write(self, scored: Batch, summary: Mapping[str, float]) -> None:
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        with (self.output_dir / SAMPLES_FILE).open("w", encoding="utf-8") as out:
+            for i in range(len(scored)):
+                row = {
+                    "prompt_index": i // self.config.samples,
+                    "sample": i % self.config.samples,
+                    "prompt": str(scored["prompt"][i]),
+                    "response": str(scored[C.TEXT][i]),
+                    "ground_truth": str(scored["ground_truth"][i]),
+                    "tag": str(scored["tag"][i]),
+                    "score": float(scored[C.SCORES][i]),
+                    "correct": bool(scored[CORRECT][i]),
+                    "length": len(scored[C.RESPONSE_IDS][i]),
+                    "finish_reason": str(scored[C.FINISH_REASON][i]),
+                }
+                out.write(json.dumps(row) + "\n")
+        (self.output_dir / SUMMARY_FILE).write_text(
+            json.dumps(dict(summary), indent=2, sort_keys=True) + "\n"
+        )
+
+    def shutdown(self) -> None:
+        scheduler = getattr(self, "scheduler", None)
+        if scheduler is not None:
+            scheduler.close()
+        super().shutdown()
