@@ -96,7 +96,8 @@ def resolve_source(src: DatasetSourceConfig) -> tuple[str, list[str]]:
 
     Auto-detection: ``builtin:`` prefix; a glob matches files; a directory with ``save_to_disk`` marker files is
     ``disk``, any other directory contributes its data files (recursively); an existing file is itself; a path
-    that does not exist locally is a hub name.
+    that does not exist locally is a hub name if it looks like one (no data-file extension, not ``/``/``.``/``~``),
+    else a missing file.
     """
     if src.path.startswith("builtin:") or src.format == "builtin":
         return "builtin", []
@@ -113,7 +114,7 @@ def resolve_source(src: DatasetSourceConfig) -> tuple[str, list[str]]:
         files = sorted(str(f) for f in path.rglob("*") if f.is_file() and _ext_format(f) is not None)
     elif path.is_file():
         files = [str(path)]
-    elif src.format == "auto":
+    elif src.format == "auto" and _looks_like_hub_id(src.path):
         return "hub", []
     else:
         raise DataError(f"{src.path}: no such file or directory", path=src.path)
@@ -122,6 +123,12 @@ def resolve_source(src: DatasetSourceConfig) -> tuple[str, list[str]]:
             f"{src.path}: matched no data files (known extensions: {', '.join(_EXTENSIONS)})", path=src.path
         )
     return (src.format if src.format != "auto" else _common_format(files, src.path)), files
+
+
+def _looks_like_hub_id(path: str) -> bool:
+    """``org/name`` or ``name``: no data-file extension, not written as a local path (``/``, ``./``, ``~``). A
+    missing ``data/train.jsonl`` is then a missing file, said at once, not a hub look-up that retries offline."""
+    return _ext_format(Path(path)) is None and not path.startswith(("/", ".", "~"))
 
 
 def _ext_format(path: Path) -> str | None:

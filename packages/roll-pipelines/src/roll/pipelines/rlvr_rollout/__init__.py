@@ -17,24 +17,33 @@ from typing import Any, Self
 
 from pydantic import Field, model_validator
 
-from roll.core.config.sections import RoleConfig, RunConfig
-from roll.core.config.validate import issues_error
+from roll.core.config.sections import RunConfig
+from roll.core.config.validate import issues_error, moved_keys_error
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.pipelines.rlvr.config import RewardDomainConfig
-from roll.workers.config import HFInferConfig
-from roll.workers.roles.config import ModelConfig
+from roll.workers.roles.config import InferRoleConfig, ModelConfig
+
+
+class EvalModelRoleConfig(InferRoleConfig):
+    """The evaluated model: placement, ``model`` (required: what is evaluated) and an infer strategy."""
+
+    model: ModelConfig  # type: ignore[assignment]
+
+
+MOVED_KEYS = {
+    "model": "actor_infer.model",
+    "infer_strategy": "actor_infer.strategy.type",
+    "infer": "actor_infer.strategy",
+}
 
 
 class RolloutEvalConfig(RunConfig):
     """Config of the ``rlvr_rollout`` pipeline (every source of ``data``, train and eval, is evaluated)."""
 
     pipeline: str = "rlvr_rollout"
-    model: ModelConfig
-    actor_infer: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=1))
-    infer_strategy: str = "hf"
-    infer: dict[str, Any] = Field(default_factory=lambda: HFInferConfig().model_dump())
+    actor_infer: EvalModelRoleConfig
     cpu_threads: int | None = Field(None, ge=1)
     data: DataConfig
     tokenize: TokenizeConfig = Field(default_factory=TokenizeConfig)
@@ -46,6 +55,14 @@ class RolloutEvalConfig(RunConfig):
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(64, ge=1)
     request_prompts: int = Field(8, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_layout(cls, data: Any) -> Any:
+        error = moved_keys_error(data, MOVED_KEYS)
+        if error is not None:
+            raise error
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

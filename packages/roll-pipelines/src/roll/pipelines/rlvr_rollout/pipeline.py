@@ -12,17 +12,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, prompt_batch
-from roll.pipelines.rlvr.reward_worker import CORRECT, RewardWorker
+from roll.pipelines.rlvr.reward_worker import RewardWorker
 from roll.pipelines.rlvr_rollout import RolloutEvalConfig
 from roll.pipelines.rlvr_rollout.metrics import domain_table, summarize
 from roll.workers.config import SamplingParams
-from roll.workers.roles import columns as C
 from roll.workers.roles.infer import ActorInferWorker
 
 SAMPLES_FILE = "samples.jsonl"
@@ -50,18 +50,14 @@ class RolloutEvalPipeline(BasePipeline):
 
     def setup(self) -> None:
         cfg = self.config
-        tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+        model = cfg.actor_infer.model
+        tokenizer = load_tokenizer(model.tokenizer or model.path)
         data = prepare_data(cfg.data, cfg.tokenize, kind="prompt", tokenizer=tokenizer)
         self.rows = (data.train + data.eval)[: cfg.max_prompts]
         env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
-        from roll.core import plugins
-
-        infer_cfg = plugins.load("roll.strategy", cfg.infer_strategy).config_model.model_validate(cfg.infer)
+        strategy = cfg.actor_infer.strategy
         self.infer = self.make_cluster(
-            "actor_infer",
-            ActorInferWorker,
-            init_args=(cfg.model, infer_cfg, cfg.infer_strategy),
-            runtime_env=env,
+            "actor_infer", ActorInferWorker, init_args=(model, strategy, strategy.type), runtime_env=env
         )
         clusters = {
             name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
@@ -90,7 +86,7 @@ class RolloutEvalPipeline(BasePipeline):
         def table(values: list[Any]) -> list[list[Any]]:
             return [values[i : i + g] for i in range(0, len(values), g)]
 
-        correct = table([bool(v) for v in scored[CORRECT].tolist()])
+        correct = table([bool(v) for v in scored[C.CORRECT].tolist()])
         scores = table([float(v) for v in scored[C.SCORES].tolist()])
         lengths = table([len(ids) for ids in scored[C.RESPONSE_IDS]])
         tags = [str(t) for t in scored["tag"]][::g]
@@ -109,7 +105,7 @@ class RolloutEvalPipeline(BasePipeline):
                     "ground_truth": str(scored["ground_truth"][i]),
                     "tag": str(scored["tag"][i]),
                     "score": float(scored[C.SCORES][i]),
-                    "correct": bool(scored[CORRECT][i]),
+                    "correct": bool(scored[C.CORRECT][i]),
                     "length": len(scored[C.RESPONSE_IDS][i]),
                     "finish_reason": str(scored[C.FINISH_REASON][i]),
                 }
