@@ -29,7 +29,7 @@ from roll.workers.roles.config import InferRoleConfig, ModelConfig
 class EvalModelRoleConfig(InferRoleConfig):
     """The evaluated model: placement, ``model`` (required: what is evaluated) and an infer strategy."""
 
-    model: ModelConfig  # type: ignore[assignment]
+    model: ModelConfig
 
 
 MOVED_KEYS = {

@@ -44,7 +44,7 @@ class RolloutEvalPipeline(BasePipeline):
         self.default_domain = next(iter(config.rewards)) if len(config.rewards) == 1 else None
 
     def roles(self) -> Mapping[str, RoleConfig]:
-        roles = {"actor_infer": self.config.actor_infer}
+        roles: dict[str, RoleConfig] = {"actor_infer": self.config.actor_infer}
         roles.update({f"reward_{name}": d.workers for name, d in self.config.rewards.items()})
         return roles
 
