@@ -117,3 +117,38 @@ def test_reward_rises_on_arithmetic(ray_local: Any, tmp_path: Path, export_match
     assert (tmp_path / "plot.png").stat().st_size > 1000
     export_matches_trainer(tmp_path)
     assert list(tmp_path.glob("tensorboard/**/events.*")) or list(tmp_path.glob("**/events.out.tfevents*"))
+
+
+@pytest.mark.slow
+def test_hybrid_placement_trains_and_generates_in_one_process(ray_local: Any, tmp_path: Path) -> None:
+    """``placement=hybrid``: one actor holds the fsdp2 trainer and the hf generator, weights sync in process.
+    Three GRPO steps after a short warm-up: no ``actor_infer`` role is placed, every step trains on samples of
+    the current policy version (lag 0), the version advances once per step, and held-out evaluation runs."""
+    cfg = load(
+        [
+            f"output_dir={tmp_path}",
+            "placement=hybrid",
+            "max_steps=3",
+            "warmup.steps=10",
+            "eval_every=3",
+            "plot=false",
+            "tracking.backends=[jsonl]",
+            "tracking.progress=false",
+            "ray.address=auto",
+            "ray.num_cpus=null",
+        ]
+    )
+    pipeline = SPEC.build(cfg)
+    assert "actor_infer" not in pipeline.roles()
+    try:
+        pipeline.run()
+    finally:
+        pipeline.shutdown()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = {r["step"]: r["metrics"] for r in rows if r["step"] > 0}
+    assert sorted(steps) == [1, 2, 3]
+    assert [steps[k]["policy_version"] for k in (1, 2, 3)] == [2.0, 3.0, 4.0]  # warm-up sync is version 1
+    assert all(steps[k]["rollout/version_lag_max"] == 0 for k in steps)
+    assert 0.0 <= steps[3]["eval/accuracy"] <= 1.0 and "actor/loss" in steps[3]
+    with pytest.raises(ConfigError, match="placement hybrid"):
+        load(["placement=hybrid", "algorithm.kl_mode=loss"])
