@@ -1,5 +1,6 @@
-"""What a run survives, through the smoke pipeline: a preemption signal to a real ``roll train``, and a worker
-process SIGKILLed in the middle of a run. Both must end in the same per-step metrics as one uninterrupted run.
+"""What a run survives, through the smoke pipeline: a preemption signal to a real ``roll train``, then, resuming it,
+a worker process SIGKILLed in the middle of the run. It must end in the same per-step metrics as an uninterrupted
+run. The preempted run is a module fixture, so each test asserts one thing and neither needs the other to run.
 
 The uninterrupted run (``clean``, :data:`STEPS` steps) is computed once per module on the session's Ray and shared.
 Smoke steps are deterministic in (seed, step) and checkpoints hold the weights, so after any resume every logged
@@ -11,11 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,62 +99,68 @@ def _wait_for_steps(out: Path, proc: subprocess.Popen[str], log: Path, steps: in
         time.sleep(0.02)
 
 
-@pytest.mark.slow
-def test_sigterm_checkpoints_exits_75_and_resume_auto_continues_exactly(
-    clean: Metrics, tmp_path: Path
-) -> None:
-    """SIGTERM a real `roll train` mid-run (no periodic checkpoints): it finishes the step, writes the checkpoint
-    of that step and exits 75; ``resume=auto`` then logs, for every later step, exactly the clean run's metrics."""
-    out, log = tmp_path / "preempted", tmp_path / "train.log"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("RAY_ADDRESS", None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "roll.core.cli",
-        "train",
-        str(SMOKE_YAML),
-        f"output_dir={out}",
-        "ray.num_cpus=2",
-    ]
+@dataclass(frozen=True)
+class Preemption:
+    out: Path
+    returncode: int
+    log: str
+
+
+@pytest.fixture(scope="module")
+def preempted(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Preemption:
+    """A real `roll train` with no step limit and no periodic checkpoints, SIGTERMed once it logged 3 steps.
+
+    It attaches to the session's Ray (saving a Ray start); without a step limit the signal surely lands mid-run.
+    """
+    out = tmp_path_factory.mktemp("preempted")
+    log = out / "train.log"
+    cmd = [sys.executable, "-m", "roll.core.cli", "train", str(SMOKE_YAML), f"output_dir={out}", *COMMON]
+    cmd += [f"ray.address={ray_local.address}", "max_steps=100000", "checkpoint.every_n_steps=0"]
     with log.open("w") as sink:
-        proc = subprocess.Popen(
-            [*cmd, *COMMON, "checkpoint.every_n_steps=0"], env=env, stdout=sink, stderr=sink
-        )
+        proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=sink, stderr=sink)
         _wait_for_steps(out, proc, log, 3)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == EXIT_PREEMPTED, log.read_text()[-3000:]
-    latest = CheckpointManager(out / "checkpoints", keep_last=3).latest()
-    assert latest is not None
-    stopped_at = int(latest.name.split("_")[1])
-    assert (
-        3 <= stopped_at < STEPS and max(_metrics(out)) == stopped_at
-    )  # the step finished, then the checkpoint
-    assert "resume=auto" in log.read_text()
-    _run(_config(out, "resume=auto"))
-    resumed = _metrics(out)
-    assert resumed == clean  # steps before the signal from the first process, the rest from the resumed one
+        returncode = proc.wait(timeout=120)
+    return Preemption(out, returncode, log.read_text())
 
 
 @pytest.mark.slow
-def test_a_sigkilled_worker_is_recovered_and_the_run_matches(
-    clean: Metrics, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_sigterm_finishes_the_step_checkpoints_it_and_exits_75(preempted: Preemption, clean: Metrics) -> None:
+    """The signal's step finished and was logged, its checkpoint is the only one, the exit code is 75, and the
+    message says how to continue; every step logged equals the clean run's."""
+    assert preempted.returncode == EXIT_PREEMPTED, preempted.log[-3000:]
+    checkpoints = CheckpointManager(preempted.out / "checkpoints", keep_last=3).checkpoints()
+    assert len(checkpoints) == 1
+    stopped_at = checkpoints[0].step
+    logged = _metrics(preempted.out)
+    assert 3 <= stopped_at < STEPS and sorted(logged) == list(range(1, stopped_at + 1))
+    assert logged == {step: clean[step] for step in logged}
+    assert f"SIGTERM: stopped after step {stopped_at}" in preempted.log and "resume=auto" in preempted.log
+
+
+@pytest.mark.slow
+def test_resume_auto_continues_exactly_through_a_sigkilled_worker(
+    preempted: Preemption, clean: Metrics, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """SIGKILL rank 1's process after step 8: the pipeline rebuilds, resumes from its latest checkpoint (every 5
-    steps) and finishes on its own, with one restart logged and every step's metrics equal to the clean run's."""
-    out = tmp_path / "killed"
+    """``resume=auto`` continues the preempted run; 3 steps later rank 1's process is SIGKILLed. The pipeline
+    names it, rebuilds, resumes from its latest checkpoint (the preempted one or a later one, every 5 steps) and
+    finishes on its own: one restart logged, and every step's metrics equal the clean run's."""
+    out = tmp_path / "run"
+    shutil.copytree(preempted.out, out)
+    resumed_at = CheckpointManager(out / "checkpoints", keep_last=3).checkpoints()[-1].step
     killed: list[int] = []
 
     def kill_rank_1(pipeline: Any) -> None:
         deadline = time.monotonic() + 300
-        while pipeline.step < 8 and time.monotonic() < deadline:
+        while pipeline.step < resumed_at + 3 and time.monotonic() < deadline:
             time.sleep(0.001)
         pid = pipeline.clusters[0].infos[1].pid
         killed.append(pid)
         os.kill(pid, signal.SIGKILL)
 
+    overrides = ["resume=auto", "checkpoint.every_n_steps=5", "max_restarts=1"]
     with caplog.at_level(logging.ERROR, logger="roll.core.pipeline"):
-        summary = _run(_config(out, "checkpoint.every_n_steps=5", "max_restarts=1"), during=kill_rank_1)
+        summary = _run(_config(out, *overrides), during=kill_rank_1)
     assert killed, "the worker was never killed"
     assert "smoke: workers rank 1 died: " in caplog.text and "Restart 1 of 1" in caplog.text
     assert summary["restarts"] == 1.0
