@@ -254,6 +254,9 @@ class RLVRPipeline(BasePipeline):
         out["time/score_s"] = timings["score"]
         out["actor/kl_coef"] = self.objective.kl.value
         out["policy_version"] = float(self.policy.version)
+        out["reward/errors"] = float(batch.tensors[C.REWARD_ERROR].sum()) if C.REWARD_ERROR in batch else 0.0
+        out["reward/retried_rows_total"] = float(self.rewards.retried_requests)
+        out["reward/worker_restarts_total"] = float(self.rewards.restarts)
         if self.transform is not None:
             out.update(self.transform.metrics())
         return out
@@ -329,11 +332,16 @@ class RLVRPipeline(BasePipeline):
         self.scheduler.load_state_dict(state["scheduler"])
         self.policy.load_state(state, warmed_up=self.config.warmup is not None)
 
-    def shutdown(self) -> None:
+    def teardown(self) -> None:
+        """Stop the generator threads (before a restart after a lost worker, and at shutdown)."""
         if hasattr(self, "ahead"):
             self.ahead.shutdown()
         if self.scheduler is not None:
             self.scheduler.close()
+            self.scheduler = None
+
+    def shutdown(self) -> None:
+        self.teardown()
         super().shutdown()
 
     def _plot(self) -> None:

@@ -54,7 +54,6 @@ class AgenticPipeline(BasePipeline):
 
     def __init__(self, config: AgenticConfig) -> None:
         super().__init__(config, name="agentic")
-        self.ahead = StepAhead(self.rollout, enabled=config.async_generation_ratio == 1)
         self.objective = PolicyObjective(
             config.algorithm, estimator=config.estimator, reward_norm=config.reward_norm_mode
         )
@@ -70,6 +69,7 @@ class AgenticPipeline(BasePipeline):
         )
         self.policy = PolicyGroup(spec, self.make_cluster)
         self.policy.start()
+        self.ahead = StepAhead(self.rollout, enabled=cfg.async_generation_ratio == 1)
         self.runtime = RolloutRuntime(
             cfg, self.make_cluster, b.prompts_per_step, b.samples_per_prompt, infer=self.policy.infer
         )
@@ -232,8 +232,13 @@ class AgenticPipeline(BasePipeline):
         self.objective.load_state_dict(state)
         self.policy.load_state(state, warmed_up=self.config.warmup is not None)
 
+    def teardown(self) -> None:
+        """Stop the rollout thread (before a restart after a lost worker, and at shutdown)."""
+        if hasattr(self, "ahead"):
+            self.ahead.shutdown()
+
     def shutdown(self) -> None:
-        self.ahead.shutdown()
+        self.teardown()
         super().shutdown()
 
     def run(self) -> dict[str, float]:
