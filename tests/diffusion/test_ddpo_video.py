@@ -13,7 +13,7 @@ from roll.core.testing import read_metrics
 from roll.diffusion.reward_fl import RewardFLConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-QUIET = ["tracking.progress=false", "tracking.backends=[jsonl]", "ray.num_cpus=null"]
+QUIET = ["tracking.progress=false", "tracking.backends=[jsonl]"]
 DDPO_STEPS = 6
 DDPO = [
     f"max_steps={DDPO_STEPS}",
@@ -30,30 +30,24 @@ DDPO = [
 ]
 
 
-def _run(yaml: Path, out: Path, overrides: list[str]) -> Path:
-    from roll.diffusion.reward_fl.pipeline import RewardFLPipeline
-
-    cfg = load_config(yaml, [f"output_dir={out}", *QUIET, *overrides], model=RewardFLConfig)
-    pipeline = RewardFLPipeline(cfg)
-    try:
-        pipeline.run()
-    finally:
-        pipeline.shutdown()
-    return out
-
-
-def test_ddpo_raises_jpeg_compressibility(ray_local: Any, tiny_sd: Path, tmp_path: Path) -> None:
+def test_ddpo_raises_jpeg_compressibility(
+    ray_local: Any, tiny_sd: Path, run_reward_fl: Any, tmp_path: Path
+) -> None:
     """Eval reward = minus the kB of the 8 eval prompts' samples as JPEG (same seed before and after)."""
-    metrics = read_metrics(_run(ROOT / "examples" / "reward_fl.yaml", tmp_path / "ddpo", DDPO))
+    metrics = read_metrics(
+        run_reward_fl(ROOT / "examples" / "reward_fl.yaml", tmp_path / "ddpo", [*QUIET, *DDPO])
+    )
     before, after = metrics[0]["eval/reward_mean"], metrics[DDPO_STEPS]["eval/reward_mean"]
     assert after > before + 0.005, (before, after)
     assert metrics[1]["train/clipfrac"] == 0.0  # one optimizer step per rollout: on-policy, ratio exactly 1
 
 
-def test_video_path_runs_two_steps_and_writes_frames(ray_local: Any, tmp_path: Path) -> None:
+def test_video_path_runs_two_steps_and_writes_frames(
+    ray_local: Any, run_reward_fl: Any, tmp_path: Path
+) -> None:
     from PIL import Image
 
-    out = _run(ROOT / "examples" / "reward_fl_video.yaml", tmp_path / "video", [])
+    out = run_reward_fl(ROOT / "examples" / "reward_fl_video.yaml", tmp_path / "video", QUIET)
     metrics = read_metrics(out)
     assert sorted(metrics) == [0, 1, 2]
     assert 0.0 <= metrics[2]["train/reward_mean"] <= 1.0

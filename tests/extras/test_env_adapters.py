@@ -35,6 +35,9 @@ def test_frozen_lake_text_named_actions_and_a_win() -> None:
     """Default 4x4 map SFFF/FHFH/FFFH/HFFG: Down Down Right Right Down Right reaches G (reward 1)."""
     env = build_env(EnvEntryConfig(type="gymnasium", options={**LAKE, "action_names": NAMES}))
     assert valid_actions_of(env) == tuple(NAMES)
+    assert env.system_prompt.endswith(
+        "Valid actions: Left, Down, Right, Up. Answer with one action, e.g. <answer>Left</answer>."
+    )
     text, info = env.reset(seed=0)
     assert text == "[S]FFF\nFHFH\nFFFH\nHFFG" and info == {"prob": 1}
     for action in ["Down", "Down", "Right", "Right", "Down"]:

@@ -24,6 +24,24 @@ EpsFn = Callable[[torch.Tensor, float, torch.Tensor], torch.Tensor]
 """``(latents, timestep, text embeddings [2B or B, T, D]) -> eps``, guidance applied."""
 
 
+def guided_embeddings(
+    encode: Callable[[list[str]], torch.Tensor], prompts: list[str], guidance: float
+) -> torch.Tensor:
+    """``[B, T, D]``, or ``[2B, T, D]`` (unconditional first, as diffusers orders them) when guided."""
+    cond = encode(prompts)
+    return cond if guidance <= 1.0 else torch.cat([encode([""] * len(prompts)), cond])
+
+
+def guided_output(
+    call: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, guidance: float
+) -> torch.Tensor:
+    """``call(x)``, or with classifier-free guidance the doubled batch's two halves combined."""
+    if guidance <= 1.0:
+        return call(x)
+    uncond, cond = call(torch.cat([x, x])).chunk(2)
+    return S.guided_eps(uncond, cond, guidance)
+
+
 @dataclass
 class Trajectory:
     """What sampling returns: final latents, and for DDPO the visited latents and per-step log-probs."""
@@ -71,11 +89,7 @@ class ImageStack:
         return self.text_encoder(ids)[0]
 
     def text_embeddings(self, prompts: list[str], guidance: float) -> torch.Tensor:
-        """``[B, T, D]``, or ``[2B, T, D]`` (unconditional first, as diffusers orders them) when guided."""
-        cond = self.encode(prompts)
-        if guidance <= 1.0:
-            return cond
-        return torch.cat([self.encode([""] * len(prompts)), cond])
+        return guided_embeddings(self.encode, prompts, guidance)
 
     def initial_latents(self, batch: int, generator: torch.Generator) -> torch.Tensor:
         from diffusers.utils.torch_utils import randn_tensor
@@ -94,14 +108,10 @@ class ImageStack:
 
     def eps_fn(self, unet: Any, guidance: float) -> EpsFn:
         def eps(latents: torch.Tensor, t: float, emb: torch.Tensor) -> torch.Tensor:
-            guided = guidance > 1.0
-            x = torch.cat([latents, latents]) if guided else latents
             timestep = torch.tensor(t, device=self.device)
-            out = unet(x, timestep, encoder_hidden_states=emb).sample
-            if not guided:
-                return out
-            uncond, cond = out.chunk(2)
-            return S.guided_eps(uncond, cond, guidance)
+            return guided_output(
+                lambda x: unet(x, timestep, encoder_hidden_states=emb).sample, latents, guidance
+            )
 
         return eps
 

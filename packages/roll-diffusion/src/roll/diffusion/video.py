@@ -14,7 +14,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from roll.diffusion.kit.video import FRAMES
-from roll.diffusion.stack import EpsFn, Trajectory
+from roll.diffusion.stack import EpsFn, Trajectory, guided_embeddings, guided_output
 
 
 class FlowStep:
@@ -51,8 +51,7 @@ class VideoStack:
         return self.text_encoder(tok.input_ids.to(self.device), tok.attention_mask.to(self.device))[0]
 
     def text_embeddings(self, prompts: list[str], guidance: float) -> torch.Tensor:
-        cond = self.encode(prompts)
-        return cond if guidance <= 1.0 else torch.cat([self.encode([""] * len(prompts)), cond])
+        return guided_embeddings(self.encode, prompts, guidance)
 
     def initial_latents(self, batch: int, generator: torch.Generator) -> torch.Tensor:
         from diffusers.utils.torch_utils import randn_tensor
@@ -70,14 +69,13 @@ class VideoStack:
 
     def eps_fn(self, model: Any, guidance: float) -> EpsFn:
         def velocity(x: torch.Tensor, t: float, emb: torch.Tensor) -> torch.Tensor:
-            guided = guidance > 1.0
-            inp = torch.cat([x, x]) if guided else x
-            timestep = torch.full((inp.shape[0],), t, device=self.device)
-            out = model(hidden_states=inp, timestep=timestep, encoder_hidden_states=emb, return_dict=False)[0]
-            if not guided:
-                return out
-            uncond, cond = out.chunk(2)
-            return uncond + guidance * (cond - uncond)
+            def call(inp: torch.Tensor) -> torch.Tensor:
+                timestep = torch.full((inp.shape[0],), t, device=self.device)
+                return model(
+                    hidden_states=inp, timestep=timestep, encoder_hidden_states=emb, return_dict=False
+                )[0]
+
+            return guided_output(call, x, guidance)
 
         return velocity
 

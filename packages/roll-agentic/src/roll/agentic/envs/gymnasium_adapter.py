@@ -108,7 +108,14 @@ class GymnasiumEnv:
 
     @property
     def system_prompt(self) -> str:
-        return self.config.system_prompt
+        """The configured prompt, then the valid actions and the answer format when actions are named."""
+        names = self.config.action_names
+        if not names or self._parse_fn is not None:
+            return self.config.system_prompt
+        example = f"<answer>{names[0]}</answer>"
+        return (
+            f"{self.config.system_prompt}\n{self.action_space_text}. Answer with one action, e.g. {example}."
+        )
 
     @property
     def action_space_text(self) -> str:

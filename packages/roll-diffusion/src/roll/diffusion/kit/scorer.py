@@ -92,8 +92,14 @@ REWARD_HEADS = (0, 2)
 renders (0.44 on fresh renders after the kit's 500 steps, 3 classes), too weak to judge a generator by."""
 
 
-def alignment_B(scorer: ShapeScorer, images_BCHW: torch.Tensor, labels_B3: torch.Tensor) -> torch.Tensor:
-    """Mean over :data:`REWARD_HEADS` of the probability the scorer gives the prompt's label, ``[B]`` in [0, 1]."""
+def alignment_B(
+    scorer: ShapeScorer, images_BCHW: torch.Tensor, labels_B3: torch.Tensor, *, temperature: float = 1.0
+) -> torch.Tensor:
+    """Mean over :data:`REWARD_HEADS` of the probability the scorer gives the prompt's label (softmax of
+    ``logits / temperature``), ``[B]`` in [0, 1]."""
     logits = scorer(images_BCHW)
-    probs = [logits[h].softmax(-1).gather(1, labels_B3[:, h : h + 1]).squeeze(1) for h in REWARD_HEADS]
+    probs = [
+        (logits[h] / temperature).softmax(-1).gather(1, labels_B3[:, h : h + 1]).squeeze(1)
+        for h in REWARD_HEADS
+    ]
     return torch.stack(probs, dim=1).mean(dim=1)

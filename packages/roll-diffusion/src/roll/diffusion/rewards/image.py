@@ -31,10 +31,11 @@ class ShapeAlignmentReward:
                 "use 'tiny-sd' or a folder the kit wrote"
             )
         self.scorer = ShapeScorer.load(folder)
+        self.temperature = config.temperature
 
     def __call__(self, images_BCHW: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         labels_B3 = label_tensor(prompts).to(images_BCHW.device)
-        return alignment_B(self.scorer, images_BCHW, labels_B3)
+        return alignment_B(self.scorer, images_BCHW, labels_B3, temperature=self.temperature)
 
     def to(self, device: torch.device) -> ShapeAlignmentReward:
         self.scorer.to(device)

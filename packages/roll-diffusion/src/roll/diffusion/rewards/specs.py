@@ -21,6 +21,12 @@ class ShapeAlignmentConfig(RollModel):
     captions). ``scorer`` is a kit preset or a folder holding ``roll_scorer/``."""
 
     scorer: str = "tiny-sd"
+    temperature: float = Field(
+        4.0,
+        gt=0,
+        description="logits / temperature before the softmax: at 1 the scorer is near-certain on samples "
+        "(probabilities 0 or 1, reward gradient ~1e-5, measured), which stalls DRaFT",
+    )
 
 
 class JpegConfig(RollModel):
