@@ -135,7 +135,10 @@ def test_unknown_group_raises() -> None:
     from roll.core import plugins
     from roll.core.errors import PluginError
 
-    with pytest.raises(PluginError, match=r"unknown plugin group 'roll\.nope'; roll's groups are: roll\.env"):
+    with pytest.raises(
+        PluginError,
+        match=r"unknown plugin group 'roll\.nope'; roll's groups are: roll\.diffusion_reward, roll\.env",
+    ):
         plugins.available("roll.nope")
 
 
