@@ -22,6 +22,7 @@ HybridActorWorker`): one cluster is both the train and the inference cluster, an
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -63,6 +64,8 @@ POLICY_COLUMNS = (
 )
 """What the policy loss reads (those present in the batch go to ``actor_train``)."""
 ACTOR_FILES, CRITIC_FILES = "actor", "critic"
+REFERENCE_START = "reference_start"
+"""Beside the ``step_*`` checkpoints: the warmed-up weights the reference holds (the RL start), for resumes."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class PolicySpec:
     bucket_mb: float = 256.0
     seed: int = 0
     placement: Placement = "separate"
+    checkpoint_root: Path | None = None
+    """Where the run's checkpoints go; a warm-up leaves the reference's start weights there (``reference_start``)."""
 
 
 def policy_spec(cfg: PolicyRunConfig, *, warmup_steps: int, norm_len: int) -> PolicySpec:
@@ -105,6 +110,7 @@ def policy_spec(cfg: PolicyRunConfig, *, warmup_steps: int, norm_len: int) -> Po
         total_steps=cfg.max_steps * cfg.batch.optimizer_steps_per_step + warmup_steps,
         reference=cfg.reference if cfg.needs_reference else None, critic=critic,
         cpu_threads=cfg.cpu_threads, bucket_mb=cfg.bucket_mb, seed=cfg.seed, placement=cfg.placement,
+        checkpoint_root=cfg.checkpoint.dir or cfg.output_dir / "checkpoints",
     )  # fmt: skip
 
 
@@ -276,8 +282,21 @@ class PolicyGroup:
         self.sync()
         if self.ref_updater is not None:
             self.ref_updater.sync(self.version)
+            self._save_reference_start()
         logger.info("warm-up: %d steps in %.1fs", len(batches), time.perf_counter() - start)
         return metrics
+
+    def _save_reference_start(self) -> None:
+        """The reference now holds the warmed-up weights, not the model path's: keep them, atomically, so a resumed
+        run's reference starts where this one's did."""
+        root = self.spec.checkpoint_root
+        if root is None:
+            return
+        tmp = root / f".tmp-{REFERENCE_START}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.actor.save_checkpoint(str(tmp))
+        shutil.rmtree(root / REFERENCE_START, ignore_errors=True)
+        tmp.rename(root / REFERENCE_START)
 
     def sync(self, version: int | None = None) -> None:
         """Push the trained weights to the inference workers; the new policy version is ``version`` or +1."""
@@ -306,6 +325,17 @@ class PolicyGroup:
             self.critic.cluster.save_checkpoint(str(directory / CRITIC_FILES))
 
     def load(self, directory: Path) -> None:
+        """Restore a checkpoint. A reference that a warm-up moved gets its start weights back first (from
+        ``reference_start`` beside the checkpoint, copied beside this run's own checkpoints when they live
+        elsewhere), through the actor, which then loads the checkpoint itself."""
+        start = directory.parent / REFERENCE_START
+        if self.ref_updater is not None and start.is_dir():
+            self.actor.load_checkpoint(str(start))
+            self.ref_updater.sync()
+            root = self.spec.checkpoint_root
+            if root is not None and not (root / REFERENCE_START).exists():
+                root.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(start, root / REFERENCE_START)
         self.actor.load_checkpoint(str(directory / ACTOR_FILES))
         if self.critic is not None:
             self.critic.cluster.load_checkpoint(str(directory / CRITIC_FILES))
@@ -313,13 +343,10 @@ class PolicyGroup:
     def state(self) -> dict[str, Any]:
         return {"version": self.version}
 
-    def load_state(self, state: Mapping[str, Any], *, warmed_up: bool) -> None:
-        """Restore the served version: the inference workers (and, after a warm-up, the reference) get the
-        checkpoint's weights."""
-        version = int(state["version"])
-        self.sync(version)
-        if self.ref_updater is not None and warmed_up:
-            self.ref_updater.sync(version)
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore the served version: the inference workers get the checkpoint's weights (the reference keeps
+        its start weights, see :meth:`load`)."""
+        self.sync(int(state["version"]))
 
     def export_hf(self, output_dir: Path) -> Path:
         """The trained policy as a transformers ``save_pretrained`` folder under ``output_dir/hf``."""

@@ -330,7 +330,7 @@ class RLVRPipeline(BasePipeline):
         self.feeder.load_state(state["feeder"])
         self.objective.load_state_dict(state)
         self.scheduler.load_state_dict(state["scheduler"])
-        self.policy.load_state(state, warmed_up=self.config.warmup is not None)
+        self.policy.load_state(state)
 
     def teardown(self) -> None:
         """Stop the generator threads (before a restart after a lost worker, and at shutdown)."""

@@ -230,7 +230,7 @@ class AgenticPipeline(BasePipeline):
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         self.objective.load_state_dict(state)
-        self.policy.load_state(state, warmed_up=self.config.warmup is not None)
+        self.policy.load_state(state)
 
     def teardown(self) -> None:
         """Stop the rollout thread (before a restart after a lost worker, and at shutdown)."""
