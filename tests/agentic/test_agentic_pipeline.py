@@ -144,3 +144,16 @@ def test_agentic_ppo_with_kl_reference_async_resumes_exactly(
     steps = [metrics[k] for k in range(1, 5)]
     assert all("critic/value_loss" in s and "actor/kl" in s for s in steps), sorted(steps[0])
     assert [s["rollout/staleness_max"] for s in steps] == [0.0, 1.0, 1.0, 1.0]
+
+
+def test_agentic_supports_every_registered_estimator() -> None:
+    """Agentic runs every estimator of the registry, GAE with its critic role included (the PPO preset)."""
+    from roll.agentic.pipeline.agentic import SUPPORTED_ESTIMATORS
+    from roll.core.config.loader import load_config
+    from roll.pipelines.algorithms.registry import ESTIMATORS
+
+    overrides = ["algorithm.preset=ppo", "algorithm.kl_mode=none", "algorithm.reward_norm=none"]
+    config = load_config(EXAMPLES / "agentic_guess.yaml", overrides, model=AgenticConfig)
+    assert config.estimator == "gae" and config.needs_critic
+    assert "critic" in AGENTIC.build(config).roles()
+    assert set(ESTIMATORS.names) == set(SUPPORTED_ESTIMATORS)
