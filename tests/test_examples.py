@@ -54,10 +54,28 @@ def test_docs_have_yaml_snippets() -> None:
 TRAINED_ROLES = ("actor_train", "student", "critic")
 
 
-@pytest.mark.parametrize("path", [p for p in EXAMPLES if p.stem != "smoke"], ids=lambda p: p.stem)
+def _trains_a_model_role(path: Path) -> bool:
+    from roll.workers.roles.config import TrainRoleConfig
+
+    config = load_run_config(path, [])[1]
+    return any(isinstance(getattr(config, r, None), TrainRoleConfig) for r in TRAINED_ROLES)
+
+
+TRAINING_EXAMPLES = [p for p in EXAMPLES if _trains_a_model_role(p)]
+"""Examples with a model role of roll-workers: not smoke (a regression head), rlvr_rollout (evaluates only) or
+reward_fl (its denoiser role is roll-diffusion's own, on diffusers)."""
+
+
+def test_most_examples_train_a_model_role() -> None:
+    assert len(TRAINING_EXAMPLES) >= 15 and {"quickstart", "sft", "dpo", "agentic_guess"} <= {
+        p.stem for p in TRAINING_EXAMPLES
+    }
+
+
+@pytest.mark.parametrize("path", TRAINING_EXAMPLES, ids=lambda p: p.stem)
 def test_megatron_is_selectable_in_every_trained_role(path: Path) -> None:
     """``strategy: {type: megatron, tensor_parallel_size: 2}`` validates in every trained role of every example
-    but the smoke run (no model) (running it needs CUDA; choosing it must not), and an inference strategy there is rejected naming both."""
+    that trains one (running it needs CUDA; choosing it must not), and an inference strategy there is rejected naming both."""
     from roll.core.config.loader import load_tree, validate
     from roll.core.errors import ConfigError
 
