@@ -151,4 +151,4 @@ def test_hybrid_placement_trains_and_generates_in_one_process(ray_local: Any, tm
     assert all(steps[k]["rollout/version_lag_max"] == 0 for k in steps)
     assert 0.0 <= steps[3]["eval/accuracy"] <= 1.0 and "actor/loss" in steps[3]
     with pytest.raises(ConfigError, match="placement hybrid"):
-        load(["placement=hybrid", "algorithm.kl_mode=loss"])
+        load(["placement=hybrid", "algorithm.kl_mode=loss", "algorithm.kl_coef=0.05"])
