@@ -7,7 +7,12 @@ import torch
 from torch.testing import assert_close
 
 from roll.core.errors import ConfigError
-from roll.pipelines.algorithms.dapo import dynamic_sampling_filter, overlong_filter, soft_overlong_penalty
+from roll.pipelines.algorithms.dapo import (
+    dynamic_sampling_filter,
+    dynamic_sampling_rows,
+    overlong_filter,
+    soft_overlong_penalty,
+)
 
 
 def test_overlong_filter() -> None:
@@ -42,3 +47,17 @@ def test_dynamic_sampling_filter() -> None:
     assert result.keep_P.tolist() == [False, True, False, False]
     with pytest.raises(ConfigError, match="min_std"):
         dynamic_sampling_filter(rewards_PG, min_std=0.5, max_std=0.1)
+
+
+def test_dynamic_sampling_over_ragged_id_groups_matches_the_layout_rule() -> None:
+    """Groups by id (agentic: a timed-out env leaves its group short). Group 7 = [1, 1, 1] all equal: dropped;
+    group 3 = [0, 1] (std 0.5) kept; group 5 = [0, 0, 0, 1] (std sqrt(3)/4 = 0.433) kept at min_std 0.4 and
+    dropped as out of range at min_std 0.45. The rows follow their group wherever they sit in the batch."""
+    rewards_B = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0])
+    groups_B = torch.tensor([7, 3, 5, 7, 3, 5, 7, 5, 5])
+    keep_B, result = dynamic_sampling_rows(rewards_B, groups_B, min_std=0.4)
+    assert keep_B.tolist() == [False, True, True, False, True, True, False, True, True]
+    assert (result.num_kept, result.num_all_equal, result.num_std_out_of_range) == (2, 1, 0)
+    keep_B, result = dynamic_sampling_rows(rewards_B, groups_B, min_std=0.45)
+    assert keep_B.tolist() == [False, True, False, False, True, False, False, False, False]
+    assert (result.num_kept, result.num_all_equal, result.num_std_out_of_range) == (1, 1, 1)

@@ -79,3 +79,20 @@ def dynamic_sampling_filter(
         num_all_equal=int(drop_equal_P.sum()),
         num_std_out_of_range=int((~drop_equal_P & ~in_range_P).sum()),
     )
+
+
+def dynamic_sampling_rows(
+    rewards_B: torch.Tensor, group_ids_B: torch.Tensor, *, min_std: float = 0.0, max_std: float = math.inf
+) -> tuple[torch.Tensor, GroupFilterResult]:
+    """:func:`dynamic_sampling_filter` over groups given by ids instead of a ``[P, G]`` layout (agentic groups
+    may be ragged: an env that timed out leaves its group a member short). Returns ``keep_B`` (the rows of kept
+    groups) and the counts, per group, as :func:`dynamic_sampling_filter` gives them."""
+    keep_B = torch.zeros_like(group_ids_B, dtype=torch.bool)
+    kept = equal = out_of_range = 0
+    for group in torch.unique(group_ids_B):
+        rows_B = group_ids_B == group
+        result = dynamic_sampling_filter(rewards_B[rows_B][None, :], min_std=min_std, max_std=max_std)
+        keep_B[rows_B] = bool(result.keep_P[0])
+        kept, equal = kept + result.num_kept, equal + result.num_all_equal
+        out_of_range += result.num_std_out_of_range
+    return keep_B, GroupFilterResult(keep_B.new_tensor([]), kept, equal, out_of_range)

@@ -19,11 +19,14 @@ rollout is synchronous (generation waits for training), which keeps on-policy sa
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from roll.agentic.env_manager.batching import to_batch
 from roll.agentic.env_manager.episode import Sample
@@ -37,6 +40,7 @@ from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import ConfigError
 from roll.core.pipeline import BasePipeline
+from roll.pipelines.algorithms.dapo import dynamic_sampling_rows
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
 from roll.pipelines.policy.group import PolicyGroup, policy_spec
 from roll.pipelines.policy.objective import PolicyObjective
@@ -101,18 +105,20 @@ class AgenticPipeline(BasePipeline):
         return self.log(metrics, samples, timings)
 
     def _informative(self, samples: list[Sample]) -> tuple[list[Sample], dict[str, float]]:
-        """Dynamic sampling (DAPO) over env groups: drop the groups whose episode scores are all equal (within
-        ``algorithm.dynamic_sampling_min_std``); their advantages would be 0. ``env_manager.extra_groups`` rolls
-        out spare groups to make up for them."""
+        """Dynamic sampling (DAPO) over env groups: drop the groups whose episode scores are all equal (or whose
+        std is outside ``algorithm.dynamic_sampling_min_std``/``max_std``); their advantages would be 0.
+        ``env_manager.extra_groups`` rolls out spare groups to make up for them."""
         a = self.config.algorithm
-        by_group: dict[int, list[float]] = {}
-        for sample in samples:
-            by_group.setdefault(sample.group, []).append(sample.score)
-        keep = {g for g, scores in by_group.items() if _std(scores) > a.dynamic_sampling_min_std}
-        if a.dynamic_sampling_max_std is not None:
-            keep = {g for g in keep if _std(by_group[g]) <= a.dynamic_sampling_max_std}
-        kept = [s for s in samples if s.group in keep]
-        return kept, {"rollout/groups_filtered": float(len(by_group) - len(keep))}
+        keep_B, result = dynamic_sampling_rows(
+            torch.tensor([s.score for s in samples], dtype=torch.float32),
+            torch.tensor([s.group for s in samples]),
+            min_std=a.dynamic_sampling_min_std,
+            max_std=a.dynamic_sampling_max_std if a.dynamic_sampling_max_std is not None else math.inf,
+        )
+        kept = [s for s, keep in zip(samples, keep_B.tolist(), strict=True) if keep]
+        metrics = {"rollout/groups_all_equal": float(result.num_all_equal)}
+        metrics["rollout/groups_std_out_of_range"] = float(result.num_std_out_of_range)
+        return kept, metrics
 
     def rollout(self, step: int) -> Rollout:
         return self.runtime.rollout(batch_seed=self.config.seed * 1_000_003 + step)
@@ -278,11 +284,6 @@ def _format_sample(enc: Any, outcome: ResetOutcome, answer: str) -> Sample:
         logp=[0.0] * (len(prompt) + len(response)),
         score=0.0, group=0, episode=0, tag="warmup", success=False,
     )  # fmt: skip
-
-
-def _std(values: list[float]) -> float:
-    mean = sum(values) / len(values)
-    return float((sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5)
 
 
 def _timed(timings: dict[str, float], phase: str, fn: Callable[[], Any]) -> Any:
