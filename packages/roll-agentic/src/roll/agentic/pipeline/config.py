@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from roll.agentic.env_manager.config import EnvManagerConfig
 from roll.core.config.sections import RoleConfig, RunConfig
-from roll.core.config.validate import moved_keys_error
 from roll.workers.roles.config import DEFAULT_MODEL, InferRoleConfig, ModelConfig
 
 __all__ = ["AgenticRunConfig"]
@@ -30,14 +27,6 @@ class AgenticRunConfig(RunConfig):
             "infer_strategy": "actor_infer.strategy.type",
             "infer": "actor_infer.strategy",
         }
-
-    @model_validator(mode="before")
-    @classmethod
-    def _old_layout(cls, data: Any) -> Any:
-        error = moved_keys_error(data, cls.moved_keys())
-        if error is not None:
-            raise error
-        return data
 
     @property
     def policy_model(self) -> ModelConfig:

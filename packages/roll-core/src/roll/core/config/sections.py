@@ -6,11 +6,12 @@ A pipeline's config model extends :class:`RunConfig` with its own sections. Noth
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from roll.core.config.base import RollModel
+from roll.core.config.validate import moved_keys_error
 
 
 class RayConfig(RollModel):
@@ -73,3 +74,17 @@ class RunConfig(RollModel):
     ray: RayConfig = Field(default_factory=RayConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+    @classmethod
+    def moved_keys(cls) -> dict[str, str]:
+        """Keys an older layout of this config had, mapped to their new path; a config that still uses one gets
+        the path as its hint instead of a bare 'unknown key'. Default: none."""
+        return {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        error = moved_keys_error(data, cls.moved_keys())
+        if error is not None:
+            raise error
+        return data

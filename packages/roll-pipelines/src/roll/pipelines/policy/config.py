@@ -9,13 +9,12 @@ it and adds its own sections (data and rewards; envs). Light: pydantic only.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from roll.core.config.batch import BatchConfig
 from roll.core.config.sections import RoleConfig, RunConfig
-from roll.core.config.validate import moved_keys_error
 from roll.core.errors import ConfigIssue
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.pipelines.common.config import batch_issues
@@ -60,14 +59,6 @@ class PolicyRunConfig(RunConfig):
     def moved_keys(cls) -> dict[str, str]:
         """Keys of the old layout and their new place."""
         return dict(MOVED_KEYS)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _old_layout(cls, data: Any) -> Any:
-        error = moved_keys_error(data, cls.moved_keys())
-        if error is not None:
-            raise error
-        return data
 
     @property
     def policy_model(self) -> ModelConfig:

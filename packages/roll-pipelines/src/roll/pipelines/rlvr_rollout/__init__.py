@@ -18,7 +18,7 @@ from typing import Any, Self
 from pydantic import Field, model_validator
 
 from roll.core.config.sections import RunConfig
-from roll.core.config.validate import issues_error, moved_keys_error
+from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.data.config import DataConfig, TokenizeConfig
@@ -56,13 +56,9 @@ class RolloutEvalConfig(RunConfig):
     max_new_tokens: int = Field(64, ge=1)
     request_prompts: int = Field(8, ge=1)
 
-    @model_validator(mode="before")
     @classmethod
-    def _old_layout(cls, data: Any) -> Any:
-        error = moved_keys_error(data, MOVED_KEYS)
-        if error is not None:
-            raise error
-        return data
+    def moved_keys(cls) -> dict[str, str]:
+        return dict(MOVED_KEYS)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
