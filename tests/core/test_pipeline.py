@@ -107,9 +107,10 @@ def _cli(*args: str, cwd: Path, log: str = "cli.log") -> subprocess.Popen[str]:
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_to_the_same_result(tmp_path: Path) -> None:
-    """SIGKILL a real `roll train` after its first checkpoint; `resume=auto` then matches a clean run."""
-    common = ["tracking.progress=false", "checkpoint.every_n_steps=2", "ray.num_cpus=2"]
+def test_killed_run_resumes_to_the_same_result(ray_local: Any, tmp_path: Path) -> None:
+    """SIGKILL a real `roll train` after its first checkpoint; `resume=auto` then matches a clean run. The three
+    subprocesses attach to the session's Ray (a dead driver's actors die with it) rather than start their own."""
+    common = ["tracking.progress=false", "checkpoint.every_n_steps=2", f"ray.address={ray_local.address}"]
     killed_out = tmp_path / "killed"
     proc = _cli(
         "train", str(SMOKE_YAML), f"output_dir={killed_out}", *common, "max_steps=100000", cwd=tmp_path

@@ -7,16 +7,20 @@ Load it with ``pytest_plugins = ["roll.core.testing"]`` in the top ``conftest.py
   shared. It always starts a fresh local instance, ignoring ``RAY_ADDRESS``, so tests never touch a real cluster.
 - ``@pytest.mark.gpu``: skipped, with the reason, when ``torch.cuda.is_available()`` is false. torch is imported
   only if some collected test carries the marker.
-- ``@pytest.mark.slow``: only a label; slow tests still run unless deselected with ``-m "not slow"``.
+- ``@pytest.mark.slow``: the slow tier (an end-to-end learning or kill-and-resume run). The workspace's pytest
+  settings leave it out of a bare ``pytest`` (``-m "not slow"``); ``pytest -m slow`` runs it, and CI runs both.
 - :func:`tiny_role`: a :class:`RoleConfig` sized for tests (one worker, 0.25 CPU).
 - ``kill_and_resume`` (fixture): the exact-resume check of any pipeline. A real ``roll train`` subprocess is
   SIGKILLed (no clean exit) once its first checkpoint is on disk, ``resume=auto`` finishes the run in a second
   subprocess, and every logged metric of every step after the checkpoint must equal, bitwise, the
-  uninterrupted run's. :func:`read_metrics` reads a run's ``metrics.jsonl``.
+  uninterrupted run's. :func:`read_metrics` reads a run's ``metrics.jsonl``. Both subprocesses attach to the
+  session's Ray (``ray.address=<its GCS>``) instead of starting their own (~8 s each): Ray kills a dead
+  driver's actors and frees its placement groups, so the resumed run gets the same resources back.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -59,7 +63,7 @@ def ray_local() -> Iterator[Any]:
 def pytest_configure(config: pytest.Config) -> None:
     # Registered here too, so a package's tests run with --strict-markers without the root pytest settings.
     config.addinivalue_line("markers", "gpu: needs CUDA; skipped cleanly without it")
-    config.addinivalue_line("markers", "slow: takes more than a few seconds; still runs in CI")
+    config.addinivalue_line("markers", "slow: an end-to-end learning or kill-and-resume run (the slow tier)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -124,11 +128,11 @@ def _kill_after_first_checkpoint(proc: subprocess.Popen[str], out: Path, log: Pa
     proc.wait(timeout=60)
 
 
-def _check(yaml: Path, args: Sequence[str], expected: Metrics, workdir: Path) -> int:
+def _check(yaml: Path, args: Sequence[str], expected: Metrics, workdir: Path, *, ray_address: str) -> int:
     from roll.core.checkpoint import CheckpointManager
 
     out = workdir / "killed"
-    run_args = [f"output_dir={out}", "ray.num_cpus=2", *args]
+    run_args = [f"output_dir={out}", f"ray.address={ray_address}", "ray.num_cpus=null", *args]
     _kill_after_first_checkpoint(_cli(yaml, run_args, workdir, "killed.log"), out, workdir / "killed.log")
     latest = CheckpointManager(out / "checkpoints", keep_last=2).latest()
     assert latest is not None
@@ -172,9 +176,9 @@ def resume_matches() -> Callable[..., Metrics]:
 
 
 @pytest.fixture
-def kill_and_resume() -> KillAndResume:
+def kill_and_resume(ray_local: Any) -> KillAndResume:
     """``check(yaml, args, expected_metrics, workdir) -> resumed_at``: SIGKILL ``roll train yaml *args`` after
     its first checkpoint, resume it, and assert every step after the checkpoint logs ``expected_metrics``
     (time/* and throughput/* aside) bitwise. ``args`` must describe the same run as the one that produced
     ``expected_metrics``."""
-    return _check
+    return functools.partial(_check, ray_address=ray_local.address)
