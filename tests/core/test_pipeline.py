@@ -44,6 +44,7 @@ def _losses(out: Path) -> dict[int, float]:
     return {row["step"]: row["metrics"]["loss"] for row in rows}
 
 
+@pytest.mark.slow
 def test_loss_falls_and_outputs_are_written(ray_local: Any, tmp_path: Path) -> None:
     out = tmp_path / "run"
     _run(_config(out, "max_steps=12", "eval_every=6", "checkpoint.every_n_steps=6"))
@@ -55,6 +56,7 @@ def test_loss_falls_and_outputs_are_written(ray_local: Any, tmp_path: Path) -> N
     assert any((out / "tensorboard").iterdir())
 
 
+@pytest.mark.slow
 def test_two_data_parallel_workers_equal_one(ray_local: Any, tmp_path: Path) -> None:
     one = _run(_config(tmp_path / "one", "max_steps=4", "workers.num_workers=1"))
     two = _run(_config(tmp_path / "two", "max_steps=4", "workers.num_workers=2"))
@@ -63,6 +65,7 @@ def test_two_data_parallel_workers_equal_one(ray_local: Any, tmp_path: Path) -> 
     assert _losses(tmp_path / "one")[4] == pytest.approx(_losses(tmp_path / "two")[4], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_resume_equals_uninterrupted_run(ray_local: Any, tmp_path: Path) -> None:
     full = _run(_config(tmp_path / "full", "max_steps=6"))
     _run(_config(tmp_path / "split", "max_steps=3"))

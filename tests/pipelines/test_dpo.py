@@ -62,6 +62,7 @@ def trained(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_reward_accuracy_rises_above_chance_and_every_parameter_changed(trained: Path) -> None:
     from safetensors.torch import load_file
 
@@ -80,6 +81,7 @@ def test_reward_accuracy_rises_above_chance_and_every_parameter_changed(trained:
         assert not torch.equal(tensor, after[name]), f"{name} did not change"
 
 
+@pytest.mark.slow
 def test_train_steps_report_reward_accuracy_and_margin(trained: Path) -> None:
     """Each step logs the reward accuracy and margin of its own 32 pairs (before its update). At step 1 the policy
     is the reference, so every implicit reward is 0: accuracy 0 (chosen is not *higher*), margin 0. Later batches
@@ -103,6 +105,7 @@ def test_killed_run_resumes_to_the_same_metrics(trained: Path, tmp_path: Path, k
     assert kill_and_resume(DPO_YAML, COMMON, _metrics(trained), tmp_path) < STEPS
 
 
+@pytest.mark.slow
 def test_reference_worker_agrees_with_precomputed_reference(trained: Path, tmp_path: Path) -> None:
     out = tmp_path / "worker"
     _run(_config(out, "max_steps=2", "eval_every=0", "reference.mode=worker", "checkpoint.export_hf=false"))

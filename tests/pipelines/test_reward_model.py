@@ -59,12 +59,14 @@ def trained(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_pairwise_accuracy_is_above_chance(trained: Path) -> None:
     metrics = _metrics(trained)
     assert metrics[STEPS]["eval/pairwise_accuracy"] > 0.55  # held-out pairs, random-init 1M backbone
     assert metrics[STEPS]["eval/margin"] > 0
 
 
+@pytest.mark.slow
 def test_export_loads_as_a_sequence_classifier_and_every_parameter_changed(trained: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 

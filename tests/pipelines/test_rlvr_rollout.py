@@ -42,6 +42,7 @@ def test_config_rejects_k_above_samples_and_greedy_samples(tmp_path: Path) -> No
     assert paths == {"pass_k", "temperature"}
 
 
+@pytest.mark.slow
 def test_eval_run_writes_samples_and_a_consistent_summary(ray_local: Any, tmp_path: Path) -> None:
     (tmp_path / "parity.py").write_text(
         "def even(response, ground_truth, **kw):\n    return len(response) % 2 == 0\n"

@@ -72,6 +72,7 @@ def test_loss_falls_and_answer_accuracy_rises(trained: Path) -> None:
     assert metrics[STEPS]["eval/answer_accuracy"] > 0.15
 
 
+@pytest.mark.slow
 def test_export_loads_in_plain_transformers_and_every_parameter_changed(trained: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -181,6 +182,7 @@ def test_length_policy_applies_to_long_sequences(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.slow
 def test_resume_from_a_missing_path_or_another_pipeline_is_refused(trained: Path, tmp_path: Path) -> None:
     from roll.pipelines.dpo import DPOConfig
     from roll.pipelines.dpo.pipeline import DPOPipeline

@@ -291,7 +291,6 @@ def _two_rank_worker(rank: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.slow
 def test_two_ranks_with_half_batches_equal_one_rank(tmp_path: Path) -> None:
     """Rank 0 uses micro-batches of 2 and rank 1 of 4, so the ranks also run different micro-batch counts."""
     args = (_free_port(), str(tmp_path))

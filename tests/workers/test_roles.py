@@ -22,8 +22,6 @@ from roll.workers.model_update import ModelUpdateGroup
 from roll.workers.roles import CriticWorker, RewardModelWorker, to_sequences
 from roll.workers.types import ForwardOutput
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def clusters(shared_roles: ClusterSet) -> Iterator[dict[str, Cluster]]:
