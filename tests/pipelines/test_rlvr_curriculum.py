@@ -6,8 +6,8 @@ actor) on the session's Ray. The logged ``curriculum/level`` must rise and must 
 must have served ``prompts_per_step`` prompts per step spent at each level, and the pipeline's checkpoint state
 must hold the level reached.
 
-Measured (seed 0): accuracy 0.062, 0.047, 0.062, 0.000 over the 4 steps, levels 0, 1, 1, 2 (and 2 next); 226 s on
-the 2 shared cores under load 30-46, so about a quarter of that on a quiet box.
+Measured (seed 0): accuracy 0.062, 0.047, 0.062, 0.000 over the 4 steps, levels 0, 1, 1, 2 (and 2 next). Took 226 s
+on the 2 shared cores under load 30-46 (not measured on a quiet box).
 """
 
 from __future__ import annotations
