@@ -181,7 +181,9 @@ def test_gem_named_answers_go_to_gem_in_its_format() -> None:
     }
     env = build_env(EnvEntryConfig(type="gem", options=options))
     assert valid_actions_of(env) == tuple(options["answers"])
-    assert env.system_prompt.endswith("Valid actions: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10. Answer with one, e.g. <answer>1</answer>.")
+    assert env.system_prompt.endswith(
+        "Valid actions: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10. Answer with one, e.g. <answer>1</answer>."
+    )
     env.reset(seed=3)
     target = env.env.unwrapped.game_number
     guess_ = 1 if target != 1 else 2

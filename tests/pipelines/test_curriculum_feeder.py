@@ -54,5 +54,5 @@ def test_curriculum_config_is_checked_with_key_paths() -> None:
     assert "curriculum.start" in text and "data.sources.0.builtin_options.level" in text
     with pytest.raises(ConfigError, match=r"data.sources.0.path .*'data/x.jsonl' is not generated"):
         _rlvr_config([*CURRICULUM, "data.sources.0={path: data/x.jsonl}"])
-    with pytest.raises(ConfigError, match="data.sources has 2"):
+    with pytest.raises(ConfigError, match=r"data\.sources has 2"):
         _rlvr_config([*CURRICULUM, "data.sources=[{path: a.jsonl}, {path: b.jsonl}]"])

@@ -160,7 +160,9 @@ class RLVRConfig(PolicyRunConfig):
         src = self.data.sources[0]
         if not src.path.startswith(("reasoning_gym:", "builtin:")):
             message = f"{src.path!r} is not generated, so it has no difficulty levels"
-            issues.append(ConfigIssue("data.sources.0.path", message, "use reasoning_gym:<task> or builtin:<task>"))
+            issues.append(
+                ConfigIssue("data.sources.0.path", message, "use reasoning_gym:<task> or builtin:<task>")
+            )
         if src.difficulty is not None or "level" in src.builtin_options:
             key = "difficulty" if src.difficulty is not None else "builtin_options.level"
             message = "the curriculum sets the level of every pool"

@@ -109,7 +109,9 @@ class RLVRPipeline(BasePipeline):
         cfg = self.config
         if cfg.curriculum is None:
             return None
-        return curriculum_feeder(cfg.curriculum, cfg.data, cfg.tokenize, tokenizer=self.tokenizer, seed=cfg.seed)
+        return curriculum_feeder(
+            cfg.curriculum, cfg.data, cfg.tokenize, tokenizer=self.tokenizer, seed=cfg.seed
+        )
 
     def _make_scheduler(self) -> GenerateScheduler:
         cfg, r = self.config, self.config.rollout
