@@ -42,12 +42,6 @@ def test_gem_reward_rises(ray_local: Any, tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r["metrics"] for r in rows if r["step"] > 0 and "env/return" in r["metrics"]]
     returns = [s["env/return"] for s in steps]
-    print(
-        "return",
-        [round(r, 3) for r in returns],
-        "format",
-        [round(s.get("env/format_ok", -1), 3) for s in steps],
-    )
     assert len(returns) == STEPS
     first, last = sum(returns[:2]) / 2, sum(returns[-2:]) / 2
     assert last > first + 0.05, f"GEM's reward did not rise: {returns}"

@@ -58,7 +58,6 @@ def test_difficulty_rises_when_accuracy_passes(ray_local: Any, tmp_path: Path) -
     accuracy = [s["reward/accuracy"] for s in steps]
     rule = AccuracyCurriculum(max_level=2, threshold=THRESHOLD, window=WINDOW)
     expected = [0] + [rule.observe(a) for a in accuracy]
-    print("levels", levels, "accuracy", [round(a, 3) for a in accuracy])
     assert len(steps) == STEPS and levels == expected[:-1]
     assert levels[-1] > levels[0] == 0, f"the level never rose: accuracy {accuracy}"
     feed = state["feeder"]
