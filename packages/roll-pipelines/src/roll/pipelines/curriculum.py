@@ -61,6 +61,11 @@ class CurriculumFeeder:
     def level(self) -> int:
         return self.rule.level
 
+    @property
+    def rows(self) -> list[Row]:
+        """The current level's pool (what :class:`PromptFeeder` calls its rows)."""
+        return self.feeders[self.rule.level].rows
+
     def __call__(self, n: int) -> Batch:
         return self.feeders[self.rule.level](n)
 
