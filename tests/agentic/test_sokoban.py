@@ -141,3 +141,26 @@ def test_bad_levels_and_configs_are_rejected() -> None:
         SokobanConfig(width=4, height=4, num_boxes=2)
     with pytest.raises(EnvError, match="reset"):
         SokobanEnv().step("Up")
+
+
+def test_expert_solves_generated_levels_in_the_fewest_moves_even_after_a_detour() -> None:
+    """``expert: true``: following ``info['expert_action']`` from reset solves each level in exactly the test's
+    BFS shortest length, and from the state after two random moves it still solves it (when still solvable)."""
+    for seed in range(6):
+        env = SokobanEnv(SokobanConfig(height=6, width=6, num_boxes=1, max_steps=60, expert=True))
+        _, info = env.reset(seed=seed)
+        shortest = solve(env.level)
+        moves = 0
+        while not env.level.solved:
+            info = env.step(info["expert_action"]).info
+            moves += 1
+        assert moves == shortest and "expert_action" not in info  # no advice on a finished episode
+        _, info = env.reset(seed=seed)
+        for action in ("Left", "Up"):
+            info = env.step(action).info
+        if solve(env.level) is None:
+            assert info["expert_action"] is None
+            continue
+        while not env.level.solved:
+            info = env.step(info["expert_action"]).info
+    assert "expert_action" not in SokobanEnv(SokobanConfig(height=6, width=6)).reset(seed=0)[1]

@@ -19,6 +19,7 @@ DDPO = [
     f"max_steps={DDPO_STEPS}",
     f"eval_every={DDPO_STEPS}",
     "reward.name=jpeg_compressibility",
+    "reward.options={}",
     "algorithm={type: ddpo, clip_range: 0.0001}",
     "sampling.eta=1.0",
     "sampling.num_steps=5",

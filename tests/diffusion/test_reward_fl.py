@@ -38,12 +38,16 @@ def trained(
     return run_reward_fl(YAML, tmp_path_factory.mktemp("reward_fl") / "run", COMMON)
 
 
-def test_reward_rises_on_the_eval_prompts(trained: Path) -> None:
-    """Mean scorer probability (temperature 4) of the 8 eval prompts' colour and background, same seed before
-    and after 6 DRaFT-1 steps: measured 0.158 -> 0.174 (+0.0155); asserted +0.01."""
+def test_reward_rises_on_the_eval_prompts_and_samples_stay_diverse(trained: Path) -> None:
+    """Geometric mean of the scorer's probabilities (temperature 4) of the 8 eval prompts' colour and background,
+    same seed before and after 6 DRaFT-1 steps: measured 0.0639 -> 0.0837 (+0.0198); asserted +0.01. The eval
+    samples' mean pairwise RMS pixel difference: measured 0.393 -> 0.380 (97%); asserted above 95%. With the
+    arithmetic mean the run collapsed towards all-blue samples (diversity 0.39 -> 0.33 by step 10, 0.14 by 40)."""
     metrics = read_metrics(trained)
     before, after = metrics[0]["eval/reward_mean"], metrics[STEPS]["eval/reward_mean"]
     assert after > before + MARGIN, (before, after)
+    diverse_before, diverse_after = metrics[0]["eval/diversity"], metrics[STEPS]["eval/diversity"]
+    assert diverse_after > 0.95 * diverse_before, (diverse_before, diverse_after)
     assert sorted(metrics) == list(range(STEPS + 1))
 
 
@@ -74,7 +78,7 @@ def test_export_loads_in_diffusers_and_draws_the_trainers_images(trained: Path) 
         DEFAULT_EVAL_PROMPTS, generator=gen, num_inference_steps=10, guidance_scale=1.0, output_type="pt"
     )
     images = out.images  # [B, 3, H, W] in [0, 1]
-    reward = ShapeAlignmentReward(ShapeAlignmentConfig())
+    reward = ShapeAlignmentReward(ShapeAlignmentConfig(combine="geometric"))  # as examples/reward_fl.yaml
     with torch.no_grad():
         got = float(reward(images, DEFAULT_EVAL_PROMPTS).mean())
     assert got == pytest.approx(read_metrics(trained)[STEPS]["eval/reward_mean"], abs=1e-5)

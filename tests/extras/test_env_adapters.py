@@ -168,3 +168,30 @@ def test_gem_python_tool() -> None:
     assert "42" in tool.observation and not tool.done
     answer = env.step(f"\\boxed{{{env.env.unwrapped.game_number}}}")
     assert answer.terminated and answer.info["success"]
+
+
+def test_gem_named_answers_go_to_gem_in_its_format() -> None:
+    """``answers`` 1..10 with ``answer_format`` ``\\boxed{N}``: the env lists them as valid actions (so the env
+    manager parses ``<answer>N</answer>``), the named answer reaches GEM boxed, and other text reaches GEM as is."""
+    options = {
+        "env_id": "game:GuessTheNumber-v0-easy",
+        "env_kwargs": {"max_turns": 1},
+        "answers": [str(n) for n in range(1, 11)],
+        "answer_format": "\\boxed{{{answer}}}",
+    }
+    env = build_env(EnvEntryConfig(type="gem", options=options))
+    assert valid_actions_of(env) == tuple(options["answers"])
+    assert env.system_prompt.endswith(
+        "Valid actions: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10. Answer with one, e.g. <answer>1</answer>."
+    )
+    env.reset(seed=3)
+    target = env.env.unwrapped.game_number
+    guess_ = 1 if target != 1 else 2
+    one_turn = env.step(str(guess_))  # GEM's last-turn reward: 1 - |guess - target| / 9
+    assert one_turn.reward == pytest.approx(1 - abs(guess_ - target) / 9) and one_turn.terminated
+    env.reset(seed=3)
+    assert env.step(str(target)).info["success"] is True
+    env.reset(seed=3)
+    assert env.step("five").reward < 0  # GEM's own format penalty
+    with pytest.raises(ValueError, match="must contain"):
+        GemEnvConfig(env_id="game:GuessTheNumber-v0-easy", answers=["1", "2"], answer_format="\\boxed{}")

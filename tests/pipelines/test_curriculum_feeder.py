@@ -5,10 +5,19 @@ The real offline tokenizer and task; no model, no Ray. About 2 s.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from roll.core.config.loader import load_tree, validate
+from roll.core.errors import ConfigError
 from roll.data.config import DatasetSourceConfig, TokenizeConfig
 from roll.data.procedural import AccuracyCurriculum
 from roll.data.tokenizer import build_tokenizer
 from roll.pipelines.curriculum import CurriculumFeeder, at_level, level_rows
+from roll.pipelines.rlvr import RLVRConfig
+
+QUICKSTART = Path(__file__).parents[2] / "examples" / "quickstart.yaml"
 
 
 def test_feed_moves_to_harder_prompts_when_accuracy_passes() -> None:
@@ -27,3 +36,23 @@ def test_feed_moves_to_harder_prompts_when_accuracy_passes() -> None:
     again = CurriculumFeeder(pools, AccuracyCurriculum(max_level=2, threshold=0.5, window=2), seed=0)
     again.load_state(saved)
     assert again.level == 1 and list(again(5)["prompt"]) == list(feeder(5)["prompt"])
+
+
+def _rlvr_config(overrides: list[str]) -> RLVRConfig:
+    return validate(load_tree(QUICKSTART, overrides, model=RLVRConfig), RLVRConfig)
+
+
+CURRICULUM = ["curriculum={levels: 3, threshold: 0.5, window: 2}", "data.sources.0.builtin_options={}"]
+
+
+def test_curriculum_config_is_checked_with_key_paths() -> None:
+    """One generated source with no level of its own; the start inside the levels; all problems at once."""
+    assert _rlvr_config(CURRICULUM).curriculum is not None
+    with pytest.raises(ConfigError) as err:
+        _rlvr_config(["curriculum={levels: 2, start: 2}"])
+    text = str(err.value)
+    assert "curriculum.start" in text and "data.sources.0.builtin_options.level" in text
+    with pytest.raises(ConfigError, match=r"data.sources.0.path .*'data/x.jsonl' is not generated"):
+        _rlvr_config([*CURRICULUM, "data.sources.0={path: data/x.jsonl}"])
+    with pytest.raises(ConfigError, match=r"data\.sources has 2"):
+        _rlvr_config([*CURRICULUM, "data.sources=[{path: a.jsonl}, {path: b.jsonl}]"])

@@ -23,6 +23,18 @@ def grid_HW3(images_BHW3: np.ndarray, columns: int, pad: int = 2) -> np.ndarray:
     return out
 
 
+def pixel_diversity(images_BHW3: np.ndarray) -> float:
+    """Mean over pairs ``i < j`` of the RMS difference of images (or videos, ``[B, F, H, W, 3]``) ``i`` and
+    ``j``, pixels in [0, 1]: 0 when every sample is the same picture (a collapsed generator), about 0.4 between
+    two of the kit's renders with different colours."""
+    flat_BD = images_BHW3.reshape(len(images_BHW3), -1).astype(np.float64) / 255.0
+    if len(flat_BD) < 2:
+        return 0.0
+    sq_BB = ((flat_BD[:, None, :] - flat_BD[None, :, :]) ** 2).mean(-1)
+    upper = np.triu_indices(len(flat_BD), k=1)
+    return float(np.sqrt(sq_BB[upper]).mean())
+
+
 def save_grid(images_BHW3: np.ndarray, columns: int, path: Path, scale: int = 4) -> Path:
     """The grid as a PNG, enlarged ``scale`` times (nearest) so 16-pixel samples are visible."""
     path.parent.mkdir(parents=True, exist_ok=True)

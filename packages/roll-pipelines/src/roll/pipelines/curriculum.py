@@ -7,9 +7,9 @@ shuffled like ``rlvr``'s :class:`~roll.pipelines.rlvr.data.PromptFeeder`. After 
 calls ``observe(accuracy)``; the rule is :class:`roll.data.procedural.AccuracyCurriculum`. Its state (level,
 window, each pool's position) is checkpoint state.
 
-Not yet wired into ``rlvr``'s loop: that needs the pipeline to build this feeder in ``setup`` and to call
-``observe(metrics["reward/accuracy"])`` after each step (the RL middle layer is being refactored; see the
-issue note).
+``rlvr`` builds one with :func:`curriculum_feeder` when its config has a ``curriculum`` section
+(:class:`~roll.pipelines.rlvr.config.CurriculumConfig`), observes the step's ``curriculum.metric`` after each
+step and logs ``curriculum/level`` (the level of that step's prompts).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from roll.core.errors import DataError
 from roll.data.config import DataConfig, DatasetSourceConfig, TokenizeConfig
 from roll.data.procedural import AccuracyCurriculum
 from roll.pipelines.common.data import prepare_data
+from roll.pipelines.rlvr.config import CurriculumConfig
 from roll.pipelines.rlvr.data import PromptFeeder, Row
 
 
@@ -60,6 +61,11 @@ class CurriculumFeeder:
     def level(self) -> int:
         return self.rule.level
 
+    @property
+    def rows(self) -> list[Row]:
+        """The current level's pool (what :class:`PromptFeeder` calls its rows)."""
+        return self.feeders[self.rule.level].rows
+
     def __call__(self, n: int) -> Batch:
         return self.feeders[self.rule.level](n)
 
@@ -73,3 +79,16 @@ class CurriculumFeeder:
         self.rule.load_state(dict(state["rule"]))
         for feeder, feeder_state in zip(self.feeders, state["feeders"], strict=True):
             feeder.load_state(feeder_state)
+
+
+def curriculum_feeder(
+    cfg: CurriculumConfig, data: DataConfig, tokenize: TokenizeConfig, *, tokenizer: Any, seed: int
+) -> CurriculumFeeder:
+    """The feed of ``data``'s one generated source (the config checked there is one) at levels
+    ``0 .. cfg.levels - 1``."""
+    src = data.sources[0]
+    pools = level_rows(src, cfg.levels, tokenize=tokenize, tokenizer=tokenizer, seed=data.seed)
+    rule = AccuracyCurriculum(
+        start=cfg.start, max_level=cfg.levels - 1, threshold=cfg.threshold, window=cfg.window
+    )
+    return CurriculumFeeder(pools, rule, seed=seed)

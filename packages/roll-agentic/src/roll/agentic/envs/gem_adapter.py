@@ -10,15 +10,22 @@ info)`` already follow gymnasium's conventions, so the adapter passes the model'
 parse their own answer format, ``\\boxed{...}`` for the games), returns GEM's observation, reward, flags and info
 unchanged, and adds only what roll reads: ``truncated`` also becomes true at roll's ``max_steps`` (a turn cap of
 roll's own, beside GEM's), and ``info["success"]`` is set, when GEM does not set it, to ``terminated and not
-truncated and reward >= success_reward``. Note that GEM seeds with ``gem.utils.seeding.set_seed``, which seeds the
+truncated and reward >= success_reward``.
+
+Named answers (optional): ``answers: ["1", ..., "10"]`` with ``answer_format: "\\boxed{{{answer}}}"`` makes the
+env advertise ``Valid actions: 1, ..., 10``, so roll's env manager parses the model's ``<answer>`` tag into one of
+them and the warm-up can teach the format; the adapter sends ``answer_format`` of that answer to GEM. A text that
+names no answer goes to GEM unchanged, and GEM applies its own format penalty.
+
+Note that GEM seeds with ``gem.utils.seeding.set_seed``, which seeds the
 process-wide ``random`` and numpy RNGs: the adapter cannot make two GEM envs in one process independent.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from roll.agentic.types import EnvConfig, EnvError, Frame, Observation, RenderMode, StepResult
 from roll.core.errors import PluginError
@@ -42,6 +49,18 @@ class GemEnvConfig(EnvConfig):
         1.0, description="a terminating step with at least this reward is a success"
     )
     max_steps: int = Field(default=20, ge=1)
+    answers: list[str] | None = Field(
+        None, min_length=2, description="named answers the env advertises as its valid actions"
+    )
+    answer_format: str = Field(
+        "{answer}", description="what GEM receives for a named answer, e.g. '\\boxed{{{answer}}}'"
+    )
+
+    @model_validator(mode="after")
+    def _format_names_the_answer(self) -> Self:
+        if "{answer}" not in self.answer_format:
+            raise ValueError(f"answer_format {self.answer_format!r} must contain '{{answer}}'")
+        return self
 
 
 def import_gem() -> Any:
@@ -77,10 +96,16 @@ class GemEnv:
 
     @property
     def system_prompt(self) -> str:
-        return self.config.system_prompt
+        answers = self.config.answers
+        if not answers:
+            return self.config.system_prompt
+        example = f"<answer>{answers[0]}</answer>"
+        return f"{self.config.system_prompt}\n{self.action_space_text}. Answer with one, e.g. {example}."
 
     @property
     def action_space_text(self) -> str:
+        if self.config.answers:
+            return "Valid actions: " + ", ".join(self.config.answers)
         return f"Answer as the {self.config.env_id} instructions say."
 
     def reset(self, seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
@@ -91,6 +116,8 @@ class GemEnv:
     def step(self, action: str) -> StepResult:
         if self._done:
             raise EnvError(f"step() on a finished {self.config.env_id} episode; call reset()")
+        if self.config.answers and action in self.config.answers:
+            action = self.config.answer_format.format(answer=action)
         observation, reward, terminated, truncated, info = self.env.step(action)
         self._steps += 1
         truncated = bool(truncated) or (not terminated and self._steps >= self.max_steps)

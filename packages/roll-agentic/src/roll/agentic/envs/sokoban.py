@@ -25,8 +25,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from roll.agentic.envs.sokoban_gen import DIRECTIONS, Cell, SokobanLevel, generate_level
-from roll.agentic.types import EnvConfig, EnvError, Frame, Observation, RenderMode, StepResult
+from roll.agentic.envs.sokoban_gen import (
+    DIRECTIONS,
+    SokobanLevel,
+    apply_move,
+    expert_move,
+    generate_level,
+)
+from roll.agentic.types import EXPERT_ACTION, EnvConfig, EnvError, Frame, Observation, RenderMode, StepResult
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,6 +59,11 @@ class SokobanConfig(EnvConfig):
     box_off_reward: float = -1.0
     win_reward: float = 10.0
     tile_size: int = Field(default=16, ge=2, le=64, description="pixels per cell of render('rgb_array')")
+    expert: bool = Field(
+        default=False,
+        description="report info['expert_action'] after reset and each step: the first move of a shortest "
+        "solution from the current state (breadth-first; for warmup.expert_fraction)",
+    )
 
     @model_validator(mode="after")
     def _room_fits_boxes(self) -> SokobanConfig:
@@ -99,13 +110,13 @@ class SokobanEnv:
             rng = random.Random(seed)
             self.level = generate_level(cfg.height, cfg.width, cfg.num_boxes, rng, depth=cfg.search_depth)
         self._steps, self._done = 0, False
-        return self._text(), {"seed": seed, "boxes_on_target": self._on_target()}
+        return self._text(), self._with_expert({"seed": seed, "boxes_on_target": self._on_target()})
 
     def step(self, action: str) -> StepResult:
         level = self._require_running()
         self._steps += 1
         move = DIRECTIONS.get(action.strip().capitalize())
-        after = self._apply(level, move) if move else level
+        after = apply_move(level, move) if move else level
         self.level = after
         delta = len(after.boxes & after.targets) - len(level.boxes & level.targets)
         reward = self.config.step_reward + self._box_reward(delta)
@@ -119,26 +130,17 @@ class SokobanEnv:
             "success": won,
             "boxes_on_target": self._on_target(),
         }
-        return StepResult(self._text(), reward, won, truncated, info)
+        return StepResult(self._text(), reward, won, truncated, self._with_expert(info))
+
+    def _with_expert(self, info: dict[str, Any]) -> dict[str, Any]:
+        if self.config.expert and self.level is not None and not self._done:
+            info[EXPERT_ACTION] = expert_move(self.level)
+        return info
 
     def _box_reward(self, delta: int) -> float:
         if delta > 0:
             return delta * self.config.box_on_reward
         return -delta * self.config.box_off_reward
-
-    @staticmethod
-    def _apply(level: SokobanLevel, move: Cell) -> SokobanLevel:
-        """The level after the player tries ``move``; unchanged if blocked."""
-        nxt = (level.player[0] + move[0], level.player[1] + move[1])
-        if nxt in level.boxes:
-            beyond = (nxt[0] + move[0], nxt[1] + move[1])
-            if not level.is_free(beyond):
-                return level
-            boxes = (level.boxes - {nxt}) | {beyond}
-            return SokobanLevel(level.height, level.width, level.walls, level.targets, frozenset(boxes), nxt)
-        if not level.is_free(nxt):
-            return level
-        return SokobanLevel(level.height, level.width, level.walls, level.targets, level.boxes, nxt)
 
     def _require_running(self) -> SokobanLevel:
         if self.level is None:

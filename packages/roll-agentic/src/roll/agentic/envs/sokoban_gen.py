@@ -10,11 +10,12 @@ moved, moved far), and only states where every box is off its target qualify, so
 from __future__ import annotations
 
 import random
+from collections import deque
 from dataclasses import dataclass, replace
 
 from roll.agentic.types import EnvError
 
-__all__ = ["DIRECTIONS", "Cell", "SokobanLevel", "generate_level"]
+__all__ = ["DIRECTIONS", "Cell", "SokobanLevel", "apply_move", "expert_move", "generate_level"]
 
 Cell = tuple[int, int]  # (row, col)
 
@@ -161,3 +162,39 @@ def generate_level(
         f"could not generate a {height}x{width} Sokoban level with {num_boxes} boxes in {attempts} attempts; "
         "use a larger room or fewer boxes"
     )
+
+
+def apply_move(level: SokobanLevel, move: Cell) -> SokobanLevel:
+    """The level after the player tries ``move``: walk, or push one box into a free cell; unchanged if blocked."""
+    nxt = _add(level.player, move)
+    if nxt in level.boxes:
+        beyond = _add(nxt, move)
+        if not level.is_free(beyond):
+            return level
+        return replace(level, boxes=(level.boxes - {nxt}) | {beyond}, player=nxt)
+    return replace(level, player=nxt) if level.is_free(nxt) else level
+
+
+def expert_move(level: SokobanLevel, *, max_states: int = 20_000) -> str | None:
+    """The first move of a shortest solution of ``level`` (breadth-first over player and box positions), or None
+    when it is solved, unsolvable (a box pushed into a corner), or not solved within ``max_states`` states.
+
+    The generator's reverse pulls already prove a solution exists from the start; a search from the *current*
+    state is what lets the expert answer after any detour a noisy policy takes. One or two boxes in the small
+    rooms roll trains on stay far below the state budget (a 6x6 room with one box has under 600 states)."""
+    if level.solved:
+        return None
+    queue: deque[tuple[SokobanLevel, str | None]] = deque([(level, None)])
+    seen = {(level.player, level.boxes)}
+    while queue and len(seen) < max_states:
+        state, move_name = queue.popleft()
+        for name, move in DIRECTIONS.items():
+            nxt = apply_move(state, move)
+            key = (nxt.player, nxt.boxes)
+            if key in seen:
+                continue
+            if nxt.solved:
+                return move_name or name
+            seen.add(key)
+            queue.append((nxt, move_name or name))
+    return None

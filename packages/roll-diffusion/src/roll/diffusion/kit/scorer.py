@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import nn
@@ -93,13 +94,26 @@ renders (0.44 on fresh renders after the kit's 500 steps, 3 classes), too weak t
 
 
 def alignment_B(
-    scorer: ShapeScorer, images_BCHW: torch.Tensor, labels_B3: torch.Tensor, *, temperature: float = 1.0
+    scorer: ShapeScorer,
+    images_BCHW: torch.Tensor,
+    labels_B3: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    combine: Literal["mean", "geometric"] = "mean",
 ) -> torch.Tensor:
-    """Mean over :data:`REWARD_HEADS` of the probability the scorer gives the prompt's label (softmax of
-    ``logits / temperature``), ``[B]`` in [0, 1]."""
+    """The probabilities ``p_h`` the scorer gives the prompt's label on each of :data:`REWARD_HEADS` (softmax of
+    ``logits / temperature``), combined into ``[B]`` in [0, 1]: ``mean`` is ``(p_colour + p_background) / 2``;
+    ``geometric`` is ``sqrt(p_colour * p_background)``, which a one-colour image cannot raise (a caption's object
+    and background colours differ, so such an image scores near 0 on one head and so near 0 overall, where the
+    mean still gives it half the reward of every prompt that names its colour)."""
     logits = scorer(images_BCHW)
-    probs = [
-        (logits[h] / temperature).softmax(-1).gather(1, labels_B3[:, h : h + 1]).squeeze(1)
-        for h in REWARD_HEADS
-    ]
-    return torch.stack(probs, dim=1).mean(dim=1)
+    probs_BH = torch.stack(
+        [
+            (logits[h] / temperature).softmax(-1).gather(1, labels_B3[:, h : h + 1]).squeeze(1)
+            for h in REWARD_HEADS
+        ],
+        dim=1,
+    )
+    if combine == "geometric":
+        return probs_BH.clamp_min(1e-12).log().mean(dim=1).exp()
+    return probs_BH.mean(dim=1)

@@ -69,8 +69,14 @@ class RewardFLPipeline(BasePipeline):
         out = self.trainer.evaluate(self.config.prompts.eval, self.config.eval.seed)[0]
         rewards = out["rewards"].float()
         self.history["eval reward"].append((step, float(rewards.mean())))
-        self.write_pictures(out["images"].numpy(), step)
-        return {"reward_mean": float(rewards.mean()), "reward_min": float(rewards.min())}
+        images = out["images"].numpy()
+        self.write_pictures(images, step)
+        channels_last = np.moveaxis(images, -3, -1)  # [B, (F,) H, W, 3]
+        return {
+            "reward_mean": float(rewards.mean()),
+            "reward_min": float(rewards.min()),
+            "diversity": outputs.pixel_diversity(channels_last),
+        }
 
     def write_pictures(self, images: np.ndarray, step: int) -> None:
         """The sample grid (or frame strip and GIF), TensorBoard images, and the reward curve."""

@@ -31,11 +31,13 @@ class ShapeAlignmentReward:
                 "use 'tiny-sd' or a folder the kit wrote"
             )
         self.scorer = ShapeScorer.load(folder)
-        self.temperature = config.temperature
+        self.temperature, self.combine = config.temperature, config.combine
 
     def __call__(self, images_BCHW: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         labels_B3 = label_tensor(prompts).to(images_BCHW.device)
-        return alignment_B(self.scorer, images_BCHW, labels_B3, temperature=self.temperature)
+        return alignment_B(
+            self.scorer, images_BCHW, labels_B3, temperature=self.temperature, combine=self.combine
+        )
 
     def to(self, device: torch.device) -> ShapeAlignmentReward:
         self.scorer.to(device)

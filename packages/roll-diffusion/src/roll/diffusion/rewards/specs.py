@@ -5,7 +5,7 @@ Light: only the config models are imported here; ``build`` imports torch and the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -21,6 +21,11 @@ class ShapeAlignmentConfig(RollModel):
     captions). ``scorer`` is a kit preset or a folder holding ``roll_scorer/``."""
 
     scorer: str = "tiny-sd"
+    combine: Literal["mean", "geometric"] = Field(
+        "mean",
+        description="how the colour and background probabilities combine: geometric keeps a one-colour image "
+        "from scoring on the prompts that name its colour (see alignment_B)",
+    )
     temperature: float = Field(
         4.0,
         gt=0,

@@ -79,6 +79,22 @@ class WarmupConfig(RollModel):
     data: DataConfig
 
 
+class CurriculumConfig(RollModel):
+    """Raise the difficulty of the one generated training source when the step's accuracy passes a threshold.
+
+    Level ``l`` is ``difficulty: l`` of a ``reasoning_gym:<task>`` source or ``builtin_options.level: l`` of a
+    ``builtin:<task>`` one; a pool of ``max_samples`` rows per level is generated at setup. After each step the
+    mean of ``metric`` over the last ``window`` steps at the current level is compared with ``threshold`` (the
+    rule is :class:`roll.data.procedural.AccuracyCurriculum`); prompts fed after a raise come from the next level.
+    """
+
+    levels: int = Field(ge=2, description="levels 0 .. levels - 1")
+    start: int = Field(0, ge=0)
+    threshold: float = Field(0.8, gt=0, le=1)
+    window: int = Field(4, ge=1, description="steps whose mean metric decides a raise")
+    metric: Literal["reward/accuracy", "reward/mean"] = "reward/accuracy"
+
+
 class RLVRConfig(PolicyRunConfig):
     """Config of the ``rlvr`` pipeline. Roles: ``actor_train``, ``actor_infer``, ``reference`` (when the KL term
     needs it), ``critic`` (``algorithm.use_critic``: PPO's GAE), and ``reward_<domain>`` per entry of
@@ -93,6 +109,7 @@ class RLVRConfig(PolicyRunConfig):
     warmup: WarmupConfig | None = None
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     plot: bool = Field(True, description="write reward/accuracy PNG (plot.png) at the end of the run")
+    curriculum: CurriculumConfig | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -101,7 +118,7 @@ class RLVRConfig(PolicyRunConfig):
             async_ratio=r.async_generation_ratio, async_key="rollout.async_generation_ratio"
         )
         issues += ESTIMATORS.unsupported(self.algorithm.adv_estimator, SUPPORTED_ESTIMATORS, pipeline="rlvr")
-        issues += self._tag_issues() + self._async_issues()
+        issues += self._tag_issues() + self._async_issues() + self._curriculum_issues()
         if issues:
             raise issues_error(issues)
         return self
@@ -127,6 +144,30 @@ class RLVRConfig(PolicyRunConfig):
                 )
             ]
         return []
+
+    def _curriculum_issues(self) -> list[ConfigIssue]:
+        cur = self.curriculum
+        if cur is None:
+            return []
+        issues = []
+        if cur.start >= cur.levels:
+            message = f"start level {cur.start} is outside 0..{cur.levels - 1}"
+            issues.append(ConfigIssue("curriculum.start", message, "lower it or raise curriculum.levels"))
+        if len(self.data.sources) != 1:
+            message = f"a curriculum drives one generated source; data.sources has {len(self.data.sources)}"
+            issues.append(ConfigIssue("data.sources", message, "keep one reasoning_gym:/builtin: source"))
+            return issues
+        src = self.data.sources[0]
+        if not src.path.startswith(("reasoning_gym:", "builtin:")):
+            message = f"{src.path!r} is not generated, so it has no difficulty levels"
+            issues.append(
+                ConfigIssue("data.sources.0.path", message, "use reasoning_gym:<task> or builtin:<task>")
+            )
+        if src.difficulty is not None or "level" in src.builtin_options:
+            key = "difficulty" if src.difficulty is not None else "builtin_options.level"
+            message = "the curriculum sets the level of every pool"
+            issues.append(ConfigIssue(f"data.sources.0.{key}", message, "drop it; use curriculum.start"))
+        return issues
 
 
 SamplingMode = Literal["rollout", "validation"]

@@ -43,6 +43,7 @@ from roll.pipelines.algorithms.estimators import (
 )
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
 from roll.pipelines.common.data import load_tokenizer, prepare_data
+from roll.pipelines.curriculum import CurriculumFeeder, curriculum_feeder
 from roll.pipelines.policy.critic import batch_metrics
 from roll.pipelines.policy.group import PolicyGroup, policy_spec
 from roll.pipelines.policy.objective import PolicyObjective
@@ -87,7 +88,8 @@ class RLVRPipeline(BasePipeline):
         cfg = self.config
         self.tokenizer = load_tokenizer(cfg.policy_model.tokenizer or cfg.policy_model.path)
         data = prepare_data(cfg.data, cfg.tokenize, kind="prompt", tokenizer=self.tokenizer)
-        self.feeder = PromptFeeder(data.train, seed=cfg.seed)
+        self.curriculum = self._curriculum()
+        self.feeder = self.curriculum or PromptFeeder(data.train, seed=cfg.seed)
         self.eval_prompts = prompt_batch(data.eval[: cfg.validation.num_prompts]) if data.eval else None
         spec = policy_spec(
             cfg, warmup_steps=cfg.warmup.steps if cfg.warmup else 0, norm_len=cfg.rollout.max_new_tokens
@@ -102,6 +104,14 @@ class RLVRPipeline(BasePipeline):
         self.rewards = RewardScheduler(self.reward_clusters, self.domain_of, method="score")
         self.scheduler = self._make_scheduler()
         self.ahead = StepAhead(self.generate, enabled=cfg.rollout.async_mode == "step_ahead")
+
+    def _curriculum(self) -> CurriculumFeeder | None:
+        cfg = self.config
+        if cfg.curriculum is None:
+            return None
+        return curriculum_feeder(
+            cfg.curriculum, cfg.data, cfg.tokenize, tokenizer=self.tokenizer, seed=cfg.seed
+        )
 
     def _make_scheduler(self) -> GenerateScheduler:
         cfg, r = self.config, self.config.rollout
@@ -160,6 +170,7 @@ class RLVRPipeline(BasePipeline):
 
     def train_step(self, step: int) -> Mapping[str, float]:
         self._resume_or_warmup()
+        level = self.curriculum.level if self.curriculum is not None else 0
         timings: dict[str, float] = {}
         with self.policy.phase("generate"):
             rollout = self._timed(timings, "generate", lambda: self.ahead.take(step))
@@ -172,7 +183,12 @@ class RLVRPipeline(BasePipeline):
             train_metrics = self._timed(timings, "train", lambda: self.train(batch))
         self._timed(timings, "generate_wait", self.ahead.wait)
         self._timed(timings, "sync", lambda: self.sync_weights())
-        return self.log(rollout, batch, train_metrics, timings)
+        out = self.log(rollout, batch, train_metrics, timings)
+        if self.curriculum is not None and self.config.curriculum is not None:
+            # the level fed when this step began (with step_ahead, its prompts were fed a step earlier)
+            out["curriculum/level"] = float(level)
+            self.curriculum.observe(out[self.config.curriculum.metric])
+        return out
 
     def generate(self, step: int = 0) -> RolloutBatch:
         """``P`` scored groups from the scheduler (see :mod:`roll.core.scheduler.generate`); ``step`` is the step
@@ -318,8 +334,8 @@ class RLVRPipeline(BasePipeline):
         self.policy.export_hf(output_dir)
 
     def state(self) -> Mapping[str, Any]:
-        """Data position, served version, KL controller, running reward statistics and the rollout scheduler's
-        counters (the per-prompt seed stream's position)."""
+        """Data position (with a curriculum: its level and window), served version, KL controller, running
+        reward statistics and the rollout scheduler's counters (the per-prompt seed stream's position)."""
         assert self.scheduler is not None  # built in setup()
         state = {"feeder": self.feeder.state(), **self.policy.state(), **self.objective.state_dict()}
         state["scheduler"] = self.scheduler.state_dict()
