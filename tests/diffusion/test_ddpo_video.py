@@ -31,6 +31,7 @@ DDPO = [
 ]
 
 
+@pytest.mark.slow
 def test_ddpo_raises_jpeg_compressibility(
     ray_local: Any, tiny_sd: Path, run_reward_fl: Any, tmp_path: Path
 ) -> None:
@@ -43,6 +44,7 @@ def test_ddpo_raises_jpeg_compressibility(
     assert metrics[1]["train/clipfrac"] == 0.0  # one optimizer step per rollout: on-policy, ratio exactly 1
 
 
+@pytest.mark.slow
 def test_video_path_runs_two_steps_and_writes_frames(
     ray_local: Any, run_reward_fl: Any, tmp_path: Path
 ) -> None:

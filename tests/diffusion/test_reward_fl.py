@@ -38,6 +38,7 @@ def trained(
     return run_reward_fl(YAML, tmp_path_factory.mktemp("reward_fl") / "run", COMMON)
 
 
+@pytest.mark.slow
 def test_reward_rises_on_the_eval_prompts_and_samples_stay_diverse(trained: Path) -> None:
     """Geometric mean of the scorer's probabilities (temperature 4) of the 8 eval prompts' colour and background,
     same seed before and after 6 DRaFT-1 steps: measured 0.0639 -> 0.0837 (+0.0198); asserted +0.01. The eval
@@ -51,6 +52,7 @@ def test_reward_rises_on_the_eval_prompts_and_samples_stay_diverse(trained: Path
     assert sorted(metrics) == list(range(STEPS + 1))
 
 
+@pytest.mark.slow
 def test_pictures_are_written(trained: Path) -> None:
     from PIL import Image
 
@@ -61,6 +63,7 @@ def test_pictures_are_written(trained: Path) -> None:
     assert list((trained / "tensorboard" / "images").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.slow
 def test_export_loads_in_diffusers_and_draws_the_trainers_images(trained: Path) -> None:
     """``StableDiffusionPipeline.from_pretrained(export)`` with the eval seed scores exactly what the trainer's
     last evaluation scored, and its images equal our sampler's on the same weights."""
@@ -93,6 +96,7 @@ def test_export_loads_in_diffusers_and_draws_the_trainers_images(trained: Path) 
     torch.testing.assert_close(ours, images, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_metrics(trained: Path, tmp_path: Path, kill_and_resume: Any) -> None:
     expected = read_metrics(trained)
     args = [*COMMON, "tracking.backends=[jsonl]"]
