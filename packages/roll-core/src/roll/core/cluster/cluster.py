@@ -22,7 +22,8 @@ Timeouts: a call's timeout is the method's own (``@register(timeout_s=...)``), e
 ``__init__`` at most ``start_timeout_s`` (default: the role's call timeout).
 
 Model parallelism: ``mesh=Mesh(world_size, tp=2)`` tells ``MP_SPLIT`` methods how the ranks form TP/PP/DP groups
-(default: every rank is its own DP rank). Each DP shard goes into the object store once, however many TP/PP ranks
+(default: :meth:`Mesh.for_role`, from the role's strategy config; every rank its own DP rank unless the strategy
+is model-parallel). Each DP shard goes into the object store once, however many TP/PP ranks
 read it.
 """
 
@@ -97,7 +98,7 @@ class Cluster:
         self.role = role
         self.role_cfg = role_cfg
         self.world_size = role_cfg.num_workers
-        self.mesh = mesh or Mesh(self.world_size)
+        self.mesh = mesh or Mesh.for_role(role_cfg)
         if self.mesh.world_size != self.world_size:
             raise ValueError(
                 f"Cluster({role!r}): mesh of {self.mesh.world_size} ranks for {role}.num_workers = {self.world_size}"

@@ -44,6 +44,7 @@ __all__ = [
     "DispatchRule",
     "Mesh",
     "MethodSpec",
+    "ModelParallel",
     "Shardable",
     "get_spec",
     "register",
@@ -119,6 +120,23 @@ class Mesh:
     def collect_ranks(self) -> tuple[int, ...]:
         """One rank per DP group, by DP rank: TP and CP rank 0 of the last pipeline stage."""
         return tuple(self.rank_of(dp=d, pp=self.pp - 1) for d in range(self.dp))
+
+    @classmethod
+    def for_role(cls, role_cfg: Any) -> Mesh:
+        """The mesh of a role config: its strategy's ``parallel_sizes()`` when the strategy is
+        :class:`ModelParallel` (Megatron's is), else pure data parallelism over ``num_workers``."""
+        strategy = getattr(role_cfg, "strategy", None)
+        if isinstance(strategy, ModelParallel):
+            tp, pp, cp = strategy.parallel_sizes()
+            return cls(role_cfg.num_workers, tp=tp, pp=pp, cp=cp)
+        return cls(role_cfg.num_workers)
+
+
+@runtime_checkable
+class ModelParallel(Protocol):
+    """A strategy config with model parallelism: ``parallel_sizes()`` is ``(tp, pp, cp)``."""
+
+    def parallel_sizes(self) -> tuple[int, int, int]: ...
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ class ActorTrainWorker(Worker):
         """Use ``lr`` as the base rate from now on (e.g. a warm-up at its own rate, then RL at another)."""
         self.strategy.set_lr(lr)
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     def train_step(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
         """One optimizer step over the whole (global) batch; returns this rank's metrics.
 
@@ -89,7 +89,7 @@ class ActorTrainWorker(Worker):
         _common.check_micro_batch_fits(batch, limit, self.role, "strategy.max_tokens_per_micro_batch")
         return _common.train_on(self.strategy, batch, loss_fn, temperature, prefix=LOSS_METRIC_PREFIX)
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     def compute_logprobs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False) -> Batch:
         """``logp_BT`` (and ``entropy_BT``) of ``input_ids_BT`` under the current weights, forward only."""
         return _common.logprobs_of(self.strategy, batch, temperature, with_entropy)
