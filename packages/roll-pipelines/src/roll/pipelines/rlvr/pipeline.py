@@ -172,7 +172,7 @@ class RLVRPipeline(BasePipeline):
             train_metrics = self._timed(timings, "train", lambda: self.train(batch))
         self._timed(timings, "generate_wait", self.ahead.wait)
         self._timed(timings, "sync", lambda: self.sync_weights())
-        return self.log(rollout, batch, train_metrics, timings)
+        return self.log(rollout, batch, {**train_metrics, **self.policy.pop_phase_metrics()}, timings)
 
     def generate(self, step: int = 0) -> RolloutBatch:
         """``P`` scored groups from the scheduler (see :mod:`roll.core.scheduler.generate`); ``step`` is the step

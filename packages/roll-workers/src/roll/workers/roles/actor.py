@@ -22,6 +22,7 @@ from roll.workers.model_update import (
     update_payload,
     weights_checksum,
 )
+from roll.workers.offload import measured
 from roll.workers.roles import _common, checkpoint
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
@@ -117,13 +118,15 @@ class ActorTrainWorker(Worker):
             self.tokenizer.save_pretrained(path)
 
     @register(Dispatch.ONE_TO_ALL)
-    def offload(self) -> None:
-        """Free the device between phases (weights and optimizer state to CPU)."""
-        self.strategy.offload()
+    def offload(self) -> dict[str, float]:
+        """Free the device between phases (weights, grads and optimizer state to CPU); returns ``seconds`` and
+        ``freed_bytes`` (:func:`roll.workers.offload.measured`)."""
+        return measured(self.strategy.offload)
 
     @register(Dispatch.ONE_TO_ALL)
-    def reload(self) -> None:
-        self.strategy.reload()
+    def reload(self) -> dict[str, float]:
+        """Undo :meth:`offload`; ``freed_bytes`` is then negative (memory taken back)."""
+        return measured(self.strategy.reload)
 
     @register(Dispatch.ONE_TO_ALL)
     def full_state_dict(self) -> dict[str, torch.Tensor]:

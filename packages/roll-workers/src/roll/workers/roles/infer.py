@@ -20,6 +20,7 @@ from roll.workers.model_update import (
     receive_weights,
     weights_checksum,
 )
+from roll.workers.offload import measured
 from roll.workers.roles import _common
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer, resolve_path
@@ -120,12 +121,15 @@ class ActorInferWorker(Worker):
         return weights_checksum(served, getattr(torch, dtype) if dtype else None)
 
     @register(Dispatch.ONE_TO_ALL)
-    def offload(self) -> None:
-        self.strategy.offload()
+    def offload(self) -> dict[str, float]:
+        """Free the device while another role uses it (vLLM sleeps at its ``sleep_level``; hf moves weights to
+        CPU); returns ``seconds`` and ``freed_bytes`` (:func:`roll.workers.offload.measured`)."""
+        return measured(self.strategy.offload)
 
     @register(Dispatch.ONE_TO_ALL)
-    def reload(self) -> None:
-        self.strategy.reload()
+    def reload(self) -> dict[str, float]:
+        """Wake up / move back; ``freed_bytes`` is then negative (memory taken back)."""
+        return measured(self.strategy.reload)
 
 
 def served_weights(strategy: InferStrategy, role: str, name: str) -> dict[str, torch.Tensor]:
