@@ -14,11 +14,13 @@ from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers import logits_transfer
 from roll.workers.config import LoraConfig
 from roll.workers.model_update import (
+    BucketMeta,
     CollectiveGroup,
     free_port,
     pack_bucket,
     plan_update,
     send_weights,
+    share_bucket,
     update_payload,
     weights_checksum,
 )
@@ -59,6 +61,7 @@ class ActorTrainWorker(Worker):
         self._staged: dict[str, torch.Tensor] = {}
         self._staged_lora: LoraConfig | None = None
         self._bucket_names: list[list[str]] = []
+        self._shared: list[torch.Tensor] = []  # CUDA IPC buckets, alive until release_weights
 
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:
@@ -144,13 +147,22 @@ class ActorTrainWorker(Worker):
     # ---- model update (see roll.workers.model_update) --------------------------------------------------------
 
     @register(Dispatch.ONE_TO_ALL)
-    def stage_weights(self, bucket_mb: float) -> int:
+    def stage_weights(self, bucket_mb: float, all_ranks: bool = False) -> int:
         """Gather what to send (collective: the full weights, or the adapter alone under LoRA) and plan buckets;
-        returns the bucket count (0 off rank 0)."""
-        named, self._staged_lora = update_payload(self.strategy)
-        self._staged = named if self.rank == 0 else {}
+        returns the bucket count (0 off rank 0 unless ``all_ranks``: CUDA IPC, where each rank serves its GPU)."""
+        named, self._staged_lora = update_payload(self.strategy, all_ranks=all_ranks)
+        self._staged = named if self.rank == 0 or all_ranks else {}
         self._bucket_names = plan_update(self._staged, bucket_mb, self._staged_lora)
         return len(self._bucket_names)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def share_weight_bucket(self, index: int) -> tuple[dict[str, Any], BucketMeta, int]:
+        """Bucket ``index`` of the staged weights on this rank's GPU, as CUDA IPC handles keyed by GPU UUID, with
+        its layout and size; the bucket stays alive until :meth:`release_weights`."""
+        bucket = pack_bucket({n: self._staged[n] for n in self._bucket_names[index]}, lora=self._staged_lora)
+        handles, flat_N = share_bucket(bucket)
+        self._shared.append(flat_N)
+        return handles, bucket.meta, bucket.meta.nbytes
 
     @register(Dispatch.RANK_ZERO)
     def weight_bucket(self, index: int) -> tuple[Any, int]:
@@ -160,7 +172,7 @@ class ActorTrainWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def release_weights(self) -> None:
-        self._staged, self._bucket_names, self._staged_lora = {}, [], None
+        self._staged, self._bucket_names, self._staged_lora, self._shared = {}, [], None, []
 
     @register(Dispatch.RANK_ZERO)
     def update_endpoint(self) -> tuple[str, int]:

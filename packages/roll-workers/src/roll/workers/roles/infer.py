@@ -14,9 +14,11 @@ from roll.core.errors import WorkerError
 from roll.core.seeding import derive_seed
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import (
+    BucketMeta,
     CollectiveGroup,
     TensorBucket,
     load_payload,
+    open_bucket,
     receive_weights,
     weights_checksum,
 )
@@ -93,6 +95,15 @@ class ActorInferWorker(Worker):
         for ref in bucket_refs:
             bucket: TensorBucket = ray.get(ref)
             load_payload(self.strategy, bucket.tensors(), bucket.meta.lora, policy_version)
+        return self.strategy.policy_version
+
+    @register(Dispatch.ONE_TO_ALL)
+    def update_weights_ipc(self, handles: dict[str, Any], meta: BucketMeta, policy_version: int) -> int:
+        """Load one bucket a trainer rank on this GPU shared by CUDA IPC (``share_weight_bucket``) and serve
+        ``policy_version``."""
+        named = open_bucket(handles, meta, f"{self.role} rank {self.rank}")
+        load_payload(self.strategy, named, meta.lora, policy_version)
+        torch.cuda.synchronize()  # the trainer may free the bucket once every rank has answered
         return self.strategy.policy_version
 
     @register(Dispatch.ONE_TO_ALL)
