@@ -36,6 +36,7 @@ def test_megatron_role_validates_and_gives_its_mesh() -> None:
         {"num_workers": 4, "strategy": {"type": "megatron", "tensor_parallel_size": 2}}
     )
     assert Mesh.for_role(role) == Mesh(4, tp=2)
+    assert role.data_parallel_size() == 2  # batch arithmetic divides by 2 replicas, not 4 workers
     assert Mesh.for_role(role).collect_ranks() == (0, 2)
     assert Mesh.for_role(TrainRoleConfig(num_workers=3)) == Mesh(3)  # fsdp2: pure data parallel
 

@@ -95,6 +95,14 @@ class TrainRoleConfig(RoleConfig):
     def _train_kind(cls, value: Any) -> Any:
         return _check_kind(value, "train")
 
+    def data_parallel_size(self) -> int:
+        """How many data-parallel replicas the workers form: ``num_workers / (tp * pp)`` under megatron, else
+        ``num_workers``. Batch arithmetic divides by this, not by ``num_workers``."""
+        if isinstance(self.strategy, MegatronConfig):
+            tp, pp, _ = self.strategy.parallel_sizes()
+            return max(1, self.num_workers // (tp * pp))
+        return self.num_workers
+
     @model_validator(mode="after")
     def _workers_fill_model_parallel_groups(self) -> TrainRoleConfig:
         strategy = self.strategy
