@@ -12,15 +12,16 @@ Registered methods (dispatch mode) by role:
   grad_norm, lr, tokens, units, and the loss's own as ``actor/<name>``; critic: ``critic/<name>``, reward model:
   ``reward/<name>``); ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch``
   MP (``logp_BT``, ``entropy_BT``); ``save_checkpoint(path)`` / ``load_checkpoint(path)`` / ``export_hf(path)`` /
-  ``offload()`` / ``reload()`` ALL; ``weights_checksum(dtype=None) -> list[str]`` ALL (rank 0's is the one);
-  model update: ``stage_weights`` / ``weight_bucket`` / ``release_weights`` / ``update_endpoint`` /
+  ``offload()`` / ``reload()`` ALL (each returns ``seconds`` and ``freed_bytes``); ``weights_checksum(dtype=None) -> list[str]`` ALL (rank 0's is the one);
+  model update: ``stage_weights`` / ``weight_bucket`` / ``share_weight_bucket`` (CUDA IPC) / ``release_weights`` /
+  ``update_endpoint`` /
   ``join_update_group`` / ``broadcast_weights`` (driven by :class:`~roll.workers.model_update.ModelUpdateGroup`;
   a LoRA trainer sends its adapter only); distillation: ``join_transfer_group`` ALL,
   ``receive_topk(batch, name, num_sources, k, key="topk") -> Batch`` DP.
 - :class:`ActorInferWorker` ``(model, infer: HFInferConfig, strategy_name="hf")``: ``setup()`` ALL;
   ``generate(prompts, params: SamplingParams) -> Batch`` DP (n rows per prompt, seeded by each row's
   ``prompt_seed_B`` when given; see :func:`~roll.workers.roles.sequences.to_sequences`); ``compute_logprobs(batch, temperature=1.0,
-  with_entropy=False) -> Batch`` DP; ``update_weights(bucket_refs, policy_version)`` / ``join_update_group`` /
+  with_entropy=False) -> Batch`` DP; ``update_weights(bucket_refs, policy_version)`` / ``update_weights_ipc`` / ``join_update_group`` /
   ``receive_weights(name, policy_version)`` ALL; ``policy_version() -> list[int]`` ALL;
   ``weights_checksum(dtype=None) -> list[str]`` ALL; ``offload()`` / ``reload()`` ALL.
 - :class:`HybridActorWorker` ``(model, strategy: FSDP2Config, infer: HFInferConfig, total_steps=1,
