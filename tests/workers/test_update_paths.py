@@ -1,7 +1,8 @@
 """Which weight-sync path a pair of roles gets, and the CUDA IPC path itself (``gpu``).
 
 The choice is a pure function of placement (derived by hand from the rule in its docstring); the IPC test shares
-a packed bucket from this process's GPU and opens it in a second process, which must see the same tensors.
+a packed bucket from this process's GPU (one handle per tensor) and opens it in a second process, which must
+see the same tensors.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from roll.workers.model_update import open_bucket, pack_bucket, pick_update_mode, share_bucket
+from roll.workers.model_update import open_tensors, pack_bucket, pick_update_mode, share_bucket
 
 
 @pytest.mark.parametrize(
@@ -30,8 +31,8 @@ def test_pick_update_mode(same: bool, colocated: bool, gpus: bool, one_node: boo
     assert pick_update_mode(same_cluster=same, colocated=colocated, gpus=gpus, one_node=one_node) == mode
 
 
-def _open_in_child(handles: dict[str, Any], meta: Any, out: Any) -> None:
-    named = open_bucket(handles, meta, "child")
+def _open_in_child(handles: dict[str, Any], out: Any) -> None:
+    named = open_tensors(handles, "child")
     out.put({k: v.cpu() for k, v in named.items()})
 
 
@@ -41,9 +42,10 @@ def test_cuda_ipc_bucket_opens_in_another_process() -> None:
     bucket = pack_bucket(named)
     handles, keep = share_bucket(bucket)
     assert keep.is_cuda and len(handles) == 1
+    assert [name for name, _ in next(iter(handles.values()))] == ["a.weight", "b.bias"]
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    child = ctx.Process(target=_open_in_child, args=(handles, bucket.meta, out))
+    child = ctx.Process(target=_open_in_child, args=(handles, out))
     child.start()
     got = out.get(timeout=120)
     child.join(timeout=60)

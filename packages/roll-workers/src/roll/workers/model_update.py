@@ -12,9 +12,9 @@ Three transports, one wire format (named tensors packed into flat ``uint8`` buck
   strategy's ``load_weights``; nothing but tensors is shared.
 - **CUDA IPC** (colocated roles on GPUs: trainer and inference ranks share a device): every trainer rank gathers
   the full weights on its GPU, packs one bucket at a time into a flat CUDA tensor and returns its CUDA IPC handle
-  (``torch.multiprocessing.reductions.reduce_tensor``) keyed by the GPU's UUID; each inference worker opens the
-  handle of its own GPU (no copy through host memory) and loads the bucket; the trainer keeps the tensor alive
-  until the driver releases it.
+  (``torch.multiprocessing.reductions.reduce_tensor``, one per tensor) keyed by the GPU's UUID; each inference
+  worker opens the handles of its own GPU (vLLM's worker processes open them themselves) and loads the tensors
+  without a copy through host memory; the trainer keeps the bucket alive until the driver releases it.
 - **collective** (disaggregated roles): a standalone ``torch.distributed`` group of trainer rank 0 plus every
   inference worker, built from its own ``TCPStore`` (hosted by trainer rank 0) and a ``ProcessGroupGloo`` (CPU) or
   ``ProcessGroupNCCL`` (GPU) made directly from that store. It is independent of each role's default process
@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -53,13 +53,15 @@ from roll.workers.types import InferStrategy, TrainStrategy
 __all__ = [
     "BucketMeta",
     "CollectiveGroup",
+    "IPCHandles",
+    "LoadsFromIPC",
     "Mode",
     "ModelUpdateGroup",
     "TensorBucket",
     "UpdateReport",
     "free_port",
     "load_payload",
-    "open_bucket",
+    "open_tensors",
     "pack_bucket",
     "pick_update_mode",
     "plan_buckets",
@@ -232,17 +234,34 @@ def sync_in_process(
 # ---- the CUDA IPC transport -------------------------------------------------------------------------------------
 
 
-def share_bucket(bucket: TensorBucket) -> tuple[dict[str, Any], torch.Tensor]:
-    """The bucket's bytes on this process's GPU and their CUDA IPC handle, keyed by the GPU's UUID. Keep the
-    returned tensor alive until every receiver has loaded it (receivers map its memory)."""
+IPCHandles = dict[str, list[tuple[str, Any]]]
+"""CUDA IPC handles of named tensors, keyed by the UUID of the GPU that holds them: ``{uuid: [(name, handle)]}``
+(the form ``VLLMInferStrategy.load_weights_from_ipc`` takes)."""
+
+
+@runtime_checkable
+class LoadsFromIPC(Protocol):
+    """An inference strategy whose own processes open CUDA IPC handles (vLLM's workers), so no tensor passes
+    through the role's actor."""
+
+    def load_weights_from_ipc(
+        self, handles: Mapping[str, list[tuple[str, Any]]], policy_version: int
+    ) -> None: ...
+
+
+def share_bucket(bucket: TensorBucket) -> tuple[IPCHandles, torch.Tensor]:
+    """The bucket's bytes on this process's GPU (one allocation) and a CUDA IPC handle per tensor in it. Keep the
+    returned flat tensor alive until every receiver has loaded the bucket (receivers map its memory)."""
     from torch.multiprocessing.reductions import reduce_tensor
 
     flat_N = bucket.flat_N if bucket.flat_N.is_cuda else bucket.flat_N.cuda()
-    return {_gpu_uuid(flat_N.device): reduce_tensor(flat_N)}, flat_N  # type: ignore[no-untyped-call]
+    views = unpack_bucket(flat_N, bucket.meta)
+    handles = [(name, reduce_tensor(t)) for name, t in views.items()]  # type: ignore[no-untyped-call]
+    return {_gpu_uuid(flat_N.device): handles}, flat_N
 
 
-def open_bucket(handles: Mapping[str, Any], meta: BucketMeta, where: str) -> dict[str, torch.Tensor]:
-    """The tensors of a bucket shared by :func:`share_bucket` from a process on this GPU (matched by UUID)."""
+def open_tensors(handles: Mapping[str, list[tuple[str, Any]]], where: str) -> dict[str, torch.Tensor]:
+    """The tensors a process on this GPU shared with :func:`share_bucket` (matched by GPU UUID)."""
     device = torch.device("cuda", torch.cuda.current_device())
     uuid = _gpu_uuid(device)
     if uuid not in handles:
@@ -250,10 +269,14 @@ def open_bucket(handles: Mapping[str, Any], meta: BucketMeta, where: str) -> dic
             f"{where}: no trainer rank shares this GPU ({uuid}); CUDA IPC needs colocated roles (one "
             f"device_group) on the same GPUs. GPUs offered: {sorted(handles)}"
         )
-    func, args = handles[uuid]
-    args = list(args)
-    args[6] = device.index  # the sender's device index may differ (each process has its own visible devices)
-    return unpack_bucket(func(*args), meta)
+    out = {}
+    for name, (func, args) in handles[uuid]:
+        args = list(args)
+        args[6] = (
+            device.index
+        )  # the sender's device index may differ (each process has its own visible devices)
+        out[name] = func(*args)
+    return out
 
 
 def _gpu_uuid(device: torch.device) -> str:

@@ -16,6 +16,7 @@ from roll.workers.config import LoraConfig
 from roll.workers.model_update import (
     BucketMeta,
     CollectiveGroup,
+    IPCHandles,
     free_port,
     pack_bucket,
     plan_update,
@@ -156,9 +157,9 @@ class ActorTrainWorker(Worker):
         return len(self._bucket_names)
 
     @register(Dispatch.ONE_TO_ALL)
-    def share_weight_bucket(self, index: int) -> tuple[dict[str, Any], BucketMeta, int]:
-        """Bucket ``index`` of the staged weights on this rank's GPU, as CUDA IPC handles keyed by GPU UUID, with
-        its layout and size; the bucket stays alive until :meth:`release_weights`."""
+    def share_weight_bucket(self, index: int) -> tuple[IPCHandles, BucketMeta, int]:
+        """Bucket ``index`` of the staged weights on this rank's GPU, as CUDA IPC handles (one per tensor) keyed by
+        GPU UUID, with its layout and size; the bucket stays alive until :meth:`release_weights`."""
         bucket = pack_bucket({n: self._staged[n] for n in self._bucket_names[index]}, lora=self._staged_lora)
         handles, flat_N = share_bucket(bucket)
         self._shared.append(flat_N)

@@ -16,9 +16,11 @@ from roll.workers.config import SamplingParams
 from roll.workers.model_update import (
     BucketMeta,
     CollectiveGroup,
+    IPCHandles,
+    LoadsFromIPC,
     TensorBucket,
     load_payload,
-    open_bucket,
+    open_tensors,
     receive_weights,
     weights_checksum,
 )
@@ -98,12 +100,15 @@ class ActorInferWorker(Worker):
         return self.strategy.policy_version
 
     @register(Dispatch.ONE_TO_ALL)
-    def update_weights_ipc(self, handles: dict[str, Any], meta: BucketMeta, policy_version: int) -> int:
+    def update_weights_ipc(self, handles: IPCHandles, meta: BucketMeta, policy_version: int) -> int:
         """Load one bucket a trainer rank on this GPU shared by CUDA IPC (``share_weight_bucket``) and serve
         ``policy_version``."""
-        named = open_bucket(handles, meta, f"{self.role} rank {self.rank}")
-        load_payload(self.strategy, named, meta.lora, policy_version)
-        torch.cuda.synchronize()  # the trainer may free the bucket once every rank has answered
+        if isinstance(self.strategy, LoadsFromIPC) and meta.lora is None:
+            self.strategy.load_weights_from_ipc(handles, policy_version)  # vLLM's workers map the memory
+        else:
+            named = open_tensors(handles, f"{self.role} rank {self.rank}")
+            load_payload(self.strategy, named, meta.lora, policy_version)
+            torch.cuda.synchronize()  # the trainer may free the bucket once every rank has answered
         return self.strategy.policy_version
 
     @register(Dispatch.ONE_TO_ALL)
