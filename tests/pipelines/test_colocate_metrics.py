@@ -22,26 +22,32 @@ def test_offload_metrics_take_the_slowest_rank_and_sum_freed_memory() -> None:
     assert reload == {"colocate/actor_infer_reload_s": 0.25}
 
 
-class Phased(Worker):
-    """A torch-free stand-in for a role's actor: offload/reload flip a flag and report a cost like the roles do."""
+def _phased_worker() -> type[Worker]:
+    """The worker class, made inside a function so Ray pickles it by value: the actor then never imports this
+    module (which imports torch through roll.pipelines), and starts in a second."""
 
-    def __init__(self, ctx: WorkerContext) -> None:
-        super().__init__(ctx)
-        self.offloaded = False
+    class Phased(Worker):
+        """A torch-free stand-in for a role's actor: offload/reload flip a flag and report a cost like the roles do."""
 
-    @register(Dispatch.ONE_TO_ALL)
-    def offload(self) -> dict[str, float]:
-        self.offloaded = True
-        return {"seconds": 0.5 + self.rank, "freed_bytes": float(2**20)}
+        def __init__(self, ctx: WorkerContext) -> None:
+            super().__init__(ctx)
+            self.offloaded = False
 
-    @register(Dispatch.ONE_TO_ALL)
-    def reload(self) -> dict[str, float]:
-        self.offloaded = False
-        return {"seconds": 0.25, "freed_bytes": -float(2**20)}
+        @register(Dispatch.ONE_TO_ALL)
+        def offload(self) -> dict[str, float]:
+            self.offloaded = True
+            return {"seconds": 0.5 + self.rank, "freed_bytes": float(2**20)}
 
-    @register(Dispatch.ONE_TO_ALL)
-    def is_offloaded(self) -> bool:
-        return self.offloaded
+        @register(Dispatch.ONE_TO_ALL)
+        def reload(self) -> dict[str, float]:
+            self.offloaded = False
+            return {"seconds": 0.25, "freed_bytes": -float(2**20)}
+
+        @register(Dispatch.ONE_TO_ALL)
+        def is_offloaded(self) -> bool:
+            return self.offloaded
+
+    return Phased
 
 
 def test_phase_offloads_the_idle_side_and_logs_its_cost(ray_local: Any) -> None:
@@ -55,6 +61,7 @@ def test_phase_offloads_the_idle_side_and_logs_its_cost(ray_local: Any) -> None:
         total_steps=1,
     )
     group = PolicyGroup(spec, make_cluster=Cluster)
+    Phased = _phased_worker()
     with (
         Cluster("actor_train", Phased, spec.actor) as group.actor,
         Cluster("actor_infer", Phased, spec.infer) as group.infer,
