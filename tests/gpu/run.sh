@@ -2,6 +2,7 @@
 # One prepared GPU check for roll (issue 14), inside 10 minutes on one H100/H200-class GPU.
 #
 # Usage: bash tests/gpu/run.sh            (from the repository root; needs uv, CUDA and PyPI access)
+#        ROLL_GPU_SKIP_SYNC=1 bash tests/gpu/run.sh   (offline: reuse .venv and .venv-vllm as they are)
 #
 # It builds two environments, because vllm pins its own torch (see [tool.uv] conflicts in pyproject.toml):
 #   .venv          uv sync --extra megatron          (dev group: pytest)  -> Megatron lines and the other gpu tests
@@ -37,7 +38,8 @@ export OMP_WAIT_POLICY=PASSIVE RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 
 # ---- Megatron environment ----------------------------------------------------------------------------------
-row "sync megatron env" uv sync --extra megatron
+[ -z "${ROLL_GPU_SKIP_SYNC:-}" ] && row "sync megatron env" uv sync --extra megatron
+export UV_NO_SYNC=1  # uv run must not re-sync the environment the line above made
 row "gpu tests (megatron env)" uv run pytest -q -m gpu tests --ignore=tests/workers/test_gpu_strategies.py -k "not vllm" -p no:cacheprovider
 row "gpu tests megatron file" uv run pytest -q -m gpu tests/workers/test_gpu_strategies.py -k megatron -p no:cacheprovider
 row "sft megatron tp=1" bash -c "
@@ -58,7 +60,7 @@ fi
 
 # ---- vLLM environment --------------------------------------------------------------------------------------
 VENV=.venv-vllm
-row "sync vllm env" bash -c "UV_PROJECT_ENVIRONMENT=$VENV uv sync --no-dev --extra vllm && uv pip install --python $VENV/bin/python -q pytest pytest-timeout"
+[ -z "${ROLL_GPU_SKIP_SYNC:-}" ] && row "sync vllm env" bash -c "UV_PROJECT_ENVIRONMENT=$VENV uv sync --no-dev --extra vllm && uv pip install --python $VENV/bin/python -q pytest pytest-timeout"
 row "gpu tests (vllm env)" "$VENV/bin/python" -m pytest -q -m gpu tests/workers/test_gpu_strategies.py -k vllm -p no:cacheprovider
 row "rlvr vllm+fsdp2 colocated" bash -c "
   rm -rf outputs/gpu_rlvr && $VENV/bin/roll train examples/quickstart.yaml max_steps=4 warmup.steps=10 eval_every=0 \
