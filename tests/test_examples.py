@@ -74,7 +74,8 @@ def test_most_examples_train_a_model_role() -> None:
 
 @pytest.mark.parametrize("path", TRAINING_EXAMPLES, ids=lambda p: p.stem)
 def test_megatron_is_selectable_in_every_trained_role(path: Path) -> None:
-    """``strategy: {type: megatron, tensor_parallel_size: 2}`` validates in every trained role of every example
+    """``strategy: {type: megatron, tensor_parallel_size: 2}`` (on twice the workers) validates in every trained role
+    of every example
     that trains one (running it needs CUDA; choosing it must not), and an inference strategy there is rejected naming both."""
     from roll.core.config.loader import load_tree, validate
     from roll.core.errors import ConfigError
@@ -86,7 +87,10 @@ def test_megatron_is_selectable_in_every_trained_role(path: Path) -> None:
     assert roles, f"{path.stem} has no trained role"
     tree = load_tree(path, [])
     for role in roles:
-        tree.data.setdefault(role, {})["strategy"] = {"type": "megatron", "tensor_parallel_size": 2}
+        section = tree.data.setdefault(role, {})
+        section["strategy"] = {"type": "megatron", "tensor_parallel_size": 2}
+        # TP groups of 2 need twice the workers for the same data-parallel size (checked at load time).
+        section["num_workers"] = 2 * section.get("num_workers", 1)
     validated = validate(tree, spec.config_model)
     assert all(getattr(validated, r).strategy.type == "megatron" for r in roles)
     tree.data[roles[0]]["strategy"] = {"type": "vllm"}

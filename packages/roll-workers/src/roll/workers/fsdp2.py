@@ -39,6 +39,7 @@ from roll.workers.hf_infer import resolve_device
 from roll.workers.logprobs import forward_scores, split_micro_batches
 from roll.workers.lora import merge_weight, wire_name
 from roll.workers.metrics import UnitWeightedMeans
+from roll.workers.offload import StateOffloader, train_state_tensors
 from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
 
 
@@ -105,6 +106,7 @@ class FSDP2TrainStrategy:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: lr_multiplier(step, schedule, total_steps)
         )
+        self._offloader = StateOffloader()
 
     def _shard(self, model: torch.nn.Module) -> torch.nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
@@ -342,23 +344,16 @@ class FSDP2TrainStrategy:
         self.scheduler.load_state_dict(saved["scheduler"])
 
     def offload(self) -> None:
-        """Move params, grads and optimizer state to CPU between phases (a no-op when training on CPU)."""
-        self._move("cpu")
-
-    def reload(self) -> None:
-        """Bring params and optimizer state back to the training device."""
-        self._move(self.device)
-
-    def _move(self, device: str | torch.device) -> None:
+        """Free the device between phases: params, grads and optimizer state go to host memory (storages
+        released in place, :mod:`roll.workers.offload`). A no-op when training on CPU: the state is there already."""
         if self.device.type == "cpu":
             return
-        self.model.to(device)
-        for state in self.optimizer.state.values():
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor):
-                    state[key] = value.to(device, non_blocking=True)
-        if torch.device(device).type == "cpu":
-            torch.cuda.empty_cache()
+        self._offloader.offload(train_state_tensors(self.model, self.optimizer))
+        torch.cuda.empty_cache()
+
+    def reload(self) -> None:
+        """Bring params, grads and optimizer state back into the same device storages."""
+        self._offloader.reload()
 
     # ---- helpers ---------------------------------------------------------------------------------------------
 

@@ -38,6 +38,10 @@ class MegatronConfig(RollModel):
     vocab_multiple: int = Field(128, ge=1, description="Megatron's make_vocab_size_divisible_by")
     seed: int = 1234
 
+    def parallel_sizes(self) -> tuple[int, int, int]:
+        """``(tp, pp, cp)``: how the role's cluster lays out its ranks (``roll.core.cluster.Mesh``)."""
+        return self.tensor_parallel_size, self.pipeline_parallel_size, 1
+
     @model_validator(mode="after")
     def _pipeline_needs_micro_batches(self) -> MegatronConfig:
         if self.pipeline_parallel_size > 1 and self.micro_batch_size is None:

@@ -71,7 +71,7 @@ def init_parallel(config: MegatronConfig) -> None:
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(_local_device())
     if not dist.is_initialized():
         if "MASTER_ADDR" in os.environ:
             dist.init_process_group("nccl")
@@ -87,6 +87,14 @@ def init_parallel(config: MegatronConfig) -> None:
             tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp
         )
     model_parallel_cuda_manual_seed(config.seed)
+
+
+def _local_device() -> int:
+    """This process's CUDA device: 0 when it sees one GPU (a Ray actor sees only its own through
+    ``CUDA_VISIBLE_DEVICES``), else ``LOCAL_RANK`` (torchrun: every process sees every GPU of the node)."""
+    if torch.cuda.device_count() == 1:
+        return 0
+    return int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def _free_port() -> int:

@@ -10,6 +10,11 @@ Three transports, one wire format (named tensors packed into flat ``uint8`` buck
 - **in process** (one actor hosts both a train and an infer strategy, e.g. a ``HybridActorWorker`` that
   time-shares one GPU): :func:`sync_in_process` feeds the trainer's state dict, bucket by bucket, to the infer
   strategy's ``load_weights``; nothing but tensors is shared.
+- **CUDA IPC** (colocated roles on GPUs: trainer and inference ranks share a device): every trainer rank gathers
+  the full weights on its GPU, packs one bucket at a time into a flat CUDA tensor and returns its CUDA IPC handle
+  (``torch.multiprocessing.reductions.reduce_tensor``, one per tensor) keyed by the GPU's UUID; each inference
+  worker opens the handles of its own GPU (vLLM's worker processes open them themselves) and loads the tensors
+  without a copy through host memory; the trainer keeps the bucket alive until the driver releases it.
 - **collective** (disaggregated roles): a standalone ``torch.distributed`` group of trainer rank 0 plus every
   inference worker, built from its own ``TCPStore`` (hosted by trainer rank 0) and a ``ProcessGroupGloo`` (CPU) or
   ``ProcessGroupNCCL`` (GPU) made directly from that store. It is independent of each role's default process
@@ -35,7 +40,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -48,24 +53,29 @@ from roll.workers.types import InferStrategy, TrainStrategy
 __all__ = [
     "BucketMeta",
     "CollectiveGroup",
+    "IPCHandles",
+    "LoadsFromIPC",
     "Mode",
     "ModelUpdateGroup",
     "TensorBucket",
     "UpdateReport",
     "free_port",
     "load_payload",
+    "open_tensors",
     "pack_bucket",
+    "pick_update_mode",
     "plan_buckets",
     "plan_update",
     "receive_weights",
     "send_weights",
+    "share_bucket",
     "sync_in_process",
     "unpack_bucket",
     "update_payload",
     "weights_checksum",
 ]
 
-Mode = Literal["auto", "object_store", "collective", "in_process"]
+Mode = Literal["auto", "object_store", "collective", "in_process", "cuda_ipc"]
 
 
 # ---- buckets -----------------------------------------------------------------------------------------------------
@@ -219,6 +229,58 @@ def sync_in_process(
     for names in plan:
         load_payload(infer_strategy, {n: named[n] for n in names}, lora, policy_version)
     return len(plan)
+
+
+# ---- the CUDA IPC transport -------------------------------------------------------------------------------------
+
+
+IPCHandles = dict[str, list[tuple[str, Any]]]
+"""CUDA IPC handles of named tensors, keyed by the UUID of the GPU that holds them: ``{uuid: [(name, handle)]}``
+(the form ``VLLMInferStrategy.load_weights_from_ipc`` takes)."""
+
+
+@runtime_checkable
+class LoadsFromIPC(Protocol):
+    """An inference strategy whose own processes open CUDA IPC handles (vLLM's workers), so no tensor passes
+    through the role's actor."""
+
+    def load_weights_from_ipc(
+        self, handles: Mapping[str, list[tuple[str, Any]]], policy_version: int
+    ) -> None: ...
+
+
+def share_bucket(bucket: TensorBucket) -> tuple[IPCHandles, torch.Tensor]:
+    """The bucket's bytes on this process's GPU (one allocation) and a CUDA IPC handle per tensor in it. Keep the
+    returned flat tensor alive until every receiver has loaded the bucket (receivers map its memory)."""
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    flat_N = bucket.flat_N if bucket.flat_N.is_cuda else bucket.flat_N.cuda()
+    views = unpack_bucket(flat_N, bucket.meta)
+    handles = [(name, reduce_tensor(t)) for name, t in views.items()]  # type: ignore[no-untyped-call]
+    return {_gpu_uuid(flat_N.device): handles}, flat_N
+
+
+def open_tensors(handles: Mapping[str, list[tuple[str, Any]]], where: str) -> dict[str, torch.Tensor]:
+    """The tensors a process on this GPU shared with :func:`share_bucket` (matched by GPU UUID)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    uuid = _gpu_uuid(device)
+    if uuid not in handles:
+        raise WorkerError(
+            f"{where}: no trainer rank shares this GPU ({uuid}); CUDA IPC needs colocated roles (one "
+            f"device_group) on the same GPUs. GPUs offered: {sorted(handles)}"
+        )
+    out = {}
+    for name, (func, args) in handles[uuid]:
+        args = list(args)
+        args[6] = (
+            device.index
+        )  # the sender's device index may differ (each process has its own visible devices)
+        out[name] = func(*args)
+    return out
+
+
+def _gpu_uuid(device: torch.device) -> str:
+    return str(torch.cuda.get_device_properties(device).uuid)
 
 
 # ---- the collective transport ------------------------------------------------------------------------------------
@@ -375,6 +437,8 @@ class ModelUpdateGroup:
             buckets, nbytes = self.train.sync_weights(self.version, self.bucket_mb)[0], 0  # nothing leaves
         elif self.mode == "object_store":
             buckets, nbytes = self._sync_object_store()
+        elif self.mode == "cuda_ipc":
+            buckets, nbytes = self._sync_cuda_ipc()
         else:
             buckets, nbytes = self._sync_collective()
         return UpdateReport(self.version, self.mode, buckets, nbytes, time.monotonic() - start)
@@ -404,6 +468,21 @@ class ModelUpdateGroup:
         self.train.release_weights()
         return count, total
 
+    def _sync_cuda_ipc(self) -> tuple[int, int]:
+        count = self.train.stage_weights(self.bucket_mb, True)[0]
+        total = 0
+        try:
+            for i in range(count):
+                shared = self.train.share_weight_bucket(
+                    i
+                )  # per trainer rank: ({gpu uuid: handle}, meta, bytes)
+                handles = {uuid: h for per_rank, _, _ in shared for uuid, h in per_rank.items()}
+                self.infer.update_weights_ipc(handles, shared[0][1], self.version)
+                total += shared[0][2]
+        finally:
+            self.train.release_weights()
+        return count, total
+
     def _sync_collective(self) -> tuple[int, int]:
         if not self._joined:
             self._join()
@@ -424,10 +503,21 @@ class ModelUpdateGroup:
 
 
 def _pick_mode(train: Any, infer: Any) -> str:
-    if train is infer:
-        return "in_process"
     group = train.role_cfg.device_group
-    if group is not None and group == infer.role_cfg.device_group:
-        return "object_store"
-    nodes = {info.node_id for info in [*train.infos, *infer.infos]}
-    return "object_store" if len(nodes) == 1 and train.role_cfg.gpus_per_worker == 0 else "collective"
+    return pick_update_mode(
+        same_cluster=train is infer,
+        colocated=group is not None and group == infer.role_cfg.device_group,
+        gpus=train.role_cfg.gpus_per_worker > 0 and infer.role_cfg.gpus_per_worker > 0,
+        one_node=len({info.node_id for info in [*train.infos, *infer.infos]}) == 1,
+    )
+
+
+def pick_update_mode(*, same_cluster: bool, colocated: bool, gpus: bool, one_node: bool) -> str:
+    """The cheapest transport that exists: ``in_process`` for one (hybrid) cluster; ``cuda_ipc`` when the roles
+    share GPUs (one device group); ``collective`` (NCCL broadcast) between GPUs they do not share; and on CPU
+    the ``object_store`` on one node (shared memory), ``collective`` (gloo) across nodes."""
+    if same_cluster:
+        return "in_process"
+    if gpus:
+        return "cuda_ipc" if colocated else "collective"
+    return "object_store" if colocated or one_node else "collective"

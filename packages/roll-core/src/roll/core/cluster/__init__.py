@@ -10,7 +10,7 @@
 
 from roll.core.cluster.calls import PendingCall
 from roll.core.cluster.cluster import Cluster, ClusterMethod
-from roll.core.cluster.dispatch import Dispatch, register
+from roll.core.cluster.dispatch import Dispatch, Mesh, register
 from roll.core.cluster.resources import ResourceManager, RolePlacement
 from roll.core.cluster.runtime import RayHandle, init_ray, shutdown_ray
 from roll.core.cluster.worker import Worker, WorkerContext, WorkerInfo
@@ -19,6 +19,7 @@ __all__ = [
     "Cluster",
     "ClusterMethod",
     "Dispatch",
+    "Mesh",
     "PendingCall",
     "RayHandle",
     "ResourceManager",

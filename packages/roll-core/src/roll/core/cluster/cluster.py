@@ -20,6 +20,11 @@ Timeouts: a call's timeout is the method's own (``@register(timeout_s=...)``), e
 ``RoleConfig.call_timeout_s``, else the Cluster's ``call_timeout_s`` (pass ``RayConfig.call_timeout_s``);
 ``cluster.m.with_timeout(s)`` overrides it for one call site. Building the Cluster waits for every actor's
 ``__init__`` at most ``start_timeout_s`` (default: the role's call timeout).
+
+Model parallelism: ``mesh=Mesh(world_size, tp=2)`` tells ``MP_SPLIT`` methods how the ranks form TP/PP/DP groups
+(default: :meth:`Mesh.for_role`, from the role's strategy config; every rank its own DP rank unless the strategy
+is model-parallel). Each DP shard goes into the object store once, however many TP/PP ranks
+read it.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any
 import ray
 
 from roll.core.cluster.calls import CallTarget, PendingCall
-from roll.core.cluster.dispatch import RULES, CallPlan, Dispatch, MethodSpec, get_spec
+from roll.core.cluster.dispatch import RULES, CallPlan, Dispatch, Mesh, MethodSpec, get_spec
 from roll.core.cluster.resources import ResourceManager, RolePlacement
 from roll.core.cluster.worker import Worker, WorkerContext, WorkerInfo
 from roll.core.config.sections import RoleConfig
@@ -86,12 +91,18 @@ class Cluster:
         call_timeout_s: float = 600.0,
         start_timeout_s: float | None = None,
         runtime_env: Mapping[str, Any] | None = None,
+        mesh: Mesh | None = None,
     ) -> None:
         if not (isinstance(worker_cls, type) and issubclass(worker_cls, Worker)):
             raise TypeError(f"Cluster({role!r}, ...) needs a Worker subclass, got {worker_cls!r}")
         self.role = role
         self.role_cfg = role_cfg
         self.world_size = role_cfg.num_workers
+        self.mesh = mesh or Mesh.for_role(role_cfg)
+        if self.mesh.world_size != self.world_size:
+            raise ValueError(
+                f"Cluster({role!r}): mesh of {self.mesh.world_size} ranks for {role}.num_workers = {self.world_size}"
+            )
         self._default_timeout = role_cfg.call_timeout_s or call_timeout_s
         self._methods = {
             name: self._bind(name, spec) for name, spec in registered_methods(worker_cls).items()
@@ -233,9 +244,11 @@ class Cluster:
         if not self.actors:
             raise RuntimeError(f"cluster {self.role!r} is shut down; cannot call {method.name}")
         rule = RULES[method.spec.mode]
-        plan = rule.split(args, kwargs, self.world_size)
+        plan = rule.split(args, kwargs, self.mesh)
         if method.spec.mode is Dispatch.ONE_TO_ALL and len(plan.ranks) > 1:
             plan = _share_arguments(plan)
+        elif method.spec.mode is Dispatch.MP_SPLIT and self.mesh.dp < self.world_size:
+            plan = _share_shards(plan)
         refs = [
             getattr(self.actors[rank], method.name).remote(*a, **kw)
             for rank, (a, kw) in zip(plan.ranks, plan.args)
@@ -262,6 +275,17 @@ def _share_arguments(plan: CallPlan) -> CallPlan:
     args, kwargs = plan.args[0]
     shared = (tuple(_put(a) for a in args), {k: _put(v) for k, v in kwargs.items()})
     return CallPlan(plan.ranks, tuple(shared for _ in plan.ranks), plan.pad, plan.padded_len)
+
+
+def _share_shards(plan: CallPlan) -> CallPlan:
+    """Put each distinct shard (the first argument; TP/PP peers hold the same object) into the object store once."""
+    refs: dict[int, Any] = {}
+    args = []
+    for a, kw in plan.args:
+        shard = a[0]
+        ref = refs.setdefault(id(shard), _put(shard))
+        args.append(((ref, *a[1:]), kw))
+    return CallPlan(plan.ranks, tuple(args), plan.pad, plan.padded_len, plan.collect_from)
 
 
 def _put(value: Any) -> Any:

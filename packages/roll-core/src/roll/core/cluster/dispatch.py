@@ -16,6 +16,15 @@ functions: ``split`` (the cluster call's arguments -> a :class:`CallPlan` with p
   lists by list concatenation, anything else comes back as the per-rank list (padding cannot be removed from
   those; a method that returns per-rank metrics should expect the padded rows to have been seen).
 - ``RANK_ZERO``: only rank 0 is called; the result is its result.
+- ``MP_SPLIT``: for model-parallel groups (Megatron's tensor x context x data x pipeline parallel ranks, laid out
+  by a :class:`Mesh`). The first positional argument is split into ``mesh.dp`` shards exactly as ``DP_SPLIT``
+  splits it over ranks; every rank is called, each with the shard of its DP rank (its TP/CP/PP peers get the
+  same shard: they work on the same rows); results are collected from one rank per DP group (TP rank 0, CP rank
+  0, the last pipeline stage, where the loss and log-probs live), in DP order, and joined like ``DP_SPLIT``'s.
+  With a pure data-parallel mesh (``tp = pp = cp = 1``) it is ``DP_SPLIT``.
+
+A rule's ``split`` takes the cluster's :class:`Mesh` (``Mesh(world_size)`` unless the role has model
+parallelism); the modes other than ``MP_SPLIT`` read only its ``world_size``.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
-from roll.core.errors import WorkerError
+from roll.core.errors import ConfigError, WorkerError
 
 __all__ = [
     "RULES",
@@ -33,7 +42,9 @@ __all__ = [
     "CallPlan",
     "Dispatch",
     "DispatchRule",
+    "Mesh",
     "MethodSpec",
+    "ModelParallel",
     "Shardable",
     "get_spec",
     "register",
@@ -53,6 +64,79 @@ class Dispatch(enum.Enum):
     ONE_TO_ALL = "one_to_all"
     DP_SPLIT = "dp_split"
     RANK_ZERO = "rank_zero"
+    MP_SPLIT = "mp_split"
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """How a role's ``world_size`` ranks form tensor (``tp``), context (``cp``), data (``dp``) and pipeline
+    (``pp``) parallel groups, in Megatron-Core's default order (``tp-cp-ep-dp-pp``, tensor parallel fastest)::
+
+        rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank))
+
+    e.g. world 4 with ``tp=2``: ranks 0, 1 are DP rank 0 (TP ranks 0, 1) and ranks 2, 3 are DP rank 1, so
+    ``collect_ranks() == (0, 2)``. With ``pp=2`` as well (world 8, dp 2) the last stage holds ranks 4..7 and
+    ``collect_ranks() == (4, 6)``.
+    """
+
+    world_size: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+
+    def __post_init__(self) -> None:
+        sizes = {"world_size": self.world_size, "tp": self.tp, "pp": self.pp, "cp": self.cp}
+        bad = {k: v for k, v in sizes.items() if not (isinstance(v, int) and v >= 1)}
+        if bad:
+            raise ConfigError(f"Mesh sizes must be integers >= 1; got {bad}")
+        if self.world_size % (self.tp * self.pp * self.cp):
+            raise ConfigError(
+                f"a role of {self.world_size} workers cannot hold tensor x pipeline x context parallel groups of "
+                f"{self.tp} x {self.pp} x {self.cp} = {self.tp * self.pp * self.cp} ranks: num_workers must be "
+                "a multiple of tensor_parallel_size * pipeline_parallel_size"
+            )
+
+    @property
+    def dp(self) -> int:
+        """The data-parallel size: what the model-parallel groups leave of the world."""
+        return self.world_size // (self.tp * self.pp * self.cp)
+
+    def coords(self, rank: int) -> tuple[int, int, int, int]:
+        """``(tp_rank, cp_rank, dp_rank, pp_rank)`` of global ``rank``."""
+        if not 0 <= rank < self.world_size:
+            raise IndexError(f"rank {rank} is outside a mesh of {self.world_size} ranks")
+        tp_rank, rest = rank % self.tp, rank // self.tp
+        cp_rank, rest = rest % self.cp, rest // self.cp
+        dp_rank, pp_rank = rest % self.dp, rest // self.dp
+        return tp_rank, cp_rank, dp_rank, pp_rank
+
+    def dp_rank(self, rank: int) -> int:
+        return self.coords(rank)[2]
+
+    def rank_of(self, *, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
+        """The global rank at the given coordinates (inverse of :meth:`coords`)."""
+        return tp + self.tp * (cp + self.cp * (dp + self.dp * pp))
+
+    def collect_ranks(self) -> tuple[int, ...]:
+        """One rank per DP group, by DP rank: TP and CP rank 0 of the last pipeline stage."""
+        return tuple(self.rank_of(dp=d, pp=self.pp - 1) for d in range(self.dp))
+
+    @classmethod
+    def for_role(cls, role_cfg: Any) -> Mesh:
+        """The mesh of a role config: its strategy's ``parallel_sizes()`` when the strategy is
+        :class:`ModelParallel` (Megatron's is), else pure data parallelism over ``num_workers``."""
+        strategy = getattr(role_cfg, "strategy", None)
+        if isinstance(strategy, ModelParallel):
+            tp, pp, cp = strategy.parallel_sizes()
+            return cls(role_cfg.num_workers, tp=tp, pp=pp, cp=cp)
+        return cls(role_cfg.num_workers)
+
+
+@runtime_checkable
+class ModelParallel(Protocol):
+    """A strategy config with model parallelism: ``parallel_sizes()`` is ``(tp, pp, cp)``."""
+
+    def parallel_sizes(self) -> tuple[int, int, int]: ...
 
 
 @dataclass(frozen=True)
@@ -115,25 +199,27 @@ class CallPlan:
     args: tuple[Args, ...]
     pad: int = 0
     padded_len: int = 0
+    collect_from: tuple[int, ...] | None = None
+    """Positions in ``ranks`` whose results ``collect`` uses (None: all), for ``MP_SPLIT``."""
 
 
 @dataclass(frozen=True)
 class DispatchRule:
     """The pair of plain functions behind one :class:`Dispatch` mode."""
 
-    split: Callable[[tuple[Any, ...], dict[str, Any], int], CallPlan]
+    split: Callable[[tuple[Any, ...], dict[str, Any], Mesh], CallPlan]
     collect: Callable[[list[Any], CallPlan], Any]
 
 
-def _split_all(args: tuple[Any, ...], kwargs: dict[str, Any], world_size: int) -> CallPlan:
-    return CallPlan(tuple(range(world_size)), tuple((args, kwargs) for _ in range(world_size)))
+def _split_all(args: tuple[Any, ...], kwargs: dict[str, Any], mesh: Mesh) -> CallPlan:
+    return CallPlan(tuple(range(mesh.world_size)), tuple((args, kwargs) for _ in range(mesh.world_size)))
 
 
 def _collect_list(results: list[Any], plan: CallPlan) -> list[Any]:
     return results
 
 
-def _split_rank_zero(args: tuple[Any, ...], kwargs: dict[str, Any], world_size: int) -> CallPlan:
+def _split_rank_zero(args: tuple[Any, ...], kwargs: dict[str, Any], mesh: Mesh) -> CallPlan:
     return CallPlan((0,), ((args, kwargs),))
 
 
@@ -141,26 +227,38 @@ def _collect_first(results: list[Any], plan: CallPlan) -> Any:
     return results[0]
 
 
-def _split_dp(args: tuple[Any, ...], kwargs: dict[str, Any], world_size: int) -> CallPlan:
+def _split_dp(args: tuple[Any, ...], kwargs: dict[str, Any], mesh: Mesh) -> CallPlan:
+    shards, rest, pad, padded_len = _shards(args, mesh.world_size, "DP_SPLIT")
+    per_rank = tuple(((shard, *rest), kwargs) for shard in shards)
+    return CallPlan(tuple(range(mesh.world_size)), per_rank, pad, padded_len)
+
+
+def _split_mp(args: tuple[Any, ...], kwargs: dict[str, Any], mesh: Mesh) -> CallPlan:
+    shards, rest, pad, padded_len = _shards(args, mesh.dp, "MP_SPLIT")
+    per_rank = tuple(((shards[mesh.dp_rank(r)], *rest), kwargs) for r in range(mesh.world_size))
+    return CallPlan(tuple(range(mesh.world_size)), per_rank, pad, padded_len, mesh.collect_ranks())
+
+
+def _shards(args: tuple[Any, ...], parts: int, mode: str) -> tuple[Sequence[Any], tuple[Any, ...], int, int]:
+    """``args[0]`` padded to a multiple of ``parts`` and cut into ``parts`` equal shards; the other arguments."""
     if not args:
-        raise TypeError("a DP_SPLIT method takes the data to split as its first positional argument")
+        raise TypeError(f"a {mode} method takes the data to split as its first positional argument")
     data, rest = args[0], args[1:]
     if isinstance(data, Shardable):
-        padded, pad = data.pad_to_multiple(world_size)
-        shards: Sequence[Any] = padded.chunk(world_size)
+        padded, pad = data.pad_to_multiple(parts)
+        shards: Sequence[Any] = padded.chunk(parts)
         padded_len = len(padded)
     elif isinstance(data, list):
-        shards, pad = _chunk_list(data, world_size)
+        shards, pad = _chunk_list(data, parts)
         padded_len = len(data) + pad
     else:
         raise TypeError(
-            f"a DP_SPLIT method needs a Batch (or another Shardable) or a list as its first argument, "
+            f"a {mode} method needs a Batch (or another Shardable) or a list as its first argument, "
             f"got {type(data).__name__}"
         )
-    if len(shards) != world_size:
-        raise TypeError(f"{type(data).__name__}.chunk({world_size}) returned {len(shards)} parts")
-    per_rank = tuple(((shard, *rest), kwargs) for shard in shards)
-    return CallPlan(tuple(range(world_size)), per_rank, pad, padded_len)
+    if len(shards) != parts:
+        raise TypeError(f"{type(data).__name__}.chunk({parts}) returned {len(shards)} parts")
+    return shards, rest, pad, padded_len
 
 
 def _chunk_list(data: list[Any], world_size: int) -> tuple[list[list[Any]], int]:
@@ -183,6 +281,11 @@ def _collect_dp(results: list[Any], plan: CallPlan) -> Any:
         flat = [item for r in results for item in r]
         return _unpad(flat, plan, lambda n: flat[: len(flat) - n])
     return results
+
+
+def _collect_mp(results: list[Any], plan: CallPlan) -> Any:
+    picked = results if plan.collect_from is None else [results[i] for i in plan.collect_from]
+    return _collect_dp(picked, plan)
 
 
 def _drop_marked_rows(joined: Any) -> Any:
@@ -210,4 +313,5 @@ RULES: dict[Dispatch, DispatchRule] = {
     Dispatch.ONE_TO_ALL: DispatchRule(_split_all, _collect_list),
     Dispatch.DP_SPLIT: DispatchRule(_split_dp, _collect_dp),
     Dispatch.RANK_ZERO: DispatchRule(_split_rank_zero, _collect_first),
+    Dispatch.MP_SPLIT: DispatchRule(_split_mp, _collect_mp),
 }

@@ -15,7 +15,7 @@ a wait that never ends (fractional CPUs make this easy to hit). :meth:`ResourceM
 demand with ``ray.cluster_resources()`` and ``ray.available_resources()`` and raises :class:`ResourceError` with the
 arithmetic instead; the wait for the placement groups themselves has a timeout too.
 
-Pinning: ``node_resource={"actor_train": "node:10.0.0.2"}`` adds ``0.001`` of that resource to each of the role's
+Pinning: a role's ``node`` key (or ``node_resource={"actor_train": "node:10.0.0.2"}``, which wins) adds ``0.001`` of that resource to each of the role's
 bundles, so they land only on nodes that have it: every node has ``node:<its ip>``, and ``ray start --resources``
 or ``ray.cluster_utils.Cluster.add_node(resources=...)`` can give nodes labels of your own.
 """
@@ -95,7 +95,8 @@ def plan_demand(
     roles: Mapping[str, RoleConfig], node_resource: Mapping[str, str] | None = None
 ) -> list[DeviceGroupDemand]:
     """Group roles by device group and size each group's bundles. Pure: no Ray calls."""
-    pins = dict(node_resource or {})
+    pins = {name: cfg.node for name, cfg in roles.items() if cfg.node is not None}
+    pins.update(node_resource or {})
     unknown = sorted(set(pins) - set(roles))
     if unknown:
         raise ResourceError(f"node_resource names unknown roles {unknown}; roles are {sorted(roles)}")
@@ -113,7 +114,7 @@ def _group_demand(
     if pinned and (len(set(pinned.values())) > 1 or len(pinned) != len(members)):
         raise ResourceError(
             f"device group {key!r} shares bundles between {members}, so they must be pinned to the same node; "
-            f"node_resource gives {[(m, pins.get(m)) for m in members]}"
+            f"the pins are {[(m + '.node', pins.get(m)) for m in members]}: give them all the same node"
         )
     gpus = max(c.gpus_per_worker for c in cfgs)
     if len(members) > 1 and gpus > 1:
@@ -142,9 +143,11 @@ def check_fits(
     problems = _shortfalls(demand, total, "the cluster has")
     if not problems and available is not None:
         problems = _shortfalls(demand, available, "is free now (other jobs hold the rest)")
-    pins = {d.pin for d in demand if d.pin}
     problems += [
-        f"no node offers the resource {p!r} that pins a role" for p in sorted(pins) if p not in total
+        f"no node offers the resource {d.pin!r} that {', '.join(r + '.node' for r in d.roles)} pins to; nodes "
+        f"get labels with `ray start --resources='{{\"{d.pin}\": 1}}'` (every node has node:<its ip>)"
+        for d in demand
+        if d.pin and d.pin not in total
     ]
     if problems:
         raise ResourceError(_explain(roles, demand, total, available, problems))

@@ -33,6 +33,13 @@ class RoleConfig(RollModel):
     gpus_per_worker: float = Field(0.0, ge=0)
     device_group: str | None = None
     call_timeout_s: float | None = Field(None, gt=0, description="overrides ray.call_timeout_s for this role")
+    node: str | None = Field(
+        None,
+        min_length=1,
+        description="pin the role to nodes offering this Ray resource: a label given with `ray start "
+        "--resources='{\"trainer\": 1}'` (or a KubeRay group's rayStartParams), or `node:<ip>`; roles of one "
+        "device_group must agree",
+    )
 
 
 class TrackingConfig(RollModel):

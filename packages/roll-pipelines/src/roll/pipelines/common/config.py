@@ -33,7 +33,11 @@ def batch_issues(
     batch: BatchConfig, role: TrainRoleConfig, *, role_key: str, pairs: bool
 ) -> list[ConfigIssue]:
     """Everything that makes ``batch`` impossible for ``role``; ``pairs`` asks for whole chosen/rejected pairs."""
-    issues = batch.check(role.num_workers, where=f"{role_key}.num_workers")
+    dp = role.data_parallel_size()
+    where = f"{role_key}.num_workers" + (
+        "" if dp == role.num_workers else " / (tensor x pipeline parallel size)"
+    )
+    issues = batch.check(dp, where=where)
     for name in MICRO_BATCH_FIELDS:
         if getattr(role.strategy, name, None) is not None:
             issues.append(

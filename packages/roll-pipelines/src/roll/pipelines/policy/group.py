@@ -126,6 +126,7 @@ class PolicyGroup:
         self.critic: Critic | None = None
         self.updater: ModelUpdateGroup
         self.ref_updater: ModelUpdateGroup | None = None
+        self._phase_metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------ building
 
@@ -304,18 +305,25 @@ class PolicyGroup:
 
     @contextmanager
     def phase(self, name: Literal["generate", "train"]) -> Iterator[None]:
-        """Colocated roles (one ``device_group``) time-share: the side idle in this phase offloads meanwhile."""
+        """Colocated roles (one ``device_group``) time-share: the side idle in this phase offloads meanwhile.
+        What each offload and reload cost is kept for :meth:`pop_phase_metrics`."""
         s = self.spec
         shared = s.placement == "separate" and s.actor.device_group is not None
         if not shared or s.actor.device_group != s.infer.device_group:
             yield
             return
         idle = self.actor if name == "generate" else self.infer
-        idle.offload()
+        self._phase_metrics.update(phase_cost_metrics(idle.role, "offload", idle.offload()))
         try:
             yield
         finally:
-            idle.reload()
+            self._phase_metrics.update(phase_cost_metrics(idle.role, "reload", idle.reload()))
+
+    def pop_phase_metrics(self) -> dict[str, float]:
+        """The time-sharing metrics since the last call (``colocate/<role>_{offload,reload}_s``,
+        ``colocate/<role>_freed_mib``); empty when the roles do not share devices."""
+        out, self._phase_metrics = self._phase_metrics, {}
+        return out
 
     # ------------------------------------------------------------------------------------------ persistence
 
@@ -351,6 +359,15 @@ class PolicyGroup:
     def export_hf(self, output_dir: Path) -> Path:
         """The trained policy as a transformers ``save_pretrained`` folder under ``output_dir/hf``."""
         return export_hf(self.actor, output_dir)
+
+
+def phase_cost_metrics(role: str, kind: str, per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """One offload or reload of ``role`` as metrics: the slowest rank's seconds (the phase waits for it) and,
+    for an offload, the device memory freed, summed over ranks, in MiB."""
+    out = {f"colocate/{role}_{kind}_s": max((r["seconds"] for r in per_rank), default=0.0)}
+    if kind == "offload":
+        out[f"colocate/{role}_freed_mib"] = sum(r["freed_bytes"] for r in per_rank) / 2**20
+    return out
 
 
 def _near_equal_parts(batch: Batch, parts: int) -> list[Batch]:

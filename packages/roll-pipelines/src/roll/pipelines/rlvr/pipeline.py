@@ -183,7 +183,7 @@ class RLVRPipeline(BasePipeline):
             train_metrics = self._timed(timings, "train", lambda: self.train(batch))
         self._timed(timings, "generate_wait", self.ahead.wait)
         self._timed(timings, "sync", lambda: self.sync_weights())
-        out = self.log(rollout, batch, train_metrics, timings)
+        out = self.log(rollout, batch, {**train_metrics, **self.policy.pop_phase_metrics()}, timings)
         if self.curriculum is not None and self.config.curriculum is not None:
             # the level fed when this step began (with step_ahead, its prompts were fed a step earlier)
             out["curriculum/level"] = float(level)

@@ -1,6 +1,7 @@
 """``SFTWorker``: the actor with two forward-only evaluation methods SFT needs (token accuracy needs logits).
 
-Both run on every rank (DP_SPLIT), so a sharded (FSDP) model takes part in each forward on every rank; rows that
+Both run on every rank (MP_SPLIT: rows split by data-parallel rank, so Megatron's TP/PP peers see the same rows;
+plain DP_SPLIT for FSDP), so a sharded (FSDP) model takes part in each forward on every rank; rows that
 dispatch added as padding are weighted 0.
 """
 
@@ -24,7 +25,7 @@ TOKEN_SUM = Aggregation("token-mean", num_global_tokens=1.0)
 class SFTWorker(ActorTrainWorker):
     """:class:`ActorTrainWorker` plus :meth:`eval_step` and :meth:`generate_greedy`."""
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     @torch.no_grad()
     def eval_step(self, batch: Batch) -> dict[str, float]:
         """Summed NLL, correctly predicted and trained tokens of this rank's real rows (``*_sum``: add them up).
@@ -56,7 +57,7 @@ class SFTWorker(ActorTrainWorker):
             "tokens_sum": float(trained_BT.sum()),
         }
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     @torch.no_grad()
     def generate_greedy(self, batch: Batch, max_new_tokens: int) -> Batch:
         """Greedy continuations of left-padded prompts, a fixed ``max_new_tokens`` steps on every rank (so a

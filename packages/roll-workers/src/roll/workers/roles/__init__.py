@@ -8,19 +8,20 @@ Column names are in :mod:`roll.core.columns`.
 Registered methods (dispatch mode) by role:
 
 - :class:`ActorTrainWorker` ``(model: ModelConfig, strategy: FSDP2Config, total_steps=1, strategy_name="fsdp2")``:
-  ``setup()`` ALL; ``train_step(batch, loss_fn, temperature=1.0) -> list[dict]`` DP (per-rank metrics: loss,
+  ``setup()`` ALL; ``train_step(batch, loss_fn, temperature=1.0) -> list[dict]`` MP (per-DP-rank metrics: loss,
   grad_norm, lr, tokens, units, and the loss's own as ``actor/<name>``; critic: ``critic/<name>``, reward model:
   ``reward/<name>``); ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch``
-  DP (``logp_BT``, ``entropy_BT``); ``save_checkpoint(path)`` / ``load_checkpoint(path)`` / ``export_hf(path)`` /
-  ``offload()`` / ``reload()`` ALL; ``weights_checksum(dtype=None) -> list[str]`` ALL (rank 0's is the one);
-  model update: ``stage_weights`` / ``weight_bucket`` / ``release_weights`` / ``update_endpoint`` /
+  MP (``logp_BT``, ``entropy_BT``); ``save_checkpoint(path)`` / ``load_checkpoint(path)`` / ``export_hf(path)`` /
+  ``offload()`` / ``reload()`` ALL (each returns ``seconds`` and ``freed_bytes``); ``weights_checksum(dtype=None) -> list[str]`` ALL (rank 0's is the one);
+  model update: ``stage_weights`` / ``weight_bucket`` / ``share_weight_bucket`` (CUDA IPC) / ``release_weights`` /
+  ``update_endpoint`` /
   ``join_update_group`` / ``broadcast_weights`` (driven by :class:`~roll.workers.model_update.ModelUpdateGroup`;
   a LoRA trainer sends its adapter only); distillation: ``join_transfer_group`` ALL,
   ``receive_topk(batch, name, num_sources, k, key="topk") -> Batch`` DP.
 - :class:`ActorInferWorker` ``(model, infer: HFInferConfig, strategy_name="hf")``: ``setup()`` ALL;
   ``generate(prompts, params: SamplingParams) -> Batch`` DP (n rows per prompt, seeded by each row's
   ``prompt_seed_B`` when given; see :func:`~roll.workers.roles.sequences.to_sequences`); ``compute_logprobs(batch, temperature=1.0,
-  with_entropy=False) -> Batch`` DP; ``update_weights(bucket_refs, policy_version)`` / ``join_update_group`` /
+  with_entropy=False) -> Batch`` DP; ``update_weights(bucket_refs, policy_version)`` / ``update_weights_ipc`` / ``join_update_group`` /
   ``receive_weights(name, policy_version)`` ALL; ``policy_version() -> list[int]`` ALL;
   ``weights_checksum(dtype=None) -> list[str]`` ALL; ``offload()`` / ``reload()`` ALL.
 - :class:`HybridActorWorker` ``(model, strategy: FSDP2Config, infer: HFInferConfig, total_steps=1,
@@ -43,7 +44,9 @@ Registered methods (dispatch mode) by role:
   ``transfer_endpoint()`` RANK_ZERO, ``join_transfer_group`` ALL, ``send_topk(batch, k, name, num_sources,
   key="topk")`` DP (one round of channel ``key`` per call; see :mod:`roll.workers.logits_transfer`).
 
-DP = ``Dispatch.DP_SPLIT`` (rows split evenly, padding removed from the result), ALL = ``Dispatch.ONE_TO_ALL``
+DP = ``Dispatch.DP_SPLIT`` (rows split evenly, padding removed from the result), MP = ``Dispatch.MP_SPLIT`` (rows
+split by data-parallel rank, every TP/PP rank called, one result per DP group; the cluster's mesh comes from the
+strategy config, so with fsdp2 it is DP), ALL = ``Dispatch.ONE_TO_ALL``
 (result: list by rank). Importing this package is light: each name below is imported on first use (PEP 562),
 so config modules that import :mod:`roll.workers.roles.config` don't pull in torch and Ray.
 """

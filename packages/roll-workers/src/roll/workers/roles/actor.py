@@ -14,14 +14,18 @@ from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers import logits_transfer
 from roll.workers.config import LoraConfig
 from roll.workers.model_update import (
+    BucketMeta,
     CollectiveGroup,
+    IPCHandles,
     free_port,
     pack_bucket,
     plan_update,
     send_weights,
+    share_bucket,
     update_payload,
     weights_checksum,
 )
+from roll.workers.offload import measured
 from roll.workers.roles import _common, checkpoint
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
@@ -58,6 +62,7 @@ class ActorTrainWorker(Worker):
         self._staged: dict[str, torch.Tensor] = {}
         self._staged_lora: LoraConfig | None = None
         self._bucket_names: list[list[str]] = []
+        self._shared: list[torch.Tensor] = []  # CUDA IPC buckets, alive until release_weights
 
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:
@@ -76,7 +81,7 @@ class ActorTrainWorker(Worker):
         """Use ``lr`` as the base rate from now on (e.g. a warm-up at its own rate, then RL at another)."""
         self.strategy.set_lr(lr)
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     def train_step(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
         """One optimizer step over the whole (global) batch; returns this rank's metrics.
 
@@ -89,7 +94,7 @@ class ActorTrainWorker(Worker):
         _common.check_micro_batch_fits(batch, limit, self.role, "strategy.max_tokens_per_micro_batch")
         return _common.train_on(self.strategy, batch, loss_fn, temperature, prefix=LOSS_METRIC_PREFIX)
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     def compute_logprobs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False) -> Batch:
         """``logp_BT`` (and ``entropy_BT``) of ``input_ids_BT`` under the current weights, forward only."""
         return _common.logprobs_of(self.strategy, batch, temperature, with_entropy)
@@ -117,13 +122,15 @@ class ActorTrainWorker(Worker):
             self.tokenizer.save_pretrained(path)
 
     @register(Dispatch.ONE_TO_ALL)
-    def offload(self) -> None:
-        """Free the device between phases (weights and optimizer state to CPU)."""
-        self.strategy.offload()
+    def offload(self) -> dict[str, float]:
+        """Free the device between phases (weights, grads and optimizer state to CPU); returns ``seconds`` and
+        ``freed_bytes`` (:func:`roll.workers.offload.measured`)."""
+        return measured(self.strategy.offload)
 
     @register(Dispatch.ONE_TO_ALL)
-    def reload(self) -> None:
-        self.strategy.reload()
+    def reload(self) -> dict[str, float]:
+        """Undo :meth:`offload`; ``freed_bytes`` is then negative (memory taken back)."""
+        return measured(self.strategy.reload)
 
     @register(Dispatch.ONE_TO_ALL)
     def full_state_dict(self) -> dict[str, torch.Tensor]:
@@ -141,13 +148,22 @@ class ActorTrainWorker(Worker):
     # ---- model update (see roll.workers.model_update) --------------------------------------------------------
 
     @register(Dispatch.ONE_TO_ALL)
-    def stage_weights(self, bucket_mb: float) -> int:
+    def stage_weights(self, bucket_mb: float, all_ranks: bool = False) -> int:
         """Gather what to send (collective: the full weights, or the adapter alone under LoRA) and plan buckets;
-        returns the bucket count (0 off rank 0)."""
-        named, self._staged_lora = update_payload(self.strategy)
-        self._staged = named if self.rank == 0 else {}
+        returns the bucket count (0 off rank 0 unless ``all_ranks``: CUDA IPC, where each rank serves its GPU)."""
+        named, self._staged_lora = update_payload(self.strategy, all_ranks=all_ranks)
+        self._staged = named if self.rank == 0 or all_ranks else {}
         self._bucket_names = plan_update(self._staged, bucket_mb, self._staged_lora)
         return len(self._bucket_names)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def share_weight_bucket(self, index: int) -> tuple[IPCHandles, BucketMeta, int]:
+        """Bucket ``index`` of the staged weights on this rank's GPU, as CUDA IPC handles (one per tensor) keyed by
+        GPU UUID, with its layout and size; the bucket stays alive until :meth:`release_weights`."""
+        bucket = pack_bucket({n: self._staged[n] for n in self._bucket_names[index]}, lora=self._staged_lora)
+        handles, flat_N = share_bucket(bucket)
+        self._shared.append(flat_N)
+        return handles, bucket.meta, bucket.meta.nbytes
 
     @register(Dispatch.RANK_ZERO)
     def weight_bucket(self, index: int) -> tuple[Any, int]:
@@ -157,7 +173,7 @@ class ActorTrainWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def release_weights(self) -> None:
-        self._staged, self._bucket_names, self._staged_lora = {}, [], None
+        self._staged, self._bucket_names, self._staged_lora, self._shared = {}, [], None, []
 
     @register(Dispatch.RANK_ZERO)
     def update_endpoint(self) -> tuple[str, int]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from roll.core.config.base import RollModel
 from roll.core.config.sections import RoleConfig
@@ -94,6 +94,28 @@ class TrainRoleConfig(RoleConfig):
     @classmethod
     def _train_kind(cls, value: Any) -> Any:
         return _check_kind(value, "train")
+
+    def data_parallel_size(self) -> int:
+        """How many data-parallel replicas the workers form: ``num_workers / (tp * pp)`` under megatron, else
+        ``num_workers``. Batch arithmetic divides by this, not by ``num_workers``."""
+        if isinstance(self.strategy, MegatronConfig):
+            tp, pp, _ = self.strategy.parallel_sizes()
+            return max(1, self.num_workers // (tp * pp))
+        return self.num_workers
+
+    @model_validator(mode="after")
+    def _workers_fill_model_parallel_groups(self) -> TrainRoleConfig:
+        strategy = self.strategy
+        if isinstance(strategy, MegatronConfig):
+            tp, pp, _ = strategy.parallel_sizes()
+            if self.num_workers % (tp * pp):
+                raise ValueError(
+                    f"num_workers = {self.num_workers} is not a multiple of strategy.tensor_parallel_size * "
+                    f"strategy.pipeline_parallel_size = {tp} * {pp}; the data-parallel size is num_workers / "
+                    f"(tp * pp). Use num_workers = {tp * pp * max(1, self.num_workers // (tp * pp))} or smaller "
+                    "parallel sizes"
+                )
+        return self
 
 
 class InferRoleConfig(RoleConfig):

@@ -14,12 +14,17 @@ from roll.core.errors import WorkerError
 from roll.core.seeding import derive_seed
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import (
+    BucketMeta,
     CollectiveGroup,
+    IPCHandles,
+    LoadsFromIPC,
     TensorBucket,
     load_payload,
+    open_tensors,
     receive_weights,
     weights_checksum,
 )
+from roll.workers.offload import measured
 from roll.workers.roles import _common
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer, resolve_path
@@ -95,6 +100,18 @@ class ActorInferWorker(Worker):
         return self.strategy.policy_version
 
     @register(Dispatch.ONE_TO_ALL)
+    def update_weights_ipc(self, handles: IPCHandles, meta: BucketMeta, policy_version: int) -> int:
+        """Load one bucket a trainer rank on this GPU shared by CUDA IPC (``share_weight_bucket``) and serve
+        ``policy_version``."""
+        if isinstance(self.strategy, LoadsFromIPC) and meta.lora is None:
+            self.strategy.load_weights_from_ipc(handles, policy_version)  # vLLM's workers map the memory
+        else:
+            named = open_tensors(handles, f"{self.role} rank {self.rank}")
+            load_payload(self.strategy, named, meta.lora, policy_version)
+            torch.cuda.synchronize()  # the trainer may free the bucket once every rank has answered
+        return self.strategy.policy_version
+
+    @register(Dispatch.ONE_TO_ALL)
     def join_update_group(
         self, name: str, addr: str, port: int, world_size: int, rank_offset: int, backend: str
     ) -> None:
@@ -120,12 +137,15 @@ class ActorInferWorker(Worker):
         return weights_checksum(served, getattr(torch, dtype) if dtype else None)
 
     @register(Dispatch.ONE_TO_ALL)
-    def offload(self) -> None:
-        self.strategy.offload()
+    def offload(self) -> dict[str, float]:
+        """Free the device while another role uses it (vLLM sleeps at its ``sleep_level``; hf moves weights to
+        CPU); returns ``seconds`` and ``freed_bytes`` (:func:`roll.workers.offload.measured`)."""
+        return measured(self.strategy.offload)
 
     @register(Dispatch.ONE_TO_ALL)
-    def reload(self) -> None:
-        self.strategy.reload()
+    def reload(self) -> dict[str, float]:
+        """Wake up / move back; ``freed_bytes`` is then negative (memory taken back)."""
+        return measured(self.strategy.reload)
 
 
 def served_weights(strategy: InferStrategy, role: str, name: str) -> dict[str, torch.Tensor]:
