@@ -26,6 +26,7 @@ from roll.data.tasks.base import (
     split_of,
 )
 from roll.data.tasks.compare import CompareTask
+from roll.data.tasks.visual import ShapesTask
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -50,9 +51,20 @@ def _arithmetic(level: int | None = None, **options: Any) -> Task:
     return ArithmeticTask(**options)
 
 
+def _shapes(level: int | None = None, **options: Any) -> Task:
+    if level is not None:
+        if options:
+            raise DataError(
+                f"shapes: pass either level or explicit options, not both (got {sorted(options)})"
+            )
+        return ShapesTask.level(level)
+    return ShapesTask(**options)
+
+
 _TASKS: dict[str, Callable[..., Task]] = {
     "arithmetic": _arithmetic,
     "compare": CompareTask,
+    "shapes": _shapes,
 }
 
 
@@ -105,6 +117,7 @@ __all__ = [
     "CompareTask",
     "DatasetKind",
     "Problem",
+    "ShapesTask",
     "Split",
     "Task",
     "builtin_dataset",
