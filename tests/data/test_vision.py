@@ -87,7 +87,7 @@ def test_placeholders_become_vision_spans() -> None:
 def test_more_placeholders_than_images_is_an_error() -> None:
     msgs = [{"role": "user", "content": "<image><image> compare"}]
     with pytest.raises(
-        DataError, match="row 7: the text has 2 <image> placeholder.* but the row has 1 image"
+        DataError, match=r"row 7: the text has 2 <image> placeholder.* but the row has 1 image"
     ):
         place_image_tokens(msgs, 1, row=7)
 
@@ -99,7 +99,7 @@ def test_expand_pads_repeats_each_pad_by_its_image_tokens() -> None:
     assert ids == [1, P, P, 2, P, P, P, 3]
     assert labels == [-100, -100, -100, 2, -100, -100, -100, 3]
     with pytest.raises(
-        DataError, match="row 4: the tokenized prompt has 1 image placeholder token.* 2 image"
+        DataError, match=r"row 4: the tokenized prompt has 1 image placeholder token.* 2 image"
     ):
         expand_image_pads([1, P], [2, 2], P, row=4)
 
@@ -124,9 +124,9 @@ def test_attach_vision_and_collate(image_processor: Any) -> None:
 
 
 def test_attach_vision_without_images_for_placeholders_raises(image_processor: Any) -> None:
-    with pytest.raises(DataError, match="rl data: row 0 has image placeholder tokens but no images"):
+    with pytest.raises(DataError, match=r"rl data: row 0 has image placeholder tokens but no images"):
         attach_vision([{"prompt_ids": [1, 7]}], image_processor, image_pad_id=7, source="rl data")
-    with pytest.raises(DataError, match="row 0: the tokenized prompt has 1 image placeholder.* 2 image"):
+    with pytest.raises(DataError, match=r"row 0: the tokenized prompt has 1 image placeholder.* 2 image"):
         attach_vision([{"prompt_ids": [7], "images": [_png((1, 1, 1))] * 2}], image_processor, image_pad_id=7)
 
 
