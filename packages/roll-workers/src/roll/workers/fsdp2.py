@@ -40,6 +40,7 @@ from roll.workers.logprobs import forward_scores, split_micro_batches
 from roll.workers.lora import merge_weight, wire_name
 from roll.workers.metrics import UnitWeightedMeans
 from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
+from roll.workers.vision import Vision, vision_of
 
 
 def lr_multiplier(step: int, config: SchedulerConfig, total_steps: int) -> float:
@@ -198,6 +199,7 @@ class FSDP2TrainStrategy:
             with_entropy=with_entropy,
             packed=self.config.packed,
             score_mask=None if score_mask is None else score_mask.to(self.device),
+            vision=vision_of(mb),
         )
         return ForwardOutput(logp_BT=logp_BT, entropy_BT=ent_BT)
 
@@ -236,9 +238,13 @@ class FSDP2TrainStrategy:
         *,
         temperature: float = 1.0,
         with_entropy: bool = False,
+        vision: Vision | None = None,
     ) -> TokenScores:
-        """Forward-only scores of this rank's rows, micro-batched like training (e.g. old or reference log-probs)."""
-        out = self.forward_only(input_ids, attention_mask, temperature=temperature, with_entropy=with_entropy)
+        """Forward-only scores of this rank's rows, micro-batched like training (e.g. old or reference log-probs);
+        ``vision``: the rows' images (:mod:`roll.workers.vision`)."""
+        out = self.forward_only(
+            input_ids, attention_mask, temperature=temperature, with_entropy=with_entropy, vision=vision
+        )
         return TokenScores(logp_BT=out.logp_BT, entropy_BT=out.entropy_BT)
 
     @torch.no_grad()
@@ -249,12 +255,14 @@ class FSDP2TrainStrategy:
         *,
         temperature: float = 1.0,
         with_entropy: bool = False,
+        vision: Vision | None = None,
     ) -> ForwardOutput:
         """The forward's outputs (log-probs, or values/scores with a custom ``forward``) for all rows, float32.
 
         Collective when sharded: every rank runs the same number of micro-batch forwards.
         """
-        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        batch: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        batch.update({k: list(v) for k, v in (vision or {}).items()})
         parts: list[ForwardOutput] = []
         for mb, weight in self._equalized(self.split(batch)):
             with self._autocast():

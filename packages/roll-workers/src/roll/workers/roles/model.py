@@ -17,6 +17,7 @@ import torch
 
 from roll.core.errors import ConfigError, DataError
 from roll.data.tiny import PRESETS, resolve_model_path
+from roll.data.tiny_vl import is_vision_language
 from roll.workers.roles.config import ModelConfig
 
 Head = Literal["causal_lm", "value", "score"]
@@ -59,9 +60,13 @@ def load_model(cfg: ModelConfig, role: str, head: Head = "causal_lm") -> torch.n
         kwargs["attn_implementation"] = cfg.attn_implementation
     if head != "causal_lm":
         kwargs["num_labels"] = 1
+    model_class = classes[head]
+    if head == "causal_lm" and is_vision_language(path):
+        # Qwen2-VL and kin have no AutoModelForCausalLM entry; their image-text class is the causal LM with images
+        model_class = transformers.AutoModelForImageTextToText
     torch.manual_seed(cfg.seed)
     try:
-        model: torch.nn.Module = classes[head].from_pretrained(path, **kwargs)
+        model: torch.nn.Module = model_class.from_pretrained(path, **kwargs)
     except OSError as err:
         raise _unreachable(cfg.path, role, err) from err
     config: Any = model.config
