@@ -103,7 +103,7 @@ def qwen2_vl_config(preset: str | TinyVLPreset) -> Qwen2VLConfig:
 
     spec = get_vl_preset(preset)
     tok = build_tokenizer(spec.tokenizer)
-    ids = {t: tok.convert_tokens_to_ids(t) for t in (IMAGE_PAD, VIDEO_PAD, VISION_START, VISION_END)}
+    ids = {t: int(tok.convert_tokens_to_ids(t)) for t in (IMAGE_PAD, VIDEO_PAD, VISION_START, VISION_END)}  # type: ignore[arg-type]
     specials = {
         "bos_token_id": tok.bos_token_id,
         "eos_token_id": tok.eos_token_id,
@@ -155,7 +155,7 @@ def build_tiny_vl_model(preset: str | TinyVLPreset, seed: int = 0) -> Qwen2VLFor
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2VLForConditionalGeneration(config)
-    text = config.text_config
+    text: Any = config.text_config
     gen = model.generation_config
     gen.pad_token_id, gen.eos_token_id, gen.bos_token_id = (
         text.pad_token_id,
@@ -214,7 +214,7 @@ def load_image_processor(path: str) -> Any:
     from roll.data.tiny import resolve_model_path
 
     try:
-        return AutoImageProcessor.from_pretrained(resolve_model_path(path))
+        return AutoImageProcessor.from_pretrained(resolve_model_path(path))  # type: ignore[no-untyped-call]
     except (OSError, ValueError) as err:
         raise DataError(f"could not load the image processor of {path!r}: {err}") from err
 

@@ -134,7 +134,8 @@ def train_on(
     real = real_rows(batch)
     if len(real) == 0:
         real, loss_fn = batch.slice(0, 1), ZeroWeight(loss_fn)
-    mbs = strategy.split({**micro_batch(real), **vision_columns(real)})
+    inputs: dict[str, Any] = {**micro_batch(real), **vision_columns(real)}
+    mbs = strategy.split(inputs)
     loss, units, loss_metrics = strategy.forward_backward(mbs, loss_fn, temperature=temperature)
     lr = strategy.lr
     grad_norm = strategy.optimizer_step()

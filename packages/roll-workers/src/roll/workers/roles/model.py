@@ -11,6 +11,7 @@ Three failures users hit first get their own message instead of a transformers s
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -86,6 +87,20 @@ def load_tokenizer(cfg: ModelConfig, role: str = "model") -> Any:
         return AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except OSError as err:
         raise _unreachable(reference, role, err) from err
+
+
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
+"""Files of a model folder that describe its image/video processing (a VLM's), copied into exports."""
+
+
+def copy_processor_files(cfg: ModelConfig, target: Path, role: str) -> None:
+    """Copy the processor configs of the role's local model folder (if any) into an export folder."""
+    import shutil
+
+    source = Path(resolve_path(cfg.path, role, "model.path"))
+    for name in PROCESSOR_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, target / name)
 
 
 def check_vocab(tokenizer: Any, model: torch.nn.Module, cfg: ModelConfig, role: str) -> None:
