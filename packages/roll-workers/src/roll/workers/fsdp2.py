@@ -190,7 +190,11 @@ class FSDP2TrainStrategy:
         ids = mb["input_ids"].to(self.device)
         mask = mb["attention_mask"].to(self.device)
         if self._forward_fn is not None:
-            return self._forward_fn(self.model, ids, mask, with_entropy, temperature)
+            images = vision_of(
+                mb
+            )  # passed only with images, so custom forwards without image support still work
+            extra: dict[str, Any] = {"vision": images} if images else {}
+            return self._forward_fn(self.model, ids, mask, with_entropy, temperature, **extra)
         logp_BT, ent_BT = forward_scores(
             self.model,
             ids,
@@ -391,7 +395,9 @@ class FSDP2TrainStrategy:
             dist.barrier()
 
 
-ForwardFn = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, bool, float], ForwardOutput]
+ForwardFn = Callable[..., ForwardOutput]
+"""``fn(model, ids_BT, mask_BT, with_entropy, temperature[, vision=...]) -> ForwardOutput``; ``vision`` is passed
+only for micro-batches with images."""
 """``(model, input_ids_BT, attention_mask_BT, with_entropy, temperature) -> ForwardOutput``: replaces the causal-LM
 forward, e.g. for a value head (critic) or a sequence-score head (reward model)."""
 

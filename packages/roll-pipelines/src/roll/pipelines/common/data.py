@@ -30,7 +30,7 @@ from roll.data.collate import collate_sft
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.data.loading import AnyDataset, load_data
 from roll.data.tokenize import IGNORE_INDEX, Kind, LengthReport, tokenize_dataset
-from roll.data.vision import IMAGE_PAD, attach_vision, row_images
+from roll.data.vision import IMAGE_PAD, attach_vision, row_images, vision_columns
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,8 @@ def sft_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
             INPUT_IDS: tensors["input_ids"],
             ATTENTION_MASK: tensors["attention_mask"],
             LABELS: tensors["labels"],
-        }
+        },
+        vision_columns(rows),  # image rows: their patches travel with them
     )
 
 
