@@ -41,30 +41,27 @@ _BUILDERS: dict[str, Callable[..., Dataset]] = {
 }
 
 
-def _arithmetic(level: int | None = None, **options: Any) -> Task:
-    if level is not None:
-        if options:
-            raise DataError(
-                f"arithmetic: pass either level or explicit options, not both (got {sorted(options)})"
-            )
-        return ArithmeticTask.level(level)
-    return ArithmeticTask(**options)
+def _levelled(cls: Any, name: str) -> Callable[..., Task]:
+    """A factory taking either ``level`` (a named difficulty, ``cls.level``) or explicit options, not both."""
 
+    def factory(level: int | None = None, **options: Any) -> Task:
+        if level is not None:
+            if options:
+                raise DataError(
+                    f"{name}: pass either level or explicit options, not both (got {sorted(options)})"
+                )
+            task: Task = cls.level(level)
+            return task
+        built: Task = cls(**options)
+        return built
 
-def _shapes(level: int | None = None, **options: Any) -> Task:
-    if level is not None:
-        if options:
-            raise DataError(
-                f"shapes: pass either level or explicit options, not both (got {sorted(options)})"
-            )
-        return ShapesTask.level(level)
-    return ShapesTask(**options)
+    return factory
 
 
 _TASKS: dict[str, Callable[..., Task]] = {
-    "arithmetic": _arithmetic,
+    "arithmetic": _levelled(ArithmeticTask, "arithmetic"),
     "compare": CompareTask,
-    "shapes": _shapes,
+    "shapes": _levelled(ShapesTask, "shapes"),
 }
 
 
