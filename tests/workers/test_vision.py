@@ -147,3 +147,28 @@ def test_vllm_prompt_collapses_pads_and_carries_the_images() -> None:
     prompt = multimodal_prompt([1, 7, 7, 2], [image], 7)
     assert prompt["prompt_token_ids"] == [1, 7, 2] and len(prompt["multi_modal_data"]["image"]) == 1
     assert multimodal_prompt([1, 2], None, 7) == {"prompt_token_ids": [1, 2]}
+
+
+@pytest.mark.gpu
+def test_vllm_generates_with_images(kit: dict[str, Any]) -> None:
+    """vLLM gets the images as ``multi_modal_data`` (pads collapsed, re-expanded by its processor): one image's
+    log-probs differ from another's on the same tokens, and every sample is as long as asked."""
+    pytest.importorskip("vllm")
+    from roll.workers.gpu_specs import VLLM
+    from roll.workers.vllm_config import VLLMConfig
+
+    strategy = VLLM.build(
+        VLLMConfig(gpu_memory_utilization=0.25, enforce_eager=True, dtype="float32", max_model_len=256),
+        kit["path"],
+    )
+    try:
+        red, blue = _row(kit, (230, 40, 40)), _row(kit, (60, 90, 240))
+        images = [Image.new("RGB", (32, 32), c) for c in ((230, 40, 40), (60, 90, 240))]
+        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=4, ignore_eos=True)
+        out = strategy.generate(
+            [red["ids"], blue["ids"]], params, vision={C.IMAGES: [[images[0]], [images[1]]]}
+        )
+        assert [len(s.token_ids) for s in out] == [4, 4]
+        assert out[0].logprobs != out[1].logprobs
+    finally:
+        strategy.shutdown()
