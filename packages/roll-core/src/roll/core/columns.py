@@ -101,3 +101,17 @@ TEXT: Final = "text"
 """The decoded response (``None`` without a tokenizer)."""
 SUCCESS: Final = "success"
 """Agentic: whether the episode reached the env's goal."""
+
+# ---- images (vision-language rows; ragged per row, so non-tensor columns) --------------------------------------
+IMAGES: Final = "images"
+"""A row's images as given (PIL images, paths, bytes or ``{"bytes", "path"}`` dicts): what vLLM's
+``multi_modal_data`` receives."""
+PIXEL_VALUES: Final = "pixel_values"
+"""A row's image patches, all its images concatenated: a float tensor ``[patches, channels * patch area]`` as
+the image processor flattens them (``None`` for a row without images). A model's ``pixel_values`` argument is
+the concatenation over the rows of a micro-batch (:func:`roll.data.vision.collate_vision`)."""
+IMAGE_GRID_THW: Final = "image_grid_thw"
+"""A row's patch grid per image: a long tensor ``[images, 3]`` (temporal, height, width; ``None`` without
+images). It fixes how many ``<|image_pad|>`` tokens each image fills and the 3-D rotary positions."""
+VISION_COLUMNS: Final = (PIXEL_VALUES, IMAGE_GRID_THW)
+"""The per-row columns a vision-language forward needs beside the token columns."""

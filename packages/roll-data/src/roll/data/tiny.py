@@ -157,8 +157,12 @@ def resolve_model_path(name_or_path: str) -> str:
     :class:`DataError` naming it (instead of a confusing hub lookup); anything else is taken for a hub id and
     returned unchanged.
     """
+    from roll.data.tiny_vl import VL_PRESETS, is_vl_preset, tiny_vl_model_path
+
     if is_preset(name_or_path):
         return str(tiny_model_path(name_or_path))
+    if is_vl_preset(name_or_path):
+        return str(tiny_vl_model_path(name_or_path))
     path = Path(name_or_path).expanduser()
     if path.exists():
         return name_or_path
@@ -171,6 +175,6 @@ def resolve_model_path(name_or_path: str) -> str:
     if looks_local:
         raise DataError(
             f"model path {name_or_path!r} does not exist; pass an existing folder, a hub id like 'org/name', "
-            f"or a tiny preset ({', '.join(sorted(PRESETS))})"
+            f"or a tiny preset ({', '.join(sorted([*PRESETS, *VL_PRESETS]))})"
         )
     return name_or_path

@@ -35,6 +35,7 @@ from roll.core.errors import DataError
 from roll.data.config import TokenizeConfig
 from roll.data.loading import AnyDataset, ensure_not_empty, require_columns
 from roll.data.templates import Message, render, row_messages, segments
+from roll.data.vision import place_image_tokens, row_images
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,10 @@ def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
 
 def encode_sft(batch: Batch, indices: Sequence[int], *, tokenizer: Any, cfg: TokenizeConfig) -> Batch:
     """Batched map function: ``input_ids``, ``labels`` (assistant tokens only), ``length`` and the status."""
-    pieces = [segments(row_messages(r), template=cfg.template, tokenizer=tokenizer) for r in _rows(batch)]
+    pieces = [
+        segments(_messages(r, i, with_response=True), template=cfg.template, tokenizer=tokenizer)
+        for r, i in zip(_rows(batch), indices)
+    ]
     flat = iter(_encode(tokenizer, [text for row in pieces for text, _ in row]))
     out: Batch = {"input_ids": [], "labels": [], "length": [], STATUS: []}
     for row, index in zip(pieces, indices):
@@ -176,6 +180,13 @@ def encode_sft(batch: Batch, indices: Sequence[int], *, tokenizer: Any, cfg: Tok
         ids, labels, status = limit_sft(ids, labels, cfg.max_length, cfg.length_policy, index)
         _append(out, input_ids=ids, labels=labels, length=len(ids), **{STATUS: status})
     return out
+
+
+def _messages(row: Mapping[str, Any], index: int, *, with_response: bool) -> list[Message]:
+    """The row's conversation; with images, their vision tokens in place (see :mod:`roll.data.vision`)."""
+    messages = row_messages(row, with_response=with_response)
+    images = row_images(row)
+    return place_image_tokens(messages, len(images), row=index) if images else messages
 
 
 def _append(out: Batch, **values: Any) -> None:
@@ -240,12 +251,12 @@ def encode_prompt(batch: Batch, indices: Sequence[int], *, tokenizer: Any, cfg: 
     """Batched map function: ``prompt_ids`` rendered with the generation prompt, left-truncated if allowed."""
     texts = [
         render(
-            row_messages(r, with_response=False),
+            _messages(r, i, with_response=False),
             template=cfg.template,
             tokenizer=tokenizer,
             add_generation_prompt=True,
         )
-        for r in _rows(batch)
+        for r, i in zip(_rows(batch), indices)
     ]
     out: Batch = {"prompt_ids": [], "length": [], STATUS: []}
     limit = cfg.max_prompt_length or cfg.max_length

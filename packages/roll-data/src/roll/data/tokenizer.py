@@ -78,7 +78,22 @@ RECIPES: dict[str, dict[str, Any]] = {
         "model_max_length": 2048,
         "padding_side": "right",
         "recipe_version": 1,
-    }
+    },
+    # The tiny VLM kit's: roll-tiny's corpus plus the shapes task, and Qwen2-VL's vision tokens as specials.
+    "roll-tiny-vl": {
+        "vocab_size": 576,
+        "min_frequency": 2,
+        "corpus": {
+            "arithmetic": [[0, 80], [2, 300]],
+            "compare": 100,
+            "shapes": [[0, 200], [1, 200], [2, 300], [3, 300]],
+            "seed": 0,
+        },
+        "vision": True,
+        "model_max_length": 2048,
+        "padding_side": "right",
+        "recipe_version": 1,
+    },
 }
 
 
@@ -88,12 +103,20 @@ def _recipe(name: str) -> dict[str, Any]:
     return RECIPES[name]
 
 
+def _specials(name: str) -> list[str]:
+    """The special tokens of tokenizer ``name``: ids 0..4 always :data:`SPECIAL_TOKENS`, then the vision tokens
+    of a recipe with ``vision`` (Qwen2-VL's ``<|vision_start|>`` ..., see :mod:`roll.data.vision`)."""
+    from roll.data.vision import VISION_TOKENS
+
+    return SPECIAL_TOKENS + (list(VISION_TOKENS) if _recipe(name).get("vision") else [])
+
+
 def _full_recipe(name: str) -> dict[str, Any]:
     """The recipe plus everything else that shapes the files (template, specials, library versions)."""
     return {
         "name": name,
         **_recipe(name),
-        "specials": SPECIAL_TOKENS,
+        "specials": _specials(name),
         "regex": QWEN2_PRETOKENIZE_REGEX,
         "chat_template": CHAT_TEMPLATE,
         "general_text": _GENERAL_TEXT,
@@ -109,7 +132,7 @@ def tokenizer_path(name: str = "roll-tiny") -> Path:
 
 def corpus(name: str = "roll-tiny") -> Iterator[str]:
     """The training texts of tokenizer ``name``, in a fixed order (BPE ties are then broken the same way)."""
-    from roll.data.tasks import ArithmeticTask, CompareTask, Task, problems
+    from roll.data.tasks import ArithmeticTask, CompareTask, ShapesTask, Task, problems
 
     spec = _recipe(name)["corpus"]
     # Texts are shaped like the chat template's turns ("<role>\n<content>"; the special markers are never
@@ -120,9 +143,10 @@ def corpus(name: str = "roll-tiny") -> Iterator[str]:
         (ArithmeticTask.level(level), count) for level, count in spec["arithmetic"]
     ]
     jobs.append((CompareTask(), spec["compare"]))
+    jobs += [(ShapesTask.level(level), count) for level, count in spec.get("shapes", [])]
     for task, count in jobs:
         for problem in problems(task, count, seed=spec["seed"]):
-            yield f"user\n{problem.prompt}"
+            yield f"user\n{problem.prompt.replace('<image>', '')}"
             yield f"assistant\n{task.format_answer(problem.answer)}"
 
 
@@ -143,7 +167,7 @@ def _train_backend(name: str) -> Tokenizer:
     trainer = trainers.BpeTrainer(
         vocab_size=spec["vocab_size"],
         min_frequency=spec["min_frequency"],
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=_specials(name),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -161,7 +185,7 @@ def _wrap(backend: Tokenizer, name: str) -> PreTrainedTokenizerFast:
         eos_token=IM_END,
         pad_token=PAD,
         unk_token=UNK,
-        additional_special_tokens=[IM_START],
+        additional_special_tokens=[IM_START, *_specials(name)[len(SPECIAL_TOKENS) :]],
         chat_template=CHAT_TEMPLATE,
         model_max_length=spec["model_max_length"],
         padding_side=spec["padding_side"],  # saved only when passed here; the collator decides per use

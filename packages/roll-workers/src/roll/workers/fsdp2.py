@@ -41,6 +41,7 @@ from roll.workers.lora import merge_weight, wire_name
 from roll.workers.metrics import UnitWeightedMeans
 from roll.workers.offload import StateOffloader, train_state_tensors
 from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
+from roll.workers.vision import Vision, vision_of
 
 
 def lr_multiplier(step: int, config: SchedulerConfig, total_steps: int) -> float:
@@ -191,7 +192,11 @@ class FSDP2TrainStrategy:
         ids = mb["input_ids"].to(self.device)
         mask = mb["attention_mask"].to(self.device)
         if self._forward_fn is not None:
-            return self._forward_fn(self.model, ids, mask, with_entropy, temperature)
+            images = vision_of(
+                mb
+            )  # passed only with images, so custom forwards without image support still work
+            extra: dict[str, Any] = {"vision": images} if images else {}
+            return self._forward_fn(self.model, ids, mask, with_entropy, temperature, **extra)
         logp_BT, ent_BT = forward_scores(
             self.model,
             ids,
@@ -200,6 +205,7 @@ class FSDP2TrainStrategy:
             with_entropy=with_entropy,
             packed=self.config.packed,
             score_mask=None if score_mask is None else score_mask.to(self.device),
+            vision=vision_of(mb),
         )
         return ForwardOutput(logp_BT=logp_BT, entropy_BT=ent_BT)
 
@@ -238,9 +244,13 @@ class FSDP2TrainStrategy:
         *,
         temperature: float = 1.0,
         with_entropy: bool = False,
+        vision: Vision | None = None,
     ) -> TokenScores:
-        """Forward-only scores of this rank's rows, micro-batched like training (e.g. old or reference log-probs)."""
-        out = self.forward_only(input_ids, attention_mask, temperature=temperature, with_entropy=with_entropy)
+        """Forward-only scores of this rank's rows, micro-batched like training (e.g. old or reference log-probs);
+        ``vision``: the rows' images (:mod:`roll.workers.vision`)."""
+        out = self.forward_only(
+            input_ids, attention_mask, temperature=temperature, with_entropy=with_entropy, vision=vision
+        )
         return TokenScores(logp_BT=out.logp_BT, entropy_BT=out.entropy_BT)
 
     @torch.no_grad()
@@ -251,12 +261,14 @@ class FSDP2TrainStrategy:
         *,
         temperature: float = 1.0,
         with_entropy: bool = False,
+        vision: Vision | None = None,
     ) -> ForwardOutput:
         """The forward's outputs (log-probs, or values/scores with a custom ``forward``) for all rows, float32.
 
         Collective when sharded: every rank runs the same number of micro-batch forwards.
         """
-        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        batch: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        batch.update({k: list(v) for k, v in (vision or {}).items()})
         parts: list[ForwardOutput] = []
         for mb, weight in self._equalized(self.split(batch)):
             with self._autocast():
@@ -378,7 +390,9 @@ class FSDP2TrainStrategy:
             dist.barrier()
 
 
-ForwardFn = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, bool, float], ForwardOutput]
+ForwardFn = Callable[..., ForwardOutput]
+"""``fn(model, ids_BT, mask_BT, with_entropy, temperature[, vision=...]) -> ForwardOutput``; ``vision`` is passed
+only for micro-batches with images."""
 """``(model, input_ids_BT, attention_mask_BT, with_entropy, temperature) -> ForwardOutput``: replaces the causal-LM
 forward, e.g. for a value head (critic) or a sequence-score head (reward model)."""
 

@@ -33,6 +33,7 @@ from roll.workers.config import HFInferConfig, LoraConfig, SamplingParams
 from roll.workers.logprobs import forward_scores, left_pad, split_micro_batches, trim_padding
 from roll.workers.lora import AdapterMerger
 from roll.workers.types import FinishReason, GeneratedSample, TokenScores
+from roll.workers.vision import Vision, next_positions, slice_vision, vision_inputs, vision_of
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -104,8 +105,11 @@ class HFInferStrategy:
         prompts: Sequence[Sequence[int]],
         params: SamplingParams,
         seeds: Sequence[int] | None = None,
+        vision: Vision | None = None,
     ) -> list[GeneratedSample]:
         """Sample ``params.n`` continuations of each prompt; results are ordered by (prompt, sample).
+
+        ``vision``: the prompts' images, per prompt (:mod:`roll.workers.vision`), for a vision-language model.
 
         Sample ``s`` of prompt ``p`` draws its uniforms from its own stream, seeded ``derive_seed(seeds[p], s)``
         (:mod:`roll.core.seeding`): the same prompt with the same seed gives the same tokens alone or batched,
@@ -120,7 +124,8 @@ class HFInferStrategy:
         for start in range(0, len(prompts), per_chunk):
             chunk = [list(p) for p in prompts[start : start + per_chunk]]
             u_BN = self._uniforms(prompt_seeds[start : start + len(chunk)], params)
-            samples += self._generate_chunk(chunk, params, u_BN, start)
+            images = slice_vision(vision, start, start + len(chunk))
+            samples += self._generate_chunk(chunk, params, u_BN, start, images)
         return samples
 
     def _uniforms(self, prompt_seeds: Sequence[int], params: SamplingParams) -> torch.Tensor:
@@ -134,10 +139,15 @@ class HFInferStrategy:
 
     @torch.inference_mode()
     def _generate_chunk(
-        self, prompts: list[list[int]], params: SamplingParams, u_BN: torch.Tensor, offset: int
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        u_BN: torch.Tensor,
+        offset: int,
+        vision: Vision | None = None,
     ) -> list[GeneratedSample]:
         self._max_new = params.max_new_tokens
-        state = self._prefill(prompts, params.n)
+        state = self._prefill(prompts, params.n, vision)
         B, max_new = state.slot_B.shape[0], params.max_new_tokens
         tokens_BN = torch.full((B, max_new), self.pad_token_id, dtype=torch.long, device=self.device)
         logp_BN = torch.zeros((B, max_new), dtype=torch.float32, device=self.device)
@@ -158,9 +168,12 @@ class HFInferStrategy:
             self._decode_step(state, tok_B, ~done_B)
         return self._collect(tokens_BN, logp_BN, lengths, reasons, params, offset)
 
-    def _prefill(self, prompts: list[list[int]], n: int) -> _Decode:
+    def _prefill(self, prompts: list[list[int]], n: int, vision: Vision | None = None) -> _Decode:
         ids_PT, mask_PT = left_pad(prompts, self.pad_token_id, self.device)
         pos_PT = (mask_PT.cumsum(-1) - 1).clamp(min=0)
+        # images: their tensors and 3-D positions ([3, P, T]); decoding then continues from the largest position
+        images = vision_inputs(self.model, ids_PT, mask_PT, vision)
+        pos_PT = images.pop("position_ids", pos_PT)
         cache = _make_cache(getattr(self.model, "config", None), capacity=ids_PT.shape[1] + self._max_new)
         out = self.model(
             input_ids=ids_PT,
@@ -169,16 +182,15 @@ class HFInferStrategy:
             cache=cache,
             use_cache=True,
             logits_to_keep=1,
+            **images,
         )
-        logits_PV = out.logits[:, -1].float()
+        logits_PV, next_P = out.logits[:, -1].float(), next_positions(pos_PT)
         if n > 1:
             # One prefill serves all n samples: repeat rows after the forward, not before.
             cache.batch_repeat_interleave(n)
-            logits_PV, mask_PT, pos_PT = (t.repeat_interleave(n, dim=0) for t in (logits_PV, mask_PT, pos_PT))
+            logits_PV, mask_PT, next_P = (t.repeat_interleave(n, dim=0) for t in (logits_PV, mask_PT, next_P))
         slot_B = torch.arange(mask_PT.shape[0], device=self.device)
-        return _Decode(
-            slot_B=slot_B, mask_BK=mask_PT, pos_B=pos_PT[:, -1] + 1, cache=cache, logits_BV=logits_PV
-        )
+        return _Decode(slot_B=slot_B, mask_BK=mask_PT, pos_B=next_P, cache=cache, logits_BV=logits_PV)
 
     def _decode_step(self, state: _Decode, tok_B: torch.Tensor, keep_B: torch.Tensor) -> None:
         if not bool(keep_B.all()):
@@ -260,8 +272,10 @@ class HFInferStrategy:
         response_mask: torch.Tensor | None = None,
         temperature: float = 1.0,
         with_entropy: bool = False,
+        vision: Vision | None = None,
     ) -> TokenScores:
-        """Forward-only ``logp_BT`` (and ``entropy_BT``) of given sequences, ``[B, T]`` each.
+        """Forward-only ``logp_BT`` (and ``entropy_BT``) of given sequences, ``[B, T]`` each (``vision``: the
+        rows' images, :mod:`roll.workers.vision`).
 
         Micro-batched by ``max_tokens_per_micro_batch`` padded tokens, padding columns trimmed per micro-batch.
         Pass the generation temperature to reproduce generation log-probs (1.0 for greedy). With
@@ -271,7 +285,11 @@ class HFInferStrategy:
             raise DataError(
                 f"temperature must be > 0 for scoring (greedy log-probs use 1.0); got {temperature}"
             )
-        batch = {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
+        batch: dict[str, Any] = {
+            "input_ids": input_ids.to(self.device),
+            "attention_mask": attention_mask.to(self.device),
+            **{k: list(v) for k, v in (vision or {}).items()},
+        }
         rows = max(1, self.config.max_tokens_per_micro_batch // max(1, input_ids.shape[1]))
         logp_parts, ent_parts = [], []
         for mb in split_micro_batches(batch, micro_batch_size=rows):
@@ -287,7 +305,7 @@ class HFInferStrategy:
         return TokenScores(logp_BT=logp_BT, entropy_BT=ent_BT)
 
     def _score_micro_batch(
-        self, mb: Mapping[str, torch.Tensor], temperature: float, with_entropy: bool
+        self, mb: Mapping[str, Any], temperature: float, with_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         T = mb["input_ids"].shape[1]
         cols_T = mb["attention_mask"].bool().any(0).nonzero()
@@ -298,6 +316,7 @@ class HFInferStrategy:
             trimmed["attention_mask"],
             temperature=temperature,
             with_entropy=with_entropy,
+            vision=vision_of(mb),
         )
         if cols_T.numel() == 0:
             return torch.zeros(mb["input_ids"].shape, device=self.device), None

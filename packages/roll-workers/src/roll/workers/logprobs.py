@@ -118,8 +118,12 @@ def forward_scores(
     with_entropy: bool = False,
     packed: bool = False,
     score_mask: torch.Tensor | None = None,
+    vision: Mapping[str, Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run ``model`` on one padded micro-batch ``[B, T]`` and return ``(logp_BT, entropy_BT | None)``.
+
+    ``vision`` (per-row image columns, :mod:`roll.workers.vision`) adds the rows' images and 3-D rotary
+    positions; rows with images always take the padded path.
 
     ``packed=True`` removes the padding first: the valid tokens of all rows go into one row ``[1, N]`` whose
     position ids restart at 0 per sequence, which transformers turns into a block-diagonal mask (sdpa) or
@@ -130,7 +134,7 @@ def forward_scores(
     tokens): the output projection (``get_output_embeddings()``) then runs on just the hidden states that predict
     them, and every other position holds 0. The scores there are the same as without it.
     """
-    if packed:
+    if packed and not vision:
         return _packed_forward_scores(model, input_ids, attention_mask, temperature, with_entropy, score_mask)
     T = attention_mask.shape[1]
     lo, hi = _valid_columns(attention_mask)
@@ -142,10 +146,15 @@ def forward_scores(
             temperature=temperature,
             with_entropy=with_entropy,
             score_mask=None if score_mask is None else score_mask[:, lo:hi],
+            vision=vision,
         )
         return F.pad(logp_BT, (lo, T - hi)), (None if ent_BT is None else F.pad(ent_BT, (lo, T - hi)))
     pos_BT = position_ids_from_mask(attention_mask)
     inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": pos_BT}
+    if vision:
+        from roll.workers.vision import vision_inputs
+
+        inputs.update(vision_inputs(model, input_ids, attention_mask, vision))
     has_prev_BT = has_prev_from_mask(attention_mask)
     if score_mask is not None:
         return _scores_at(
@@ -249,7 +258,10 @@ def trim_padding(
     lo, hi = _valid_columns(mask_BT)
     if hi - lo == T:
         return dict(batch)
-    return {k: (v[:, lo:hi] if v.dim() >= 2 and v.shape[1] == T else v) for k, v in batch.items()}
+    return {
+        k: (v[:, lo:hi] if isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[1] == T else v)
+        for k, v in batch.items()
+    }
 
 
 def split_micro_batches(
@@ -290,10 +302,15 @@ def _token_budget_bounds(lengths: list[int], max_tokens: int) -> list[tuple[int,
 
 
 def _slice_rows(batch: Mapping[str, Any], lo: int, hi: int, B: int) -> dict[str, Any]:
+    """Rows ``lo:hi`` of every ``[B, ...]`` tensor and every per-row list (image columns) of ``batch``."""
     return {
-        k: (v[lo:hi] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == B else v)
+        k: (v[lo:hi] if isinstance(v, torch.Tensor | list) and _rowwise(v) and len(v) == B else v)
         for k, v in batch.items()
     }
+
+
+def _rowwise(v: torch.Tensor | list[Any]) -> bool:
+    return not isinstance(v, torch.Tensor) or v.dim() > 0
 
 
 def left_pad(

@@ -40,10 +40,12 @@ from typing import Any, TypeVar
 
 import torch
 
+from roll.core import columns as C
 from roll.core.errors import DataError, PluginError, WorkerError, WorkerTimeoutError
 from roll.core.seeding import derive_seed
 from roll.workers.config import LoraConfig, SamplingParams
 from roll.workers.types import FinishReason, GeneratedSample, TokenScores
+from roll.workers.vision import multimodal_prompt
 from roll.workers.vllm_config import VLLMConfig
 
 INSTALL_HINT = "pip install 'roll-workers[vllm]'  (or: uv sync --extra vllm)"
@@ -207,10 +209,14 @@ class VLLMInferStrategy:
         prompts: Sequence[Sequence[int]],
         params: SamplingParams,
         seeds: Sequence[int] | None = None,
+        vision: Mapping[str, Sequence[Any]] | None = None,
     ) -> list[GeneratedSample]:
         """Sample ``params.n`` continuations of each prompt; ordered by (prompt, sample). Aborted samples are
         left out. Sample ``s`` of prompt ``p`` is one request with vLLM seed ``derive_seed(seeds[p], s)`` (without
-        ``seeds``: ``derive_seed(derive_seed(params.seed, p), s)``, or the engine's RNG when unseeded)."""
+        ``seeds``: ``derive_seed(derive_seed(params.seed, p), s)``, or the engine's RNG when unseeded).
+
+        ``vision``: per-prompt image columns; the raw ``images`` go to vLLM as ``multi_modal_data`` (see
+        :func:`roll.workers.vision.multimodal_prompt`)."""
         if params.stop_strings and self.config.skip_tokenizer_init:
             raise DataError("stop_strings need the tokenizer; set skip_tokenizer_init: false")
         if seeds is not None and len(seeds) != len(prompts):
@@ -218,6 +224,7 @@ class VLLMInferStrategy:
                 f"generate got {len(seeds)} seeds for {len(prompts)} prompts; give one per prompt"
             )
         call = next(self._calls)
+        images = list((vision or {}).get(C.IMAGES) or [None] * len(prompts))
         coros = [
             self._generate_one(
                 list(prompt),
@@ -226,12 +233,21 @@ class VLLMInferStrategy:
                 prompt_index=p,
                 sample_index=s,
                 seed=sample_seed(params.seed, None if seeds is None else seeds[p], p, s),
+                images=images[p],
             )
             for p, prompt in enumerate(prompts)
             for s in range(params.n)
         ]
         results = self._run(_gather(coros), f"generate ({len(coros)} samples)")
         return [r for r in results if r is not None]
+
+    def _image_token_id(self) -> int | None:
+        """The model's ``image_token_id`` (read from its config once, when the first image prompt comes)."""
+        if not hasattr(self, "_image_token"):
+            from transformers import AutoConfig
+
+            self._image_token = getattr(AutoConfig.from_pretrained(self.model_path), "image_token_id", None)
+        return self._image_token
 
     def submit(
         self,
@@ -270,13 +286,13 @@ class VLLMInferStrategy:
         prompt_index: int,
         sample_index: int,
         seed: int | None,
+        images: Sequence[Any] | None = None,
     ) -> GeneratedSample | None:
         vllm_params = to_vllm_params(params, seed=seed, detokenize=not self.config.skip_tokenizer_init)
         version = self._policy_version
         final = None
-        async for out in self.engine.generate(
-            {"prompt_token_ids": prompt}, vllm_params, request_id, lora_request=self._lora
-        ):
+        request = multimodal_prompt(prompt, images, self._image_token_id() if images else None)
+        async for out in self.engine.generate(request, vllm_params, request_id, lora_request=self._lora):
             final = out
         if final is None or not final.outputs:
             return None

@@ -26,6 +26,7 @@ from roll.data.tasks.base import (
     split_of,
 )
 from roll.data.tasks.compare import CompareTask
+from roll.data.tasks.visual import ShapesTask
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -40,19 +41,27 @@ _BUILDERS: dict[str, Callable[..., Dataset]] = {
 }
 
 
-def _arithmetic(level: int | None = None, **options: Any) -> Task:
-    if level is not None:
-        if options:
-            raise DataError(
-                f"arithmetic: pass either level or explicit options, not both (got {sorted(options)})"
-            )
-        return ArithmeticTask.level(level)
-    return ArithmeticTask(**options)
+def _levelled(cls: Any, name: str) -> Callable[..., Task]:
+    """A factory taking either ``level`` (a named difficulty, ``cls.level``) or explicit options, not both."""
+
+    def factory(level: int | None = None, **options: Any) -> Task:
+        if level is not None:
+            if options:
+                raise DataError(
+                    f"{name}: pass either level or explicit options, not both (got {sorted(options)})"
+                )
+            task: Task = cls.level(level)
+            return task
+        built: Task = cls(**options)
+        return built
+
+    return factory
 
 
 _TASKS: dict[str, Callable[..., Task]] = {
-    "arithmetic": _arithmetic,
+    "arithmetic": _levelled(ArithmeticTask, "arithmetic"),
     "compare": CompareTask,
+    "shapes": _levelled(ShapesTask, "shapes"),
 }
 
 
@@ -105,6 +114,7 @@ __all__ = [
     "CompareTask",
     "DatasetKind",
     "Problem",
+    "ShapesTask",
     "Split",
     "Task",
     "builtin_dataset",

@@ -33,7 +33,8 @@ class Problem:
     """One problem: ``prompt`` is what the user asks, ``answer`` the bare correct answer.
 
     ``ground_truth`` is what a verifier receives (for arithmetic the same as ``answer``); ``key`` identifies the
-    problem for de-duplication and splitting; ``tag`` routes it to a reward worker by domain.
+    problem for de-duplication and splitting; ``tag`` routes it to a reward worker by domain. ``images`` (PIL
+    images) go with the prompt, each where its ``<image>`` marker is (visual tasks).
     """
 
     prompt: str
@@ -41,6 +42,7 @@ class Problem:
     ground_truth: str
     tag: str
     key: str
+    images: tuple[Any, ...] = ()
 
 
 @runtime_checkable
@@ -116,7 +118,10 @@ def problems(task: Task, n: int, *, seed: int = 0, split: Split = "train") -> li
 
 
 def _base_row(problem: Problem) -> dict[str, Any]:
-    return {"ground_truth": problem.ground_truth, "tag": problem.tag}
+    row: dict[str, Any] = {"ground_truth": problem.ground_truth, "tag": problem.tag}
+    if problem.images:
+        row["images"] = list(problem.images)
+    return row
 
 
 def sft_dataset(task: Task, n: int, *, seed: int = 0, split: Split = "train") -> Dataset:

@@ -25,10 +25,12 @@ import torch
 
 from roll.core.batch import Batch
 from roll.core.columns import ATTENTION_MASK, INPUT_IDS, LABELS
+from roll.core.errors import DataError
 from roll.data.collate import collate_sft
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.data.loading import AnyDataset, load_data
 from roll.data.tokenize import IGNORE_INDEX, Kind, LengthReport, tokenize_dataset
+from roll.data.vision import IMAGE_PAD, attach_vision, row_images, vision_columns
 
 logger = logging.getLogger(__name__)
 
@@ -57,16 +59,43 @@ def load_tokenizer(model_path: str) -> Any:
     return tokenizer
 
 
-def prepare_data(data: DataConfig, tokenize: TokenizeConfig, *, kind: Kind, tokenizer: Any) -> PreparedData:
-    """Load every source, tokenize both splits for ``kind`` and, for pairs, skip those that teach nothing."""
+def prepare_data(
+    data: DataConfig, tokenize: TokenizeConfig, *, kind: Kind, tokenizer: Any, image_processor: Any = None
+) -> PreparedData:
+    """Load every source, tokenize both splits for ``kind`` and, for pairs, skip those that teach nothing.
+
+    Rows with ``images`` get their patches and expanded image tokens (:func:`roll.data.vision.attach_vision`)
+    with ``image_processor`` (a vision-language model's); without one they are an error naming the model.
+    """
     splits = load_data(data)
     train, report = _tokenized_rows(splits.train, kind, tokenizer, tokenize)
     held_out = _tokenized_rows(splits.eval, kind, tokenizer, tokenize)[0] if splits.eval is not None else []
+    train = _with_images(train, image_processor, tokenizer, "train data")
+    held_out = _with_images(held_out, image_processor, tokenizer, "eval data")
     prepared = PreparedData(train=train, eval=held_out, report=report)
     if kind == "preference":
         prepared.train, prepared.skipped["identical_pairs"] = drop_identical_pairs(train, split="train")
         prepared.eval, prepared.skipped["identical_pairs_eval"] = drop_identical_pairs(held_out, split="eval")
     return prepared
+
+
+def _with_images(rows: list[Row], image_processor: Any, tokenizer: Any, source: str) -> list[Row]:
+    if not any(row_images(r) for r in rows):
+        return rows
+    if image_processor is None:
+        raise DataError(
+            f"{source}: rows carry images but the model is not a vision-language model (no image processor); "
+            "use a VLM (a tiny-vl-* preset, a Qwen2-VL / Qwen2.5-VL folder or hub id)"
+        )
+    pad_id = tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+    return attach_vision(rows, image_processor, image_pad_id=pad_id, source=source)
+
+
+def load_image_processor_for(model_path: str) -> Any:
+    """The image processor of a vision-language model, ``None`` for a text model."""
+    from roll.data.tiny_vl import is_vision_language, load_image_processor
+
+    return load_image_processor(model_path) if is_vision_language(model_path) else None
 
 
 def _tokenized_rows(
@@ -99,7 +128,8 @@ def sft_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
             INPUT_IDS: tensors["input_ids"],
             ATTENTION_MASK: tensors["attention_mask"],
             LABELS: tensors["labels"],
-        }
+        },
+        vision_columns(rows),  # image rows: their patches travel with them
     )
 
 

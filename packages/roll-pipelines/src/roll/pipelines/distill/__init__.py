@@ -146,8 +146,17 @@ SPEC = PipelineSpec(
     description="knowledge distillation from a teacher's top-k logits (KL family, JS, adaptive KL; CE mixing)",
 )
 
+VLM_SPEC = PipelineSpec(
+    name="distill_vlm",
+    config_model=DistillConfig,
+    build=_build,
+    description="distill on image rows (the same pipeline: rows with `images`, VLM teacher and student)",
+)
+"""Top-k distillation from a VLM teacher: ``distill`` itself takes image rows; this alias says so in ``roll list``."""
+
 __all__ = [
     "SPEC",
+    "VLM_SPEC",
     "DistillConfig",
     "DistillEvalConfig",
     "DistillLossConfig",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -35,6 +36,7 @@ from roll.pipelines.algorithms.divergence import distill_loss
 from roll.workers.logprobs import has_prev_from_mask, position_ids_from_mask
 from roll.workers.metrics import LossMetrics
 from roll.workers.types import ForwardOutput, MicroBatch
+from roll.workers.vision import vision_inputs
 
 
 @dataclass(frozen=True)
@@ -50,14 +52,13 @@ def student_forward(
     mask_BT: torch.Tensor,
     with_entropy: bool,
     temperature: float,
+    vision: Mapping[str, Any] | None = None,
 ) -> StudentOutput:
-    """The fsdp2 strategy's ``forward=`` for a distilled student: aligned logits plus ``logp_BT``."""
-    logits = model(
-        input_ids=ids_BT,
-        attention_mask=mask_BT,
-        position_ids=position_ids_from_mask(mask_BT),
-        use_cache=False,
-    ).logits
+    """The fsdp2 strategy's ``forward=`` for a distilled student: aligned logits plus ``logp_BT`` (``vision``: the
+    rows' images, :mod:`roll.workers.vision`)."""
+    inputs = {"input_ids": ids_BT, "attention_mask": mask_BT, "position_ids": position_ids_from_mask(mask_BT)}
+    inputs.update(vision_inputs(model, ids_BT, mask_BT, vision))
+    logits = model(**inputs, use_cache=False).logits
     logits_BTV = torch.cat([torch.zeros_like(logits[:, :1]), logits[:, :-1]], dim=1)
     logp_BT = token_logprobs(logits_BTV, ids_BT, temperature=temperature) * has_prev_from_mask(mask_BT)
     return StudentOutput(logp_BT=logp_BT, logits_BTV=logits_BTV)

@@ -126,7 +126,10 @@ class DistillPipeline(BasePipeline):
         cfg = self.config
         self.tokenizer = D.load_tokenizer(cfg.student.model.tokenizer or cfg.student.model.path)
         self.check_tokenizers(cfg.teacher.model)
-        self.data = D.prepare_data(cfg.data, cfg.tokenize, kind="sft", tokenizer=self.tokenizer)
+        self.image_processor = D.load_image_processor_for(cfg.student.model.path)  # None for a text student
+        self.data = D.prepare_data(
+            cfg.data, cfg.tokenize, kind="sft", tokenizer=self.tokenizer, image_processor=self.image_processor
+        )
         self.feeder = RowFeeder(len(self.data.train), cfg.batch.samples_per_step, seed=cfg.seed)
         if cfg.teacher_warmup is not None:
             self.teacher_model = self.warm_up_teacher(cfg.teacher_warmup)
@@ -162,7 +165,13 @@ class DistillPipeline(BasePipeline):
         cfg = self.config
         rows = self.data.train
         if warm.data is not None:
-            rows = D.prepare_data(warm.data, cfg.tokenize, kind="sft", tokenizer=self.tokenizer).train
+            rows = D.prepare_data(
+                warm.data,
+                cfg.tokenize,
+                kind="sft",
+                tokenizer=self.tokenizer,
+                image_processor=self.image_processor,
+            ).train
         return warm_up_teacher(
             self, "teacher", cfg.teacher, warm, rows=rows, pad_id=self.tokenizer.pad_token_id,
             summary=self.warmup_summary,

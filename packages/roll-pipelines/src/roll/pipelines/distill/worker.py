@@ -80,8 +80,9 @@ class DistillStudentWorker(SFTWorker):
             return [{"kd_sum": 0.0, "kd_tokens_sum": 0.0}]
         mb = _common.micro_batch(real)
         device = self.strategy.device
+        ids, mask = mb["input_ids"].to(device), mb["attention_mask"].to(device)
         out = student_forward(
-            self.strategy.model, mb["input_ids"].to(device), mb["attention_mask"].to(device), False, 1.0
+            self.strategy.model, ids, mask, False, 1.0, _common.vision_columns(real) or None
         )
         n_kd = float(kd_mask(mb, distill_prompt=loss_fn.distill_prompt).sum())
         kd_only = replace(loss_fn, kd_weight=1.0).bind(mb)  # the divergence's token mean over these rows

@@ -48,4 +48,23 @@ SPEC = PipelineSpec(
     description="RL with verifiable rewards: rollouts, reward workers by domain, any algorithm preset",
 )
 
-__all__ = ["SPEC", "RLVRConfig", "RewardDomainConfig", "RolloutConfig", "ValidationConfig", "WarmupConfig"]
+VLM_SPEC = PipelineSpec(
+    name="rlvr_vlm",
+    config_model=RLVRConfig,
+    build=_build,
+    preflight=_preflight,
+    explain=_explain,
+    description="rlvr on image prompts (the same pipeline: rows with `images` + a VLM such as tiny-vl-1m)",
+)
+"""The name ROLL users know for RLVR on images. ``rlvr`` itself takes image rows; this alias says so in
+``roll list`` and builds the same pipeline."""
+
+__all__ = [
+    "SPEC",
+    "VLM_SPEC",
+    "RLVRConfig",
+    "RewardDomainConfig",
+    "RolloutConfig",
+    "ValidationConfig",
+    "WarmupConfig",
+]

@@ -16,10 +16,13 @@ import torch
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.data.collate import collate_sft
+from roll.data.vision import vision_columns
 
 Row = dict[str, Any]
 PROMPT_COLUMNS = (C.PROMPT, C.GROUND_TRUTH, C.TAG)
 CARRY_COLUMNS = PROMPT_COLUMNS
+IMAGE_COLUMNS = (*C.VISION_COLUMNS, C.IMAGES)
+"""What image prompts also carry into their samples (patches for training, raw images for vLLM)."""
 
 
 def prompt_batch(rows: Sequence[Row]) -> Batch:
@@ -27,6 +30,10 @@ def prompt_batch(rows: Sequence[Row]) -> Batch:
     columns: dict[str, list[Any]] = {C.PROMPT_IDS: [list(r[C.PROMPT_IDS]) for r in rows]}
     for name in PROMPT_COLUMNS:
         columns[name] = [str(r.get(name) or "") for r in rows]
+    images = vision_columns(rows)
+    if images:
+        columns.update(images)
+        columns[C.IMAGES] = [r.get(C.IMAGES) for r in rows]
     return Batch({}, columns)
 
 
@@ -66,7 +73,8 @@ class PromptFeeder:
 def sft_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
     """Right-padded warm-up batch: ``input_ids_BT``, ``attention_mask_BT``, ``labels_BT`` (-100 off target)."""
     t = collate_sft(rows, pad_id=pad_id)
-    return Batch({C.INPUT_IDS: t["input_ids"], C.ATTENTION_MASK: t["attention_mask"], C.LABELS: t["labels"]})
+    tensors = {C.INPUT_IDS: t["input_ids"], C.ATTENTION_MASK: t["attention_mask"], C.LABELS: t["labels"]}
+    return Batch(tensors, vision_columns(rows))
 
 
 def group_view(values_B: torch.Tensor, group_size: int) -> torch.Tensor:

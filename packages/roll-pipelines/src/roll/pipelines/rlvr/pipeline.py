@@ -36,13 +36,14 @@ from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler, RolloutBatch
+from roll.data.vision import has_vision
 from roll.pipelines.algorithms import advantages as adv
 from roll.pipelines.algorithms.dapo import dynamic_sampling_filter, overlong_filter, soft_overlong_penalty
 from roll.pipelines.algorithms.estimators import (
     layout_group_ids,
 )
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
-from roll.pipelines.common.data import load_tokenizer, prepare_data
+from roll.pipelines.common.data import load_image_processor_for, load_tokenizer, prepare_data
 from roll.pipelines.curriculum import CurriculumFeeder, curriculum_feeder
 from roll.pipelines.policy.critic import batch_metrics
 from roll.pipelines.policy.group import PolicyGroup, policy_spec
@@ -50,7 +51,7 @@ from roll.pipelines.policy.objective import PolicyObjective
 from roll.pipelines.policy.prefetch import StepAhead
 from roll.pipelines.rlvr import metrics as M
 from roll.pipelines.rlvr.config import RLVRConfig
-from roll.pipelines.rlvr.data import CARRY_COLUMNS, PromptFeeder, prompt_batch, sft_batch
+from roll.pipelines.rlvr.data import CARRY_COLUMNS, IMAGE_COLUMNS, PromptFeeder, prompt_batch, sft_batch
 from roll.pipelines.rlvr.reward_worker import RewardWorker
 from roll.pipelines.rlvr.transform import AdvantageTransform
 from roll.workers.config import SamplingParams
@@ -87,7 +88,15 @@ class RLVRPipeline(BasePipeline):
     def setup(self) -> None:
         cfg = self.config
         self.tokenizer = load_tokenizer(cfg.policy_model.tokenizer or cfg.policy_model.path)
-        data = prepare_data(cfg.data, cfg.tokenize, kind="prompt", tokenizer=self.tokenizer)
+        self.image_processor = load_image_processor_for(cfg.policy_model.path)  # None for a text model
+        data = prepare_data(
+            cfg.data,
+            cfg.tokenize,
+            kind="prompt",
+            tokenizer=self.tokenizer,
+            image_processor=self.image_processor,
+        )
+        self.with_images = has_vision(data.train)  # image prompts carry their images into their samples
         self.curriculum = self._curriculum()
         self.feeder = self.curriculum or PromptFeeder(data.train, seed=cfg.seed)
         self.eval_prompts = prompt_batch(data.eval[: cfg.validation.num_prompts]) if data.eval else None
@@ -123,7 +132,7 @@ class RLVRPipeline(BasePipeline):
             async_ratio=0.0 if r.async_mode == "step_ahead" else r.async_generation_ratio,
             max_staleness=r.max_staleness,
             version_column=C.POLICY_VERSION,
-            carry_columns=CARRY_COLUMNS,
+            carry_columns=CARRY_COLUMNS + (IMAGE_COLUMNS if self.with_images else ()),
             seed=cfg.seed,  # every prompt samples from (run seed, its place in the feed): resumable exactly
         )
         group_filter = self._group_filter if cfg.algorithm.dynamic_sampling else None
@@ -290,7 +299,13 @@ class RLVRPipeline(BasePipeline):
         """SFT on ``warmup.data`` with the same trainer, then push the weights to inference (and reference)."""
         wu = self.config.warmup
         assert wu is not None
-        sft = prepare_data(wu.data, self.config.tokenize, kind="sft", tokenizer=self.tokenizer).train
+        sft = prepare_data(
+            wu.data,
+            self.config.tokenize,
+            kind="sft",
+            tokenizer=self.tokenizer,
+            image_processor=self.image_processor,
+        ).train
         order = torch.randperm(len(sft), generator=torch.Generator().manual_seed(self.config.seed))
         pad_id = self.tokenizer.pad_token_id
         batches = (

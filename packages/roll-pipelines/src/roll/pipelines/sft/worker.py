@@ -16,7 +16,9 @@ from roll.core.columns import IGNORE_INDEX, LABELS
 from roll.pipelines.algorithms.aggregate import Aggregation
 from roll.pipelines.algorithms.preference import sft_cross_entropy
 from roll.workers.logprobs import position_ids_from_mask
+from roll.workers.roles import _common
 from roll.workers.roles.actor import ActorTrainWorker
+from roll.workers.vision import vision_inputs
 
 TOKEN_SUM = Aggregation("token-mean", num_global_tokens=1.0)
 """A token *sum*: token-mean over a global count of 1."""
@@ -39,12 +41,13 @@ class SFTWorker(ActorTrainWorker):
         labels_BT = batch.tensors[LABELS].to(device).clone()
         if PAD_COLUMN in batch.tensors:
             labels_BT[batch.tensors[PAD_COLUMN].to(device).bool()] = IGNORE_INDEX
-        logits_BTV = model(
-            input_ids=ids_BT,
-            attention_mask=mask_BT,
-            position_ids=position_ids_from_mask(mask_BT),
-            use_cache=False,
-        ).logits.float()
+        inputs = {
+            "input_ids": ids_BT,
+            "attention_mask": mask_BT,
+            "position_ids": position_ids_from_mask(mask_BT),
+        }
+        inputs.update(vision_inputs(model, ids_BT, mask_BT, _common.vision_columns(batch)))  # image rows
+        logits_BTV = model(**inputs, use_cache=False).logits.float()
         # logits at t predict token t + 1: shift the unshifted labels left by one.
         target_BT = torch.full_like(labels_BT, IGNORE_INDEX)
         target_BT[:, :-1] = labels_BT[:, 1:]

@@ -73,6 +73,25 @@ def micro_batch(batch: Batch) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def vision_columns(batch: Batch) -> dict[str, list[Any]]:
+    """The batch's per-row image columns (``{}`` without images): strategies take them as ``vision=``, and only
+    then, so text batches reach strategies without image support unchanged."""
+    if not all(k in batch.non_tensors for k in C.VISION_COLUMNS):
+        return {}
+    columns = {k: list(batch.non_tensors[k]) for k in C.VISION_COLUMNS}
+    if all(p is None for p in columns[C.PIXEL_VALUES]):
+        return {}
+    if C.IMAGES in batch.non_tensors:  # the raw images, for engines that process them themselves (vLLM)
+        columns[C.IMAGES] = list(batch.non_tensors[C.IMAGES])
+    return columns
+
+
+def vision_kwargs(batch: Batch) -> dict[str, Any]:
+    """``{"vision": columns}`` for a batch with images, else ``{}`` (to spread into a strategy call)."""
+    columns = vision_columns(batch)
+    return {"vision": columns} if columns else {}
+
+
 def require(batch: Batch, *names: str) -> None:
     missing = [n for n in names if n not in batch]
     if missing:
@@ -115,7 +134,8 @@ def train_on(
     real = real_rows(batch)
     if len(real) == 0:
         real, loss_fn = batch.slice(0, 1), ZeroWeight(loss_fn)
-    mbs = strategy.split(micro_batch(real))
+    inputs: dict[str, Any] = {**micro_batch(real), **vision_columns(real)}
+    mbs = strategy.split(inputs)
     loss, units, loss_metrics = strategy.forward_backward(mbs, loss_fn, temperature=temperature)
     lr = strategy.lr
     grad_norm = strategy.optimizer_step()
@@ -128,8 +148,9 @@ def logprobs_of(strategy: ScoringStrategy, batch: Batch, temperature: float, wit
     """``logp_BT`` (and ``entropy_BT``) of ``batch``'s sequences under ``strategy``, forward only, on the CPU."""
     mb = micro_batch(batch)
     scores = strategy.compute_logprobs(
-        mb["input_ids"], mb["attention_mask"], temperature=temperature, with_entropy=with_entropy
-    )
+        mb["input_ids"], mb["attention_mask"], temperature=temperature, with_entropy=with_entropy,
+        **vision_kwargs(batch),
+    )  # fmt: skip
     return scores_batch(batch, **{C.LOGP: scores.logp_BT, C.ENTROPY: scores.entropy_BT})
 
 

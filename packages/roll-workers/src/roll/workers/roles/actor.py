@@ -28,7 +28,7 @@ from roll.workers.model_update import (
 from roll.workers.offload import measured
 from roll.workers.roles import _common, checkpoint
 from roll.workers.roles.config import ModelConfig
-from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
+from roll.workers.roles.model import check_vocab, copy_processor_files, load_causal_lm, load_tokenizer
 from roll.workers.types import LossFn, TrainStrategy
 
 LOSS_METRIC_PREFIX = "actor/"
@@ -116,10 +116,12 @@ class ActorTrainWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def export_hf(self, path: str) -> None:
-        """A transformers ``save_pretrained`` folder plus the tokenizer: ``AutoModelForCausalLM`` loads it."""
+        """A transformers ``save_pretrained`` folder plus the tokenizer (and a VLM's image processor config):
+        ``AutoModelForCausalLM`` (``AutoModelForImageTextToText`` for a VLM) loads it."""
         self.strategy.export_hf(path)
         if self.rank == 0:
             self.tokenizer.save_pretrained(path)
+            copy_processor_files(self.model_cfg, Path(path), self.role)
 
     @register(Dispatch.ONE_TO_ALL)
     def offload(self) -> dict[str, float]:

@@ -73,7 +73,8 @@ class ActorInferWorker(Worker):
         """
         prompt_ids = _prompt_ids(prompts)
         index_B = _prompt_index(prompts, self.rank)
-        samples = self.strategy.generate(prompt_ids, params, _prompt_seeds(prompts, index_B, params))
+        seeds = _prompt_seeds(prompts, index_B, params)
+        samples = self.strategy.generate(prompt_ids, params, seeds, **_common.vision_kwargs(prompts))
         return _samples_batch(samples, prompts, prompt_ids, index_B, params.n)
 
     @register(Dispatch.DP_SPLIT)
@@ -87,6 +88,7 @@ class ActorInferWorker(Worker):
             response_mask=batch.tensors.get(C.RESPONSE_MASK),
             temperature=temperature,
             with_entropy=with_entropy,
+            **_common.vision_kwargs(batch),
         )
         return _common.scores_batch(batch, **{C.LOGP: scores.logp_BT, C.ENTROPY: scores.entropy_BT})
 

@@ -11,12 +11,14 @@ Three failures users hit first get their own message instead of a transformers s
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
 from roll.core.errors import ConfigError, DataError
 from roll.data.tiny import PRESETS, resolve_model_path
+from roll.data.tiny_vl import is_vision_language
 from roll.workers.roles.config import ModelConfig
 
 Head = Literal["causal_lm", "value", "score"]
@@ -59,9 +61,13 @@ def load_model(cfg: ModelConfig, role: str, head: Head = "causal_lm") -> torch.n
         kwargs["attn_implementation"] = cfg.attn_implementation
     if head != "causal_lm":
         kwargs["num_labels"] = 1
+    model_class = classes[head]
+    if head == "causal_lm" and is_vision_language(path):
+        # Qwen2-VL and kin have no AutoModelForCausalLM entry; their image-text class is the causal LM with images
+        model_class = transformers.AutoModelForImageTextToText
     torch.manual_seed(cfg.seed)
     try:
-        model: torch.nn.Module = classes[head].from_pretrained(path, **kwargs)
+        model: torch.nn.Module = model_class.from_pretrained(path, **kwargs)
     except OSError as err:
         raise _unreachable(cfg.path, role, err) from err
     config: Any = model.config
@@ -81,6 +87,20 @@ def load_tokenizer(cfg: ModelConfig, role: str = "model") -> Any:
         return AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except OSError as err:
         raise _unreachable(reference, role, err) from err
+
+
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
+"""Files of a model folder that describe its image/video processing (a VLM's), copied into exports."""
+
+
+def copy_processor_files(cfg: ModelConfig, target: Path, role: str) -> None:
+    """Copy the processor configs of the role's local model folder (if any) into an export folder."""
+    import shutil
+
+    source = Path(resolve_path(cfg.path, role, "model.path"))
+    for name in PROCESSOR_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, target / name)
 
 
 def check_vocab(tokenizer: Any, model: torch.nn.Module, cfg: ModelConfig, role: str) -> None:

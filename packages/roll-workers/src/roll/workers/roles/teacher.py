@@ -21,6 +21,7 @@ from roll.workers.model_update import CollectiveGroup, free_port
 from roll.workers.roles import _common
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.reference import FrozenScorer
+from roll.workers.vision import slice_vision, vision_inputs
 
 _TOKENS_PER_FORWARD = 8192
 
@@ -85,8 +86,10 @@ class TeacherWorker(Worker):
         device = next(model.parameters()).device
         rows = max(1, _TOKENS_PER_FORWARD // max(1, ids_BT.shape[1]))
         values, indices = [], []
+        images = _common.vision_columns(batch)
         for lo in range(0, ids_BT.shape[0], rows):
-            v, i = _topk_rows(model, ids_BT[lo : lo + rows].to(device), mask_BT[lo : lo + rows].to(device), k)
+            ids, mask = ids_BT[lo : lo + rows].to(device), mask_BT[lo : lo + rows].to(device)
+            v, i = _topk_rows(model, ids, mask, k, slice_vision(images, lo, lo + rows))
             values.append(v.cpu())
             indices.append(i.cpu())
         B, T = ids_BT.shape
@@ -96,14 +99,11 @@ class TeacherWorker(Worker):
 
 
 def _topk_rows(
-    model: torch.nn.Module, ids_BT: torch.Tensor, mask_BT: torch.Tensor, k: int
+    model: torch.nn.Module, ids_BT: torch.Tensor, mask_BT: torch.Tensor, k: int, vision: Any = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits_BTV = model(
-        input_ids=ids_BT,
-        attention_mask=mask_BT,
-        position_ids=position_ids_from_mask(mask_BT),
-        use_cache=False,
-    ).logits
+    inputs = {"input_ids": ids_BT, "attention_mask": mask_BT, "position_ids": position_ids_from_mask(mask_BT)}
+    inputs.update(vision_inputs(model, ids_BT, mask_BT, vision))  # a VLM teacher sees the rows' images
+    logits_BTV = model(**inputs, use_cache=False).logits
     top = logits_BTV[:, :-1].float().topk(k, dim=-1)
     B, T = ids_BT.shape
     values_BTK = torch.zeros(B, T, k)

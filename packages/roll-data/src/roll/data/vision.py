@@ -1,0 +1,216 @@
+"""Images in rows: loading, vision tokens in the prompt, patch tensors beside the token ids, and their collation.
+
+A row may carry ``images``: a list (or one value) of PIL images, file paths, raw bytes, or the ``{"bytes",
+"path"}`` dicts a ``datasets`` ``Image`` feature gives. Text marks where each goes with ``<image>``; without any
+marker, the images go at the start of the first user turn. Three pure steps turn such a row into model inputs:
+
+1. :func:`place_image_tokens` (before the chat template renders): every ``<image>`` becomes Qwen2-VL's span
+   ``<|vision_start|><|image_pad|><|vision_end|>``. The template then renders plain text, so any text template
+   works (the tiny kit's ChatML, a real Qwen2-VL tokenizer's own).
+2. :func:`encode_images`: the model's image processor turns the images into ``pixel_values`` ``[patches, D]`` and
+   ``image_grid_thw`` ``[images, 3]``.
+3. :func:`expand_image_pads` (after tokenization): each single ``<|image_pad|>`` id becomes as many ids as the
+   image has merged patches (``t * h * w / merge**2``), never trained on (label ``-100``).
+
+:func:`attach_vision` applies 2 and 3 to tokenized rows and stores the tensors per row (columns
+:data:`roll.core.columns.PIXEL_VALUES` and :data:`~roll.core.columns.IMAGE_GRID_THW`), so any row split (data
+parallel, micro-batches) keeps each row's images with it; :func:`collate_vision` concatenates the rows of one
+forward. Errors name the row, the image and the file.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from roll.core import columns as C
+from roll.core.errors import DataError
+
+if TYPE_CHECKING:
+    import torch
+    from PIL.Image import Image
+
+IMAGE_PLACEHOLDER = "<image>"
+VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
+IMAGE_PAD, VIDEO_PAD = "<|image_pad|>", "<|video_pad|>"
+IMAGE_SPAN = VISION_START + IMAGE_PAD + VISION_END
+VISION_TOKENS = (VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD)
+IGNORE_INDEX = -100
+
+
+def row_images(row: Mapping[str, Any]) -> list[Any]:
+    """The row's ``images`` as a list (a single value becomes a list of one; missing or None: empty)."""
+    value = row.get(C.IMAGES)
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def load_image(value: Any, *, row: int | None = None, index: int = 0) -> Image:
+    """An RGB PIL image from a PIL image, a path, bytes or a ``{"bytes", "path"}`` dict; errors name the file."""
+    from PIL import Image as PILImage
+
+    where = f"row {row}: images[{index}]" if row is not None else f"images[{index}]"
+    if isinstance(value, PILImage.Image):
+        return value.convert("RGB")
+    if isinstance(value, Mapping):
+        if value.get("bytes"):
+            return _open(io.BytesIO(value["bytes"]), f"{where} (bytes of {value.get('path') or 'an image'})")
+        value = value.get("path")
+    if isinstance(value, bytes | bytearray):
+        return _open(io.BytesIO(value), f"{where} (bytes)")
+    if isinstance(value, str | Path):
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise DataError(
+                f"{where}: image file {str(value)!r} does not exist; fix the path or drop the row"
+            )
+        return _open(path, f"{where}: file {str(value)!r}")
+    raise DataError(
+        f"{where}: an image must be a PIL image, a path, bytes or a {{bytes, path}} dict, got {value!r}"
+    )
+
+
+def _open(source: Any, where: str) -> Image:
+    from PIL import Image as PILImage
+    from PIL import UnidentifiedImageError
+
+    try:
+        with PILImage.open(source) as image:
+            return image.convert("RGB")
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise DataError(f"{where} is not a readable image ({type(exc).__name__}: {exc})") from exc
+
+
+def place_image_tokens(
+    messages: Sequence[Mapping[str, str]], num_images: int, *, row: int | None = None
+) -> list[dict[str, str]]:
+    """``messages`` with each ``<image>`` replaced by the vision span; images without markers lead the first user
+    turn. More markers than images, or fewer (but some), raise naming the row."""
+    count = sum(m["content"].count(IMAGE_PLACEHOLDER) for m in messages)
+    where = f"row {row}" if row is not None else "a row"
+    if count > num_images or 0 < count < num_images:
+        raise DataError(
+            f"{where}: the text has {count} {IMAGE_PLACEHOLDER} placeholder(s) but the row has {num_images} "
+            f"image(s); give one image per placeholder (or no placeholders: images then lead the first user turn)"
+        )
+    out = [
+        {"role": m["role"], "content": m["content"].replace(IMAGE_PLACEHOLDER, IMAGE_SPAN)} for m in messages
+    ]
+    if count == 0 and num_images:
+        first_user = next((i for i, m in enumerate(out) if m["role"] == "user"), None)
+        if first_user is None:
+            raise DataError(f"{where}: {num_images} image(s) but no user turn to put them in")
+        out[first_user]["content"] = IMAGE_SPAN * num_images + out[first_user]["content"]
+    return out
+
+
+def tokens_per_image(grid_thw: torch.Tensor, merge_size: int) -> list[int]:
+    """How many ``<|image_pad|>`` ids each image fills: ``t * h * w // merge_size**2`` (``grid_thw`` ``[n, 3]``)."""
+    return [int(n) for n in (grid_thw.prod(-1) // (merge_size**2)).tolist()]
+
+
+def expand_image_pads(
+    ids: Sequence[int],
+    counts: Sequence[int],
+    pad_id: int,
+    labels: Sequence[int] | None = None,
+    *,
+    row: int | None = None,
+) -> tuple[list[int], list[int] | None]:
+    """Each ``pad_id`` of ``ids`` repeated ``counts[i]`` times (labels there: -100). The number of pads must equal
+    the number of images; otherwise the error names the row and both counts."""
+    found = sum(1 for t in ids if t == pad_id)
+    if found != len(counts):
+        where = f"row {row}" if row is not None else "a row"
+        raise DataError(
+            f"{where}: the tokenized prompt has {found} image placeholder token(s) but the row has {len(counts)} "
+            "image(s) (was it truncated, or did the text hold <|image_pad|> itself?)"
+        )
+    out_ids: list[int] = []
+    out_labels: list[int] | None = [] if labels is not None else None
+    pads = iter(counts)
+    for i, t in enumerate(ids):
+        n = next(pads) if t == pad_id else 1
+        out_ids += [t] * n
+        if out_labels is not None and labels is not None:
+            out_labels += [IGNORE_INDEX] * n if t == pad_id else [labels[i]]
+    return out_ids, out_labels
+
+
+def encode_images(images: Sequence[Image], image_processor: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(pixel_values [patches, D], image_grid_thw [images, 3])`` of ``images`` by the model's image processor."""
+    out = image_processor(images=list(images), return_tensors="pt")
+    return out["pixel_values"].float(), out["image_grid_thw"].long()
+
+
+def attach_vision(
+    rows: Sequence[dict[str, Any]], image_processor: Any, *, image_pad_id: int, source: str = "data"
+) -> list[dict[str, Any]]:
+    """Tokenized rows with their images encoded: ``pixel_values`` and ``image_grid_thw`` per row, the image pads of
+    ``prompt_ids`` (prompt rows) or ``input_ids``/``labels`` (SFT rows) expanded, ``length`` updated.
+
+    Rows without images get ``None`` in both columns. ``source`` names the data in errors.
+    """
+    merge = int(getattr(image_processor, "merge_size", 1) or 1)
+    out = []
+    for index, row in enumerate(rows):
+        images = row_images(row)
+        new = dict(row)
+        new[C.PIXEL_VALUES], new[C.IMAGE_GRID_THW] = None, None
+        if images:
+            try:
+                loaded = [load_image(v, row=index, index=i) for i, v in enumerate(images)]
+            except DataError as err:
+                raise DataError(f"{source}: {err}", row=index) from err
+            pixels, grid = encode_images(loaded, image_processor)
+            _expand_row(new, tokens_per_image(grid, merge), image_pad_id, index, source)
+            new[C.PIXEL_VALUES], new[C.IMAGE_GRID_THW] = pixels, grid
+        elif any(t == image_pad_id for t in _ids_of(new)):
+            raise DataError(f"{source}: row {index} has image placeholder tokens but no images", row=index)
+        out.append(new)
+    return out
+
+
+def _ids_of(row: Mapping[str, Any]) -> list[int]:
+    return list(row.get("prompt_ids") or row.get("input_ids") or [])
+
+
+def _expand_row(row: dict[str, Any], counts: list[int], pad_id: int, index: int, source: str) -> None:
+    try:
+        if "prompt_ids" in row:
+            row["prompt_ids"], _ = expand_image_pads(row["prompt_ids"], counts, pad_id, row=index)
+            row["length"] = len(row["prompt_ids"])
+        else:
+            ids, labels = expand_image_pads(row["input_ids"], counts, pad_id, row["labels"], row=index)
+            row["input_ids"], row["labels"], row["length"] = ids, labels, len(ids)
+    except DataError as err:
+        raise DataError(f"{source}: {err}", row=index) from err
+
+
+def has_vision(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether any row carries encoded images."""
+    return any(r.get(C.PIXEL_VALUES) is not None for r in rows)
+
+
+def vision_columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """The per-row vision columns of ``rows`` (for a Batch's non-tensor columns); empty when no row has images."""
+    if not has_vision(rows):
+        return {}
+    return {name: [r.get(name) for r in rows] for name in C.VISION_COLUMNS}
+
+
+def collate_vision(
+    pixel_values: Sequence[torch.Tensor | None], image_grid_thw: Sequence[torch.Tensor | None]
+) -> dict[str, torch.Tensor]:
+    """A forward's ``pixel_values`` ``[sum patches, D]`` and ``image_grid_thw`` ``[sum images, 3]`` from per-row
+    values (in row order, rows without images skipped); ``{}`` when no row has images."""
+    import torch
+
+    pixels = [p for p in pixel_values if p is not None]
+    grids = [g for g in image_grid_thw if g is not None]
+    if not pixels:
+        return {}
+    return {"pixel_values": torch.cat(pixels), "image_grid_thw": torch.cat(grids)}
