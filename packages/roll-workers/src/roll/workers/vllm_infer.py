@@ -13,9 +13,9 @@ Design:
   (:mod:`roll.core.seeding`; vLLM seeds each request's sampler), independent of what else is in flight. Prefix
   caching makes the shared prompt cheap.
 - **Weights** arrive through our worker extension (:class:`RollWorkerExtension`, passed as vLLM's
-  ``worker_extension_cls`` and called with ``collective_rpc``): by value (a safetensors blob, any placement, loaded with vLLM's in-place
-  ``reload_weights``, which also re-packs the CPU backend's GEMM weights), by CUDA IPC
-  handles (colocated with the trainer), or by NCCL broadcast from the trainer over a ``StatelessProcessGroup``
+  ``worker_extension_cls`` and called with ``collective_rpc``): by value (a safetensors blob, any placement,
+  loaded with vLLM's in-place ``reload_weights``, which also re-packs the CPU backend's GEMM weights), by CUDA
+  IPC handles (colocated with the trainer), or by NCCL broadcast from the trainer over a ``StatelessProcessGroup``
   (disaggregated). Each update resets the prefix cache (cached KV of the old weights would be reused otherwise)
   and records the ``policy_version`` the engine now serves; every sample carries it.
 - **Sleep mode** frees the GPU between phases when colocated: ``offload`` = ``sleep(level)``, ``reload`` =
