@@ -463,6 +463,8 @@ class VLLMInferStrategy:
         """Stop the engine and its loop thread."""
         self.engine.shutdown()
         self._loop.stop()
+        # Drop the engine now: left for interpreter exit, vLLM's __del__ runs shutdown again without its globals.
+        self.engine = None
 
 
 async def _gather(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
