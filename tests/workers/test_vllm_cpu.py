@@ -21,7 +21,6 @@ history. An engine costs ~30 s to start on a quiet 2-core box (three processes i
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any
 import pytest
 import torch
 
+from roll.core.testing import read_metrics
 from roll.workers.config import LoraConfig, SamplingParams
 from roll.workers.vllm_config import VLLMConfig
 
@@ -261,8 +261,7 @@ def test_rlvr_with_vllm_rollouts_raises_the_reward(ray_local: Any, tmp_path: Pat
         pipeline.run()
     finally:
         pipeline.shutdown()
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    steps = [r["metrics"] for r in rows if r["step"] > 0]
+    steps = [m for step, m in sorted(read_metrics(tmp_path).items()) if step > 0]
     acc = [s["reward/accuracy"] for s in steps]
     first, last = sum(acc[:8]) / 8, sum(acc[-8:]) / 8  # means over 8 steps of 128 samples each
     print(f"rlvr on vllm: accuracy first 8 steps {first:.3f}, last 8 {last:.3f}")
