@@ -60,6 +60,10 @@ def load_model(cfg: ModelConfig, role: str, head: Head = "causal_lm") -> torch.n
     if head != "causal_lm":
         kwargs["num_labels"] = 1
     torch.manual_seed(cfg.seed)
+    # Every process that runs a model flushes denormals: tiny fp32 models on CPU drift into denormal values
+    # (small gradients, Adam moments), which made steps several times slower. A process-wide switch, set here
+    # because each role loads its model through this function, inside its own Ray actor.
+    torch.set_flush_denormal(True)
     try:
         model: torch.nn.Module = classes[head].from_pretrained(path, **kwargs)
     except OSError as err:
