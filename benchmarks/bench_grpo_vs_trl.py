@@ -151,7 +151,7 @@ def trl_main(args: argparse.Namespace) -> None:
         max_completion_length=args.max_new_tokens, learning_rate=args.lr, loss_type="dapo", beta=0.0,
         temperature=1.0, max_steps=args.steps, logging_steps=1, report_to="none", use_cpu=True, bf16=False,
         seed=0, max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0, save_strategy="no",
-        gradient_accumulation_steps=1, dataloader_num_workers=0, gradient_checkpointing=False,
+        gradient_accumulation_steps=1, dataloader_num_workers=0, activation_checkpointing=False,
     )  # fmt: skip
     log: list[dict[str, float]] = []
 
