@@ -35,14 +35,17 @@ alone. ``max |loss diff|`` compares the two sides' loss at every step (same batc
 sides do the same work, so tokens/s compare at equal loss. ``--profile`` prints the top ops of one step per side.
 
 Two tables (``--settings``): ``defaults`` keeps both sides' speed options at their defaults (padded batches; the
-same fp32 and checkpointing as above, so the work is equal), ``best`` turns on each side's padding-free path (ours
-``packed``, TRL SFT ``padding_free``; TRL DPO has none in this version, so its best is padded). Neither side uses
+same fp32 and checkpointing as above, so the work is equal), ``padding_free`` turns on each side's padding-free
+path (ours ``packed``, TRL SFT ``padding_free``; TRL DPO has none in this version, so it stays padded). With both
+tables, a "best vs best" line per mode sets each side's faster setting (lower median s/step) against the other's:
+on CPU with sdpa the padding-free layout is the slower one (one ``[1, N]`` row attends through an ``[N, N]``
+block-diagonal mask instead of ``B`` small causal blocks), so padded is usually each side's best here. Neither side uses
 ``torch.compile`` (it would be fair only with TRL's ``torch_compile=True`` too, and its compile time on 2 shared
 cores outweighs a 30-step run). ``--e2e`` also runs our ``sft`` and ``dpo`` pipelines (one Ray actor, the same
 rows, sizes and LR) and prints them against TRL's whole-loop step interval: both sides' real entry points.
 Medians throughout (``s/step``); sides alternate (their order reverses every other round).
 
-Run: ``uv run python benchmarks/bench_sft_dpo_vs_trl.py [--steps 30 --rounds 2 --settings defaults,best --e2e]``
+Run: ``uv run python benchmarks/bench_sft_dpo_vs_trl.py [--steps 30 --rounds 2 --settings defaults,padding_free --e2e]``
 """
 
 from __future__ import annotations
@@ -171,7 +174,7 @@ def _grad_checkpointing() -> bool:
 
 
 def _best() -> bool:
-    """``--settings best``: each side's fastest same-work settings. Ours: ``packed`` (padding-free) forwards;
+    """``--settings padding_free``: each side's padding-free layout. Ours: ``packed`` forwards;
     TRL's SFT: ``padding_free=True`` (its collator flattens the batch into one row with restarting position ids,
     the same layout). TRL's DPO has no padding-free mode in this version (``padding_free=True`` warns and pads)."""
     return os.environ.get(BEST_ENV) == "1"
@@ -526,6 +529,20 @@ def _table(results: dict[str, Result]) -> str:
     return "\n".join(lines)
 
 
+def _best_line(mode: str, tables: dict[str, dict[str, Result]]) -> str:
+    """Each side's setting with the lower median s/step, and the tokens/s ratio between those two."""
+    picks = {
+        side: min(((name, t[f"{side}_{mode}"]) for name, t in tables.items()), key=lambda x: x[1].s_per_step)
+        for side in ("ours", "trl")
+    }
+    (ours_set, ours), (trl_set, trl) = picks["ours"], picks["trl"]
+    return (
+        f"{mode}: roll ({ours_set}) {ours.tokens_per_s:.0f} tokens/s vs TRL ({trl_set}) {trl.tokens_per_s:.0f} = "
+        f"{ours.tokens_per_s / trl.tokens_per_s:.2f}x, s/step {ours.s_per_step:.4f} vs {trl.s_per_step:.4f} "
+        f"(load {ours.load[0]:.1f}-{ours.load[1]:.1f} vs {trl.load[0]:.1f}-{trl.load[1]:.1f})"
+    )
+
+
 def _compare(args: argparse.Namespace, names: list[str], best: bool) -> dict[str, Result]:
     """Every side ``args.rounds`` times, in alternating order (reversed in odd rounds)."""
     runs: dict[str, list[Result]] = {name: [] for name in names}
@@ -548,8 +565,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--settings",
-        default="defaults,best",
-        help="comma-separated tables to run: defaults (padded on both sides), best (padding-free on both)",
+        default="defaults,padding_free",
+        help="comma-separated tables to run: defaults (padded on both sides), padding_free (on both sides)",
     )
     parser.add_argument("--modes", default="sft,dpo", help="comma-separated: sft, dpo")
     parser.add_argument(
@@ -566,12 +583,17 @@ def main() -> None:
     print(
         f"load average at start: {os.getloadavg()}, cores: {os.cpu_count()}, OMP_WAIT_POLICY={args.omp_wait}"
     )
+    tables: dict[str, dict[str, Result]] = {}
     for setting in args.settings.split(","):
-        results = _compare(args, names, best=setting == "best")
+        tables[setting] = results = _compare(args, names, best=setting == "padding_free")
         print(f"\n== {setting} vs {setting} ==\n{_table(results)}")
         if args.profile:
             for r in results.values():
                 print(f"\n{r.side}: top ops of one step (self CPU)\n{r.profile}")
+    if len(tables) > 1:
+        print("\n== best vs best (each side's faster setting) ==")
+        for mode in modes:
+            print(_best_line(mode, tables))
 
 
 if __name__ == "__main__":
