@@ -94,6 +94,7 @@ def warm_model(folder: Path, steps: int, lr: float, threads: int) -> None:
 
     torch.manual_seed(0)
     torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
     path = resolve_model_path("tiny-1m")
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -181,9 +182,9 @@ def trl_main(args: argparse.Namespace) -> None:
 def roll_overrides(args: argparse.Namespace) -> list[str]:
     return [
         f"output_dir={args.out / 'roll'}", f"max_steps={args.steps}", "eval_every=0", "~warmup",
-        f"model.path={args.model}", f"batch.prompts_per_step={args.P}", f"batch.samples_per_prompt={args.G}",
+        f"actor_train.model.path={args.model}", f"batch.prompts_per_step={args.P}", f"batch.samples_per_prompt={args.G}",
         f"batch.micro_batch_samples={args.P * args.G}", f"rollout.max_new_tokens={args.max_new_tokens}",
-        f"train.optimizer.lr={args.lr}", f"cpu_threads={args.threads}", "tracking.backends=[jsonl]",
+        f"actor_train.strategy.optimizer.lr={args.lr}", f"cpu_threads={args.threads}", "tracking.backends=[jsonl]",
         "tracking.progress=false", "plot=false", f"placement={args.placement}", *args.roll_set,
     ]  # fmt: skip
 
@@ -281,6 +282,8 @@ def _trl_rows(out: Path, args: argparse.Namespace) -> list[dict[str, float]]:
 
 
 def compare(args: argparse.Namespace) -> None:
+    # the warm-up below trains in this process: idle OpenMP threads must not spin (read when torch loads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     out = Path(tempfile.mkdtemp(prefix="bench_grpo_"))
     model = out / "start-model"
     warm_model(model, args.warmup_steps, 3e-3, args.threads)
