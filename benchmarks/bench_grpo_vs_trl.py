@@ -185,7 +185,8 @@ def roll_overrides(args: argparse.Namespace) -> list[str]:
         f"actor_train.model.path={args.model}", f"batch.prompts_per_step={args.P}", f"batch.samples_per_prompt={args.G}",
         f"batch.micro_batch_samples={args.P * args.G}", f"rollout.max_new_tokens={args.max_new_tokens}",
         f"actor_train.strategy.optimizer.lr={args.lr}", f"cpu_threads={args.threads}", "tracking.backends=[jsonl]",
-        "tracking.progress=false", "plot=false", f"placement={args.placement}", *args.roll_set,
+        "tracking.progress=false", "plot=false", f"placement={args.placement}", "ray.init_timeout_s=300",
+        *args.roll_set,
     ]  # fmt: skip
 
 
