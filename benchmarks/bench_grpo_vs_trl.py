@@ -9,13 +9,24 @@ scaling, no KL (``beta=0``), one optimizer step per generation batch, AdamW at t
 1.0, fp32, ``torch.set_flush_denormal(True)``, seed 0, the same torch thread count, ``OMP_WAIT_POLICY=PASSIVE``
 (spin-waiting OpenMP threads make either side several times slower on a shared box).
 
+Gradient checkpointing is off on both sides (TRL's ``GRPOConfig`` turns it on by default; roll's ``fsdp2``
+leaves it off; with TRL's default on, TRL recomputes activations and the ratio flatters roll by ~1.1x).
+Denormals are flushed in every roll process that runs a model (``roll.workers.roles.model.load_model``), not only
+in this driver, and the Ray that roll starts passes ``OMP_WAIT_POLICY=PASSIVE`` to its actors.
+
 Differences that remain, by design: roll runs generation, training and rewards in separate Ray actors (so its
 peak RSS counts every process of the run, summed with psutil over the process tree), TRL in one process with
-``model.generate``. Reported per side: seconds per step (after the first, which includes start-up), generated
-tokens/s, peak RSS, accuracy over the last 3 steps and at step 1, mean completion length and the share of
-completions that hit the token limit (the check that both sides generate the same work); and the ratios roll/TRL.
+``model.generate``; ``--placement hybrid`` puts roll's trainer and generator in one actor. Reported per side: the
+median seconds per step (after the first, which includes start-up), the median of per-step generated tokens/s,
+peak RSS, accuracy over the last 3 steps and at step 1, mean completion length and the share of completions that
+hit the token limit (the check that both sides generate the same work), the 1-minute load average seen while the
+side ran (min-max of samples every 0.5 s); and the ratios roll/TRL. Sides alternate over ``--rounds`` (roll first
+in odd rounds, TRL first in even ones) and their steady steps are pooled. Quote a ratio only when the load column
+stays under 1.5 on 2 cores: under load the side with more processes loses more.
 
-Run: ``uv run python benchmarks/bench_grpo_vs_trl.py --steps 10``.
+Run: ``uv run python benchmarks/bench_grpo_vs_trl.py --steps 10 [--rounds 2] [--placement hybrid]
+[--roll-set rollout.request_prompts=32]`` (the last: one generation request of all 32 prompts, 256 rows per
+decode batch instead of 64, which took ~25% less CPU per generated token in the hf strategy here).
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,13 +63,16 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
-    """Run ``cmd``; return (wall seconds, peak summed RSS of its process tree in bytes)."""
+def run_measured(cmd: list[str], env: dict[str, str], loads: list[float] | None = None) -> tuple[float, int]:
+    """Run ``cmd``; return (wall seconds, peak summed RSS of its process tree in bytes). ``loads`` (when given)
+    receives the 1-minute load average sampled with the RSS, every 0.5 s."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env)
     peak = 0
     while proc.poll() is None:
         peak = max(peak, tree_rss(proc.pid))
+        if loads is not None:
+            loads.append(os.getloadavg()[0])
         time.sleep(0.5)
     if proc.returncode:
         raise SystemExit(f"{cmd[:3]} failed with {proc.returncode}")
@@ -79,6 +94,7 @@ def warm_model(folder: Path, steps: int, lr: float, threads: int) -> None:
 
     torch.manual_seed(0)
     torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
     path = resolve_model_path("tiny-1m")
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -138,7 +154,7 @@ def trl_main(args: argparse.Namespace) -> None:
         max_completion_length=args.max_new_tokens, learning_rate=args.lr, loss_type="dapo", beta=0.0,
         temperature=1.0, max_steps=args.steps, logging_steps=1, report_to="none", use_cpu=True, bf16=False,
         seed=0, max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0, save_strategy="no",
-        gradient_accumulation_steps=1, dataloader_num_workers=0,
+        gradient_accumulation_steps=1, dataloader_num_workers=0, activation_checkpointing=False,
     )  # fmt: skip
     log: list[dict[str, float]] = []
 
@@ -166,10 +182,11 @@ def trl_main(args: argparse.Namespace) -> None:
 def roll_overrides(args: argparse.Namespace) -> list[str]:
     return [
         f"output_dir={args.out / 'roll'}", f"max_steps={args.steps}", "eval_every=0", "~warmup",
-        f"model.path={args.model}", f"batch.prompts_per_step={args.P}", f"batch.samples_per_prompt={args.G}",
+        f"actor_train.model.path={args.model}", f"batch.prompts_per_step={args.P}", f"batch.samples_per_prompt={args.G}",
         f"batch.micro_batch_samples={args.P * args.G}", f"rollout.max_new_tokens={args.max_new_tokens}",
-        f"train.optimizer.lr={args.lr}", f"cpu_threads={args.threads}", "tracking.backends=[jsonl]",
-        "tracking.progress=false", "plot=false",
+        f"actor_train.strategy.optimizer.lr={args.lr}", f"cpu_threads={args.threads}", "tracking.backends=[jsonl]",
+        "tracking.progress=false", "plot=false", f"placement={args.placement}", "ray.init_timeout_s=300",
+        *args.roll_set,
     ]  # fmt: skip
 
 
@@ -191,21 +208,21 @@ def roll_main(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------------------------- table
 
 
-def summarize(
-    rows: list[dict[str, float]], wall: float, rss: int, *, step_key: str, tok_key: str
-) -> dict[str, float]:
-    steady = rows[1:] or rows
-    step_s = sum(r[step_key] for r in steady) / len(steady)
-    tokens = sum(r[tok_key] for r in steady)
+def summarize(rows: list[dict[str, float]], wall: float, rss: int, loads: list[float]) -> dict[str, float]:
+    """One side's table column. ``rows`` are the steps of every round, each round's first step (start-up)
+    already dropped where a later step exists; medians, so one step slowed by a neighbour moves nothing."""
+    steady = [r for r in rows if not r.get("first")] or rows
     return {
-        "s/step": step_s,
-        "gen tokens/s": tokens / max(sum(r[step_key] for r in steady), 1e-9),
+        "s/step": statistics.median(r["s"] for r in steady),
+        "gen tokens/s": statistics.median(r["tok"] / max(r["s"], 1e-9) for r in steady),
         "peak RSS GB": rss / 2**30,
         "accuracy (last 3)": sum(r["acc"] for r in rows[-3:]) / len(rows[-3:]),
         "accuracy (step 1)": rows[0]["acc"],
         "completion length": sum(r["len"] for r in rows) / len(rows),
         "hit max tokens": sum(r["clipped"] for r in rows) / len(rows),
         "wall s": wall,
+        "load min": min(loads, default=float("nan")),
+        "load max": max(loads, default=float("nan")),
     }
 
 
@@ -218,6 +235,12 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--warmup-steps", type=int, default=90)
+    parser.add_argument("--rounds", type=int, default=1, help="alternate the sides this many times")
+    parser.add_argument("--placement", choices=["separate", "hybrid"], default="separate")
+    parser.add_argument(
+        "--roll-set", action="append", default=[], metavar="KEY=VALUE",
+        help="an extra override for roll's side (repeatable), e.g. rollout.request_prompts=32",
+    )  # fmt: skip
     parser.add_argument("--side", choices=["trl", "roll"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -229,7 +252,39 @@ def main() -> None:
     compare(args)
 
 
+def _roll_rows(out: Path, args: argparse.Namespace) -> list[dict[str, float]]:
+    lines = (out / "roll" / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line)["metrics"] for line in lines]
+    return [
+        {
+            "acc": r["reward/accuracy"],
+            "s": r["time/step_s"],
+            "tok": r["response/length_mean"] * args.P * args.G,
+            "len": r["response/length_mean"],
+            "clipped": r["response/truncation_rate"],
+            "first": float(i == 0),
+        }
+        for i, r in enumerate(rows)
+    ]
+
+
+def _trl_rows(out: Path, args: argparse.Namespace) -> list[dict[str, float]]:
+    return [
+        {
+            "acc": r["reward"],
+            "s": r["step_s"],
+            "tok": r["completions/mean_length"] * args.P * args.G,
+            "len": r["completions/mean_length"],
+            "clipped": r["completions/clipped_ratio"],
+            "first": float(i == 0),
+        }
+        for i, r in enumerate(json.loads((out / "trl.json").read_text()))
+    ]
+
+
 def compare(args: argparse.Namespace) -> None:
+    # the warm-up below trains in this process: idle OpenMP threads must not spin (read when torch loads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     out = Path(tempfile.mkdtemp(prefix="bench_grpo_"))
     model = out / "start-model"
     warm_model(model, args.warmup_steps, 3e-3, args.threads)
@@ -239,48 +294,32 @@ def compare(args: argparse.Namespace) -> None:
         "OMP_WAIT_POLICY": "PASSIVE",
         "PYTHONHASHSEED": "0",
     }
-    base = [sys.executable, __file__, "--model", str(model), "--out", str(out)]
-    base += [
+    flags = [
         f"--{k}={v}"
         for k, v in (
-            ("steps", args.steps),
-            ("P", args.P),
-            ("G", args.G),
-            ("max-new-tokens", args.max_new_tokens),
-            ("lr", args.lr),
-            ("threads", args.threads),
+            ("steps", args.steps), ("P", args.P), ("G", args.G), ("max-new-tokens", args.max_new_tokens),
+            ("lr", args.lr), ("threads", args.threads), ("placement", args.placement),
         )
-    ]
-    results = {}
-    for side in ("roll", "trl"):
-        wall, rss = run_measured([*base, "--side", side], env)
-        results[side] = (wall, rss)
-    roll_rows = [
-        json.loads(line)["metrics"] for line in (out / "roll" / "metrics.jsonl").read_text().splitlines()
-    ]
-    roll_rows = [
-        {
-            "acc": r["reward/accuracy"],
-            "s": r["time/step_s"],
-            "tok": r["response/length_mean"] * args.P * args.G,
-            "len": r["response/length_mean"],
-            "clipped": r["response/truncation_rate"],
-        }
-        for r in roll_rows
-    ]
-    trl_rows = [
-        {
-            "acc": r["reward"],
-            "s": r["step_s"],
-            "tok": r["completions/mean_length"] * args.P * args.G,
-            "len": r["completions/mean_length"],
-            "clipped": r["completions/clipped_ratio"],
-        }
-        for r in json.loads((out / "trl.json").read_text())
-    ]
+    ]  # fmt: skip
+    flags += [f"--roll-set={kv}" for kv in args.roll_set]
+    read = {"roll": _roll_rows, "trl": _trl_rows}
+    rows: dict[str, list[dict[str, float]]] = {"roll": [], "trl": []}
+    walls: dict[str, list[float]] = {"roll": [], "trl": []}
+    peaks: dict[str, int] = {"roll": 0, "trl": 0}
+    loads: dict[str, list[float]] = {"roll": [], "trl": []}
+    print(f"load average at start: {os.getloadavg()}, cores: {os.cpu_count()}")
+    for round_ in range(args.rounds):
+        for side in ("roll", "trl") if round_ % 2 == 0 else ("trl", "roll"):
+            side_out = out / f"round{round_}"
+            side_out.mkdir(exist_ok=True)
+            cmd = [sys.executable, __file__, "--model", str(model), "--out", str(side_out), *flags]
+            wall, rss = run_measured([*cmd, "--side", side], env, loads[side])
+            walls[side].append(wall)
+            peaks[side] = max(peaks[side], rss)
+            rows[side] += read[side](side_out, args)
     table = {
-        "roll": summarize(roll_rows, *results["roll"], step_key="s", tok_key="tok"),
-        "trl": summarize(trl_rows, *results["trl"], step_key="s", tok_key="tok"),
+        side: summarize(rows[side], statistics.median(walls[side]), peaks[side], loads[side])
+        for side in ("roll", "trl")
     }
     print_table(table)
 

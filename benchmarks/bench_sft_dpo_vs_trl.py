@@ -34,7 +34,18 @@ a ``TrainerCallback`` from step begin to step end (its data loading included, as
 alone. ``max |loss diff|`` compares the two sides' loss at every step (same batches, same weights): it shows the
 sides do the same work, so tokens/s compare at equal loss. ``--profile`` prints the top ops of one step per side.
 
-Run: ``uv run python benchmarks/bench_sft_dpo_vs_trl.py [--steps 30 --threads 2 --rounds 2 --profile --e2e]``
+Two tables (``--settings``): ``defaults`` keeps both sides' speed options at their defaults (padded batches; the
+same fp32 and checkpointing as above, so the work is equal), ``padding_free`` turns on each side's padding-free
+path (ours ``packed``, TRL SFT ``padding_free``; TRL DPO has none in this version, so it stays padded). With both
+tables, a "best vs best" line per mode sets each side's faster setting (lower median s/step) against the other's:
+on CPU with sdpa the padding-free layout is the slower one (one ``[1, N]`` row attends through an ``[N, N]``
+block-diagonal mask instead of ``B`` small causal blocks), so padded is usually each side's best here. Neither side uses
+``torch.compile`` (it would be fair only with TRL's ``torch_compile=True`` too, and its compile time on 2 shared
+cores outweighs a 30-step run). ``--e2e`` also runs our ``sft`` and ``dpo`` pipelines (one Ray actor, the same
+rows, sizes and LR) and prints them against TRL's whole-loop step interval: both sides' real entry points.
+Medians throughout (``s/step``); sides alternate (their order reverses every other round).
+
+Run: ``uv run python benchmarks/bench_sft_dpo_vs_trl.py [--steps 30 --rounds 2 --settings defaults,padding_free --e2e]``
 """
 
 from __future__ import annotations
@@ -59,6 +70,7 @@ MAX_LENGTH = 128
 SEED = 0
 PROFILE_ROWS = 8
 CHECKPOINTING_ENV = "BENCH_GRAD_CHECKPOINTING"
+BEST_ENV = "BENCH_BEST"
 
 
 @dataclass
@@ -71,6 +83,9 @@ class Result:
     threads: int
     load: list[float] = field(default_factory=list)
     profile: str = ""
+    e2e_s: list[float] = field(default_factory=list)
+    """Seconds per step through the side's real entry point: TRL, the interval between its loop's step ends
+    (data loading, logging and callbacks included); ours, the pipeline's ``time/step_s`` (driver and Ray)."""
 
     @property
     def s_per_step(self) -> float:
@@ -158,6 +173,13 @@ def _grad_checkpointing() -> bool:
     return os.environ.get(CHECKPOINTING_ENV) == "1"
 
 
+def _best() -> bool:
+    """``--settings padding_free``: each side's padding-free layout. Ours: ``packed`` forwards;
+    TRL's SFT: ``padding_free=True`` (its collator flattens the batch into one row with restarting position ids,
+    the same layout). TRL's DPO has no padding-free mode in this version (``padding_free=True`` warns and pads)."""
+    return os.environ.get(BEST_ENV) == "1"
+
+
 def _our_strategy() -> Any:
     from transformers import AutoModelForCausalLM
 
@@ -170,6 +192,7 @@ def _our_strategy() -> Any:
         micro_batch_size=MICRO_SEQS,
         optimizer=OptimizerConfig(lr=LR),
         gradient_checkpointing=_grad_checkpointing(),
+        packed=_best(),
     )
     return FSDP2TrainStrategy(model, config, total_steps=10_000)
 
@@ -255,6 +278,7 @@ def _trl_callback(warmup: int, profile: bool) -> Any:
             self.num_tokens: list[float] = [0.0]
             self.threads = 0
             self.start = 0.0
+            self.ends: list[float] = []
             self.profiler = _Profiler(profile)
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -264,10 +288,12 @@ def _trl_callback(warmup: int, profile: bool) -> Any:
             self.start = time.perf_counter()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            elapsed = time.perf_counter() - self.start
+            now = time.perf_counter()
             self.profiler.stop()
             if warmup < state.global_step < args.max_steps:
-                self.times.append(elapsed)
+                self.times.append(now - self.start)
+            if warmup <= state.global_step < args.max_steps:
+                self.ends.append(now)
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
             if logs and "loss" in logs:
@@ -277,8 +303,16 @@ def _trl_callback(warmup: int, profile: bool) -> Any:
         def result(self, side: str, steps: int) -> Result:
             tokens = [b - a for a, b in zip(self.num_tokens, self.num_tokens[1:])][warmup : warmup + steps]
             losses = self.losses[: warmup + steps]
+            e2e = [b - a for a, b in zip(self.ends, self.ends[1:])]
             return Result(
-                side, self.times, tokens, losses, _rss_mb(), self.threads, profile=self.profiler.table
+                side,
+                self.times,
+                tokens,
+                losses,
+                _rss_mb(),
+                self.threads,
+                profile=self.profiler.table,
+                e2e_s=e2e,
             )
 
     return StepTimer()
@@ -292,7 +326,7 @@ def _trl_args(steps: int, warmup: int, pairs: bool) -> dict[str, Any]:
         "per_device_train_batch_size": per_device,
         "gradient_accumulation_steps": BATCH_SEQS // MICRO_SEQS,
         "train_sampling_strategy": "sequential",
-        "gradient_checkpointing": _grad_checkpointing(),  # TRL defaults to True, roll to False: same on both
+        "activation_checkpointing": _grad_checkpointing(),  # TRL defaults to True, roll to False: same on both
         "bf16": False,  # TRL's configs default to bf16 autocast (on CPU too); both sides train in fp32
         "learning_rate": LR,
         "lr_scheduler_type": "constant",
@@ -315,7 +349,11 @@ def trl_sft(steps: int, warmup: int, profile: bool) -> Result:
     rows, tokenizer = _rows("sft")
     ds = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows])
     timer = _trl_callback(warmup, profile)
-    args = SFTConfig(**_trl_args(steps, warmup, pairs=False), max_length=MAX_LENGTH)
+    args = SFTConfig(
+        **_trl_args(steps, warmup, pairs=False),
+        max_length=None if _best() else MAX_LENGTH,
+        padding_free=_best(),
+    )
     model = AutoModelForCausalLM.from_pretrained(_model_path())
     trainer = SFTTrainer(
         model=model, args=args, train_dataset=ds, processing_class=tokenizer, callbacks=[timer]
@@ -352,39 +390,57 @@ def _check_same_tokens(trl_rows: Any, rows: list[dict[str, Any]]) -> None:
             )
 
 
-def e2e_sft(steps: int, warmup: int, profile: bool) -> Result:
-    """The ``sft`` pipeline through one Ray actor; s/step from its ``time/step_s`` (driver and dispatch included)."""
+def _e2e(mode: Literal["sft", "dpo"], steps: int, warmup: int) -> Result:
+    """Our ``sft`` / ``dpo`` pipeline (examples/<mode>.yaml) through one Ray actor, on the same rows, batch and
+    micro-batch sizes and LR as the in-process sides; s/step from its ``time/step_s`` (driver and dispatch
+    included). No evaluation and no checkpoint inside the timed steps."""
     import tempfile
     from pathlib import Path
 
     from roll.core.config.loader import load_config
+    from roll.pipelines.dpo import DPOConfig
+    from roll.pipelines.dpo.pipeline import DPOPipeline
     from roll.pipelines.sft import SFTConfig
     from roll.pipelines.sft.pipeline import SFTPipeline
 
     out = Path(tempfile.mkdtemp()) / "run"
-    source = f"{{path: 'builtin:arithmetic', builtin_kind: sft, max_samples: {ROWS}}}"
+    kind, per_step = ("sft", BATCH_SEQS) if mode == "sft" else ("preference", BATCH_SEQS // 2)
+    source = f"{{path: 'builtin:arithmetic', builtin_kind: {kind}, max_samples: {ROWS}}}"
     overrides = [
         f"output_dir={out}", f"max_steps={steps + warmup}", "eval_every=0", "tracking.progress=false",
-        "tracking.backends=[jsonl]", "checkpoint.export_hf=false", f"data.sources=[{source}]",
-        f"batch.prompts_per_step={BATCH_SEQS}", f"batch.micro_batch_samples={MICRO_SEQS}",
+        "tracking.backends=[jsonl]", "checkpoint.export_hf=false", "checkpoint.every_n_steps=0",
+        f"data.sources=[{source}]", f"batch.prompts_per_step={per_step}", f"batch.micro_batch_samples={MICRO_SEQS}",
         f"actor_train.strategy.optimizer.lr={LR}", "actor_train.strategy.scheduler.kind=constant",
-        "actor_train.strategy.scheduler.warmup_steps=0",
+        "actor_train.strategy.scheduler.warmup_steps=0", f"actor_train.strategy.packed={str(_best()).lower()}",
+        f"actor_train.strategy.gradient_checkpointing={str(_grad_checkpointing()).lower()}",
+        "ray.init_timeout_s=300",  # a Ray start on a loaded 2-core box can take minutes
     ]  # fmt: skip
-    cfg = load_config(Path(__file__).parents[1] / "examples" / "sft.yaml", overrides, model=SFTConfig)
-    pipeline = SFTPipeline(cfg)
+    config_model, pipeline_cls = (SFTConfig, SFTPipeline) if mode == "sft" else (DPOConfig, DPOPipeline)
+    cfg = load_config(Path(__file__).parents[1] / "examples" / f"{mode}.yaml", overrides, model=config_model)
+    pipeline = pipeline_cls(cfg)
     try:
         pipeline.run()
     finally:
         pipeline.shutdown()
     rows = [json.loads(line)["metrics"] for line in (out / "metrics.jsonl").read_text().splitlines()][warmup:]
+    step_s = [r["time/step_s"] for r in rows]
     return Result(
-        "roll sft (Ray e2e)",
-        [r["time/step_s"] for r in rows],
+        f"roll {mode} (pipeline)",
+        step_s,
         [r["train/tokens"] for r in rows],
         [r["train/loss"] for r in rows],
         _rss_mb(),
         _threads(),
+        e2e_s=step_s,
     )
+
+
+def e2e_sft(steps: int, warmup: int, profile: bool) -> Result:
+    return _e2e("sft", steps, warmup)
+
+
+def e2e_dpo(steps: int, warmup: int, profile: bool) -> Result:
+    return _e2e("dpo", steps, warmup)
 
 
 SIDES: dict[str, Callable[[int, int, bool], Result]] = {
@@ -393,17 +449,19 @@ SIDES: dict[str, Callable[[int, int, bool], Result]] = {
     "ours_dpo": ours_dpo,
     "trl_dpo": trl_dpo,
     "e2e_sft": e2e_sft,
+    "e2e_dpo": e2e_dpo,
 }
 
 
 # ------------------------------------------------------------------------------------------------ driver
 
 
-def _run_side(name: str, args: argparse.Namespace) -> Result:
+def _run_side(name: str, args: argparse.Namespace, best: bool) -> Result:
     cmd = [sys.executable, __file__, "--side", name, "--steps", str(args.steps), "--warmup", str(args.warmup)]
     cmd += ["--threads", str(args.threads), *(["--profile"] if args.profile else [])]
     env = dict(os.environ, OMP_WAIT_POLICY=args.omp_wait.upper(), TQDM_DISABLE="1")
     env[CHECKPOINTING_ENV] = "1" if args.grad_checkpointing else "0"
+    env[BEST_ENV] = "1" if best else "0"
     before = os.getloadavg()[0]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
@@ -424,6 +482,27 @@ def _merge(runs: list[Result]) -> Result:
         first.threads,
         [min(x for r in runs for x in r.load), max(x for r in runs for x in r.load)],
         first.profile,
+        [t for r in runs for t in r.e2e_s],
+    )
+
+
+def _row(r: Result) -> str:
+    tok_step = sum(r.tokens) / len(r.tokens)
+    return (
+        f"{r.side:<20} {r.s_per_step:>8.4f} {r.best_s:>7.4f} {r.tokens_per_s:>9.0f} {tok_step:>8.0f} "
+        f"{r.final_loss:>10.4f} {r.peak_rss_mb:>7.0f} {r.threads:>3} {r.load[0]:.1f}-{r.load[1]:.1f}"
+    )
+
+
+def _e2e_line(mode: str, ours: Result, trl: Result) -> str:
+    """Real entry points: our pipeline's step time against TRL's whole-loop step interval (medians)."""
+    ours_s, trl_s = statistics.median(ours.e2e_s), statistics.median(trl.e2e_s)
+    ours_tps = statistics.median(ours.tokens) / ours_s
+    trl_tps = statistics.median(trl.tokens) / trl_s
+    return (
+        f"{mode} entry points (roll pipeline vs TRL Trainer loop): {ours_s:.4f} vs {trl_s:.4f} s/step, "
+        f"tokens/s {ours_tps:.0f} vs {trl_tps:.0f} = {ours_tps / trl_tps:.2f}x "
+        f"(load {ours.load[0]:.1f}-{ours.load[1]:.1f} vs {trl.load[0]:.1f}-{trl.load[1]:.1f})"
     )
 
 
@@ -432,13 +511,7 @@ def _table(results: dict[str, Result]) -> str:
         f"{'side':<20} {'s/step':>8} {'best s':>7} {'tokens/s':>9} {'tok/step':>8} {'final loss':>10} "
         f"{'RSS MB':>7} {'thr':>3} load"
     )
-    lines = [head]
-    for r in results.values():
-        tok_step = sum(r.tokens) / len(r.tokens)
-        lines.append(
-            f"{r.side:<20} {r.s_per_step:>8.4f} {r.best_s:>7.4f} {r.tokens_per_s:>9.0f} {tok_step:>8.0f} {r.final_loss:>10.4f} "
-            f"{r.peak_rss_mb:>7.0f} {r.threads:>3} {r.load[0]:.1f}-{r.load[1]:.1f}"
-        )
+    lines = [head, *(_row(r) for r in results.values())]
     for mode in ("sft", "dpo"):
         ours, trl = results.get(f"ours_{mode}"), results.get(f"trl_{mode}")
         if ours and trl:
@@ -450,7 +523,33 @@ def _table(results: dict[str, Result]) -> str:
                 f"max |loss diff| over {min(len(ours.losses), len(trl.losses))} steps = {diff:.2e} "
                 f"(step 1: {ours.losses[0]:.6f} vs {trl.losses[0]:.6f})"
             )
+        e2e = results.get(f"e2e_{mode}")
+        if e2e and trl and e2e.e2e_s and trl.e2e_s:
+            lines.append(_e2e_line(mode, e2e, trl))
     return "\n".join(lines)
+
+
+def _best_line(mode: str, tables: dict[str, dict[str, Result]]) -> str:
+    """Each side's setting with the lower median s/step, and the tokens/s ratio between those two."""
+    picks = {
+        side: min(((name, t[f"{side}_{mode}"]) for name, t in tables.items()), key=lambda x: x[1].s_per_step)
+        for side in ("ours", "trl")
+    }
+    (ours_set, ours), (trl_set, trl) = picks["ours"], picks["trl"]
+    return (
+        f"{mode}: roll ({ours_set}) {ours.tokens_per_s:.0f} tokens/s vs TRL ({trl_set}) {trl.tokens_per_s:.0f} = "
+        f"{ours.tokens_per_s / trl.tokens_per_s:.2f}x, s/step {ours.s_per_step:.4f} vs {trl.s_per_step:.4f} "
+        f"(load {ours.load[0]:.1f}-{ours.load[1]:.1f} vs {trl.load[0]:.1f}-{trl.load[1]:.1f})"
+    )
+
+
+def _compare(args: argparse.Namespace, names: list[str], best: bool) -> dict[str, Result]:
+    """Every side ``args.rounds`` times, in alternating order (reversed in odd rounds)."""
+    runs: dict[str, list[Result]] = {name: [] for name in names}
+    for round_ in range(args.rounds):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            runs[name].append(_run_side(name, args, best))
+    return {name: _merge(rs) for name, rs in runs.items()}
 
 
 def main() -> None:
@@ -464,26 +563,37 @@ def main() -> None:
     parser.add_argument(
         "--grad-checkpointing", action="store_true", help="recompute activations on both sides"
     )
-    parser.add_argument("--e2e", action="store_true", help="also time the sft pipeline through a Ray actor")
+    parser.add_argument(
+        "--settings",
+        default="defaults,padding_free",
+        help="comma-separated tables to run: defaults (padded on both sides), padding_free (on both sides)",
+    )
+    parser.add_argument("--modes", default="sft,dpo", help="comma-separated: sft, dpo")
+    parser.add_argument(
+        "--e2e", action="store_true", help="also time our sft/dpo pipelines through a Ray actor"
+    )
     parser.add_argument("--side", choices=sorted(SIDES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
         _setup(args.threads)
         print(json.dumps(asdict(SIDES[args.side](args.steps, args.warmup, args.profile))))
         return
-    names = ["ours_sft", "trl_sft", "ours_dpo", "trl_dpo", *(["e2e_sft"] if args.e2e else [])]
+    modes = args.modes.split(",")
+    names = [f"{side}_{m}" for m in modes for side in ("ours", "trl", *(["e2e"] if args.e2e else []))]
     print(
         f"load average at start: {os.getloadavg()}, cores: {os.cpu_count()}, OMP_WAIT_POLICY={args.omp_wait}"
     )
-    runs: dict[str, list[Result]] = {name: [] for name in names}
-    for _ in range(args.rounds):
-        for name in names:
-            runs[name].append(_run_side(name, args))
-    results = {name: _merge(rs) for name, rs in runs.items()}
-    print(_table(results))
-    if args.profile:
-        for r in results.values():
-            print(f"\n{r.side}: top ops of one step (self CPU)\n{r.profile}")
+    tables: dict[str, dict[str, Result]] = {}
+    for setting in args.settings.split(","):
+        tables[setting] = results = _compare(args, names, best=setting == "padding_free")
+        print(f"\n== {setting} vs {setting} ==\n{_table(results)}")
+        if args.profile:
+            for r in results.values():
+                print(f"\n{r.side}: top ops of one step (self CPU)\n{r.profile}")
+    if len(tables) > 1:
+        print("\n== best vs best (each side's faster setting) ==")
+        for mode in modes:
+            print(_best_line(mode, tables))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from roll.core.errors import DataError, WorkerError
 from roll.workers.config import HFInferConfig, SamplingParams
-from roll.workers.hf_infer import HFInferStrategy
+from roll.workers.hf_infer import HFInferStrategy, length_chunks
 from roll.workers.specs import HF
 from roll.workers.types import GeneratedSample, InferStrategy
 
@@ -178,6 +178,41 @@ def test_finished_rows_leave_the_batch_without_changing_others(strategy: HFInfer
     for f, s in zip(free, stopped):
         cut = f.token_ids.index(stop_tok) + 1 if stop_tok in f.token_ids else len(f.token_ids)
         assert s.token_ids == f.token_ids[:cut]
+
+
+def test_length_chunked_greedy_decoding_equals_the_plain_forward() -> None:
+    """Three prompts of lengths 7, 2, 4 in chunks of two (``generation_batch_size=2``): by length, [1, 2] then [0],
+    so rows are left-padded within a chunk and come back in prompt order. Each sample's greedy tokens are the
+    argmax of one plain forward over its own prompt + generated tokens (no cache, no padding; the logits at
+    position ``t - 1`` predict token ``t``), and its log-probs that forward's ``log_softmax`` at those tokens, equal
+    to 1e-5 (only the summation order of the cached, padded path differs)."""
+    strategy = HFInferStrategy(tiny_model(), HFInferConfig(device="cpu", generation_batch_size=2))
+    samples = strategy.generate(PROMPTS, SamplingParams(temperature=0, max_new_tokens=8))
+    assert [s.prompt_index for s in samples] == [0, 1, 2]
+    for p, s in zip(PROMPTS, samples):
+        ids_1T = torch.tensor([p + s.token_ids])
+        with torch.no_grad():
+            logits_RV = strategy.model(input_ids=ids_1T).logits[0, len(p) - 1 : -1]
+        assert logits_RV.argmax(-1).tolist() == s.token_ids
+        logp_R = logits_RV.log_softmax(-1).gather(-1, ids_1T[0, len(p) :, None]).squeeze(-1)
+        torch.testing.assert_close(torch.tensor(s.logprobs), logp_R, atol=1e-5, rtol=0)
+
+
+def test_prompts_chunk_by_length_and_come_back_in_order() -> None:
+    """Lengths [5, 2, 9, 2] in chunks of 2 go as [1, 3] (both 2 long) then [0, 2]; one chunk keeps the order.
+    Seeded sampling with chunks of one prompt (``generation_batch_size=2``, ``n=2``) equals the unchunked call,
+    ordered by (prompt, sample)."""
+    assert length_chunks([5, 2, 9, 2], 2) == [[1, 3], [0, 2]]
+    assert length_chunks([5, 2, 9, 2], 4) == [[0, 1, 2, 3]]
+    prompts = [[5, 17, 3, 99, 42], [11, 2], [64, 65, 66, 67, 68, 69, 70, 71, 72], [9, 9]]
+    params = SamplingParams(n=2, temperature=1.5, max_new_tokens=6)
+    whole = HFInferStrategy(tiny_model(), HFInferConfig(device="cpu")).generate(
+        prompts, params, seeds=[1, 2, 3, 4]
+    )
+    chunked = HFInferStrategy(tiny_model(), HFInferConfig(device="cpu", generation_batch_size=2))
+    split = chunked.generate(prompts, params, seeds=[1, 2, 3, 4])
+    assert [(s.prompt_index, s.sample_index) for s in split] == [(p, i) for p in range(4) for i in range(2)]
+    assert [s.token_ids for s in split] == [s.token_ids for s in whole]
 
 
 def test_load_weights_versions_and_rejects_unknown_names() -> None:

@@ -5,7 +5,8 @@ per prompt from one prefill, rows that stop costing compute once they finish, an
 ``generate`` pays per-step overheads (logits processors, stopping criteria, mask rebuilding) that dominate on
 small models. The loop:
 
-1. left-pad the prompts; position ids count valid tokens, so padding never shifts a sequence's positions;
+1. order the prompts by length and chunk them (``generation_batch_size``), so a chunk pads little; left-pad each
+   chunk; position ids count valid tokens, so padding never shifts a sequence's positions;
 2. prefill the prompts once, keep only the last position's logits, then repeat the cache rows ``n`` times;
 3. each step samples one token per live row, records its log-prob, then drops finished rows from the batch and
    the cache (``DynamicCache.batch_select_indices``) and feeds only the new token. A row's ``t``-th token inverts
@@ -33,7 +34,7 @@ from roll.workers.config import HFInferConfig, LoraConfig, SamplingParams
 from roll.workers.logprobs import forward_scores, left_pad, split_micro_batches, trim_padding
 from roll.workers.lora import AdapterMerger
 from roll.workers.types import FinishReason, GeneratedSample, TokenScores
-from roll.workers.vision import Vision, next_positions, slice_vision, vision_inputs, vision_of
+from roll.workers.vision import Vision, next_positions, take_vision, vision_inputs, vision_of
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -121,12 +122,11 @@ class HFInferStrategy:
         prompt_seeds = prompt_seeds_for(len(prompts), params.seed, seeds)
         per_chunk = max(1, self.config.generation_batch_size // params.n)
         samples: list[GeneratedSample] = []
-        for start in range(0, len(prompts), per_chunk):
-            chunk = [list(p) for p in prompts[start : start + per_chunk]]
-            u_BN = self._uniforms(prompt_seeds[start : start + len(chunk)], params)
-            images = slice_vision(vision, start, start + len(chunk))
-            samples += self._generate_chunk(chunk, params, u_BN, start, images)
-        return samples
+        for index_P in length_chunks([len(p) for p in prompts], per_chunk):
+            chunk = [list(prompts[i]) for i in index_P]
+            u_BN = self._uniforms([prompt_seeds[i] for i in index_P], params)
+            samples += self._generate_chunk(chunk, params, u_BN, index_P, take_vision(vision, index_P))
+        return sorted(samples, key=lambda s: (s.prompt_index, s.sample_index))
 
     def _uniforms(self, prompt_seeds: Sequence[int], params: SamplingParams) -> torch.Tensor:
         """``[P * n, max_new_tokens]`` uniforms in [0, 1), row ``p * n + s`` from sample ``(p, s)``'s own stream."""
@@ -143,7 +143,7 @@ class HFInferStrategy:
         prompts: list[list[int]],
         params: SamplingParams,
         u_BN: torch.Tensor,
-        offset: int,
+        index_P: list[int],
         vision: Vision | None = None,
     ) -> list[GeneratedSample]:
         self._max_new = params.max_new_tokens
@@ -166,7 +166,7 @@ class HFInferStrategy:
             if step == max_new - 1 or bool(done_B.all()):
                 break
             self._decode_step(state, tok_B, ~done_B)
-        return self._collect(tokens_BN, logp_BN, lengths, reasons, params, offset)
+        return self._collect(tokens_BN, logp_BN, lengths, reasons, params, index_P)
 
     def _prefill(self, prompts: list[list[int]], n: int, vision: Vision | None = None) -> _Decode:
         ids_PT, mask_PT = left_pad(prompts, self.pad_token_id, self.device)
@@ -235,7 +235,7 @@ class HFInferStrategy:
         lengths: list[int],
         reasons: list[FinishReason],
         params: SamplingParams,
-        offset: int,
+        index_P: list[int],
     ) -> list[GeneratedSample]:
         token_rows, logp_rows = tokens_BN.tolist(), logp_BN.tolist()
         samples = []
@@ -243,7 +243,7 @@ class HFInferStrategy:
             ids = toks[: lengths[slot]]
             samples.append(
                 GeneratedSample(
-                    prompt_index=offset + slot // params.n,
+                    prompt_index=index_P[slot // params.n],
                     sample_index=slot % params.n,
                     token_ids=ids,
                     logprobs=logps[: lengths[slot]],
@@ -429,6 +429,16 @@ class PreallocatedLayer(DynamicLayer):  # type: ignore[no-untyped-call,misc,unus
         if self.is_initialized:
             self._k, self._v = self._k[indices], self._v[indices]
             self._refresh()
+
+
+def length_chunks(lengths: Sequence[int], per_chunk: int) -> list[list[int]]:
+    """Prompt indices in chunks of at most ``per_chunk``: in order when one chunk holds them all, else sorted by
+    length (stable), so each chunk pads to a length near its rows' own. Per-prompt seeds make the result
+    independent of the chunking."""
+    order = list(range(len(lengths)))
+    if len(order) > per_chunk:
+        order.sort(key=lambda i: lengths[i])
+    return [order[start : start + per_chunk] for start in range(0, len(order), per_chunk)]
 
 
 def prompt_seeds_for(num_prompts: int, base: int | None, seeds: Sequence[int] | None) -> list[int]:

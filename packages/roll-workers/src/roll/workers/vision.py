@@ -33,6 +33,11 @@ def vision_of(batch: Mapping[str, Any]) -> dict[str, list[Any]]:
     return out
 
 
+def take_vision(vision: Vision | None, index: Sequence[int]) -> dict[str, list[Any]]:
+    """Rows ``index`` (in that order) of per-row vision columns (``{}`` for none)."""
+    return {k: [v[i] for i in index] for k, v in (vision or {}).items()}
+
+
 def slice_vision(vision: Vision | None, lo: int, hi: int) -> dict[str, list[Any]]:
     """Rows ``lo:hi`` of per-row vision columns (``{}`` for none)."""
     return {k: list(v[lo:hi]) for k, v in (vision or {}).items()}

@@ -72,6 +72,11 @@ class PolicyLoss:
             return float(mask_BT.sum())
         return float(mask_BT.shape[0])
 
+    def score_mask(self, micro_batch: MicroBatch) -> torch.Tensor:
+        """The only positions the loss reads (the response tokens): the strategy projects and scores just these,
+        and the entropy is taken there only."""
+        return micro_batch[C.RESPONSE_MASK].bool()
+
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         logp_BT = output.logp_BT
         mask_BT = micro_batch[C.RESPONSE_MASK].to(logp_BT.dtype)

@@ -76,3 +76,7 @@ class DPOLoss:
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         return float(micro_batch[LABELS].shape[0] // 2)
+
+    def score_mask(self, micro_batch: MicroBatch) -> torch.Tensor:
+        """The only positions the loss reads (the response tokens): the strategy projects and scores just these."""
+        return micro_batch[LABELS] != IGNORE_INDEX

@@ -31,3 +31,7 @@ class SFTLoss:
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         return float((micro_batch[LABELS] != IGNORE_INDEX).sum())
+
+    def score_mask(self, micro_batch: MicroBatch) -> torch.Tensor:
+        """The only positions the loss reads (the label tokens): the strategy projects and scores just these."""
+        return micro_batch[LABELS] != IGNORE_INDEX

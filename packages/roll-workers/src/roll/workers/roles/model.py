@@ -66,6 +66,10 @@ def load_model(cfg: ModelConfig, role: str, head: Head = "causal_lm") -> torch.n
         # Qwen2-VL and kin have no AutoModelForCausalLM entry; their image-text class is the causal LM with images
         model_class = transformers.AutoModelForImageTextToText
     torch.manual_seed(cfg.seed)
+    # Every process that runs a model flushes denormals: tiny fp32 models on CPU drift into denormal values
+    # (small gradients, Adam moments), which made steps several times slower. A process-wide switch, set here
+    # because each role loads its model through this function, inside its own Ray actor.
+    torch.set_flush_denormal(True)
     try:
         model: torch.nn.Module = model_class.from_pretrained(path, **kwargs)
     except OSError as err:
