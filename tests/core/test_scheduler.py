@@ -65,6 +65,12 @@ class Rollout(Worker):
         reward_B = torch.where(x_B % 2 == 1, ((x_B + g_B) % 2).float(), torch.ones_like(x_B).float())
         return Batch({"reward_B": reward_B + self.bonus})
 
+    @register(Dispatch.RANK_ZERO)
+    def score_rows(self, rows: dict[str, list[Any]]) -> dict[str, list[float]]:
+        """A light reward worker's view: plain lists in, plain lists out (no Batch, so no torch needed)."""
+        assert all(isinstance(v, list) for v in rows.values()), rows
+        return {"reward_B": [len(tag) * 10.0 + x for x, tag in zip(rows["x_B"], rows["tag"])]}
+
 
 @pytest.fixture(scope="module")
 def rollout(ray_local: Any) -> Iterator[Cluster]:
@@ -265,6 +271,19 @@ def test_reward_scheduler_routes_tags_to_domains_and_keeps_order(rollout: Cluste
     assert scored["x_B"].tolist() == x_B.tolist()
     bonus_B = scored["reward_B"] >= 10
     assert bonus_B.tolist() == [tag == "b" for tag in scored["tag"]]
+
+
+def test_reward_scheduler_sends_plain_columns_to_light_workers(rollout: Cluster) -> None:
+    """``columns=("x_B", "tag")``: each rank gets plain lists of those columns only and its list answer comes back
+    as a float32 column in input order. Golden: reward = 10 * len(tag) + x, so rows 0..5 tagged "a" or "bb"."""
+    rewards = RewardScheduler(
+        {"r": rollout}, {"a": "r", "bb": "r"}, method="score_rows", columns=("x_B", "tag")
+    )
+    batch = Batch({"x_B": torch.arange(6), "g_B": torch.zeros(6)}, {"tag": ["a", "bb"] * 3})
+    scored = rewards.score(batch)
+    assert scored["reward_B"].dtype == torch.float32
+    assert scored["reward_B"].tolist() == [10.0, 21.0, 12.0, 23.0, 14.0, 25.0]
+    assert scored["g_B"].tolist() == [0.0] * 6  # the input's columns stay
 
 
 def test_reward_scheduler_names_an_unrouted_tag(rollout: Cluster) -> None:
