@@ -213,6 +213,43 @@ def test_init_failure_names_init(ray_local: Any) -> None:
         Cluster("broken", Broken, tiny_role(), start_timeout_s=30)
 
 
+class Slow(Worker):
+    """An ``__init__`` that sleeps, as one that imports torch would take its time (sleeping needs no core)."""
+
+    def __init__(self, ctx: WorkerContext, delay_s: float) -> None:
+        super().__init__(ctx)
+        self.began = time.time()
+        time.sleep(delay_s)
+        self.ended = time.time()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def span(self) -> tuple[float, float]:
+        return self.began, self.ended
+
+
+def test_clusters_launched_without_waiting_start_in_parallel(ray_local: Any) -> None:
+    """Two 1-rank clusters whose ``__init__`` sleeps 2 s, built with ``wait=False`` and then used: building
+    returns before any ``__init__`` ends, and the two ``__init__`` overlap in time (one after the other, the
+    second would begin after the first ended). Timestamps from the workers, so a loaded box cannot flake it."""
+    start = time.time()
+    clusters = [Cluster(f"slow{i}", Slow, tiny_role(), init_args=(2.0,), wait=False) for i in range(2)]
+    launched = time.time()
+    try:
+        spans = [c.span()[0] for c in clusters]
+    finally:
+        for c in clusters:
+            c.shutdown()
+    assert launched - start < min(end for _, end in spans) - start, "building waited for an __init__"
+    assert max(began for began, _ in spans) < min(end for _, end in spans), f"one after the other: {spans}"
+
+
+def test_a_lazy_cluster_raises_the_init_failure_on_first_use(ray_local: Any) -> None:
+    broken = Cluster("broken_lazy", Broken, tiny_role(), start_timeout_s=30, wait=False)
+    with pytest.raises(WorkerError, match=r"(?s)broken_lazy rank 0: __init__ failed.*no model at /nope"):
+        broken.ready()
+    assert broken.actors == []  # shut down
+
+
 def test_bad_init_arguments_fail_at_once(ray_local: Any) -> None:
     with pytest.raises(TypeError, match="no_such_arg"):
         Cluster("typo", Echo, tiny_role(), init_kwargs={"no_such_arg": 1})

@@ -65,6 +65,12 @@ class Rollout(Worker):
         reward_B = torch.where(x_B % 2 == 1, ((x_B + g_B) % 2).float(), torch.ones_like(x_B).float())
         return Batch({"reward_B": reward_B + self.bonus})
 
+    @register(Dispatch.RANK_ZERO)
+    def score_rows(self, rows: dict[str, list[Any]]) -> dict[str, list[float]]:
+        """A light reward worker's view: plain lists in, plain lists out (no Batch, so no torch needed)."""
+        assert all(isinstance(v, list) for v in rows.values()), rows
+        return {"reward_B": [len(tag) * 10.0 + x for x, tag in zip(rows["x_B"], rows["tag"])]}
+
 
 @pytest.fixture(scope="module")
 def rollout(ray_local: Any) -> Iterator[Cluster]:
@@ -187,15 +193,65 @@ def test_async_never_trains_on_samples_staler_than_the_bound(rollout: Cluster) -
     assert stats["rollout/prompts_generated"] >= 20
 
 
-def test_async_with_zero_staleness_drops_stale_groups(rollout: Cluster) -> None:
+def test_async_steady_run_evicts_nothing_and_counts_each_steps_prompts(rollout: Cluster) -> None:
+    """Ratio 1, bound 1, ``n = 4``: while step ``v`` "trains" the thread runs exactly 4 groups ahead on version
+    ``v``, which step ``v + 1`` takes (lag 1), so no group is evicted as stale; and each step's
+    ``prompts_generated`` is the 4 prompts that came back since the previous batch (step 0 also sees some of
+    the 4 the thread sent for step 1 at the start, so 4 to 8)."""
+    with make(rollout, async_ratio=1.0) as scheduler:
+        metrics = []
+        for version in range(5):
+            out = scheduler.get_batch(4, trainer_version=version)
+            metrics.append(out.metrics)
+            time.sleep(0.3)  # "training": the four groups ahead come back meanwhile
+            rollout.update_weights(version + 1)
+        stats = scheduler.state()
+    rollout.update_weights(0)
+    assert [m["rollout/groups_stale"] for m in metrics] == [0.0] * 5
+    assert 4 <= metrics[0]["rollout/prompts_generated"] <= 8
+    assert [m["rollout/prompts_generated"] for m in metrics[1:]] == [4.0] * 4
+    assert stats["rollout/prompts_generated"] == 24  # 5 batches of 4 plus the 4 running ahead
+
+
+def test_idle_async_thread_does_not_spin(rollout: Cluster) -> None:
+    """With the buffer full and nothing in flight the generation thread sleeps on a condition: the driver
+    process spends under 0.1 s of CPU over a 1 s "training" window (a spinning thread spends ~0.9 s)."""
+    with make(rollout, async_ratio=1.0) as scheduler:
+        scheduler.get_batch(4, trainer_version=0)
+        time.sleep(0.5)  # the four groups ahead come back; then there is nothing to do
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        time.sleep(1.0)
+        cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+    assert cpu_s < 0.1 * wall_s, f"idle generation thread used {cpu_s:.2f} s of CPU in {wall_s:.2f} s"
+
+
+def test_async_with_zero_staleness_generates_nothing_ahead(rollout: Cluster) -> None:
+    """``max_staleness=0``: a group made while the trainer trains would be stale at the next step, so the
+    thread makes none; the next batch is generated on the new weights."""
     with make(rollout, async_ratio=1.0, max_staleness=0) as scheduler:
         scheduler.get_batch(4, trainer_version=0)
-        time.sleep(0.5)  # the buffer fills with version-0 groups
+        time.sleep(0.5)
+        generated = scheduler.state()["rollout/prompts_generated"]
+        time.sleep(0.3)
+        assert scheduler.state()["rollout/prompts_generated"] == generated
         rollout.update_weights(1)
         out = scheduler.get_batch(4, trainer_version=1)
     rollout.update_weights(0)
     assert set(out.batch["policy_version_B"].tolist()) == {1}
-    assert out.metrics["rollout/groups_stale"] > 0
+    assert out.metrics["rollout/groups_stale"] == 0
+
+
+def test_async_evicts_groups_staler_than_the_bound(rollout: Cluster) -> None:
+    """The bound still holds when the trainer skips a version: the 4 groups made ahead on version 0 lag 2 at
+    trainer version 2 and are evicted; the batch comes from version 2."""
+    with make(rollout, async_ratio=1.0) as scheduler:
+        scheduler.get_batch(4, trainer_version=0)
+        time.sleep(0.5)  # four version-0 groups wait in the buffer
+        rollout.update_weights(2)
+        out = scheduler.get_batch(4, trainer_version=2)
+    rollout.update_weights(0)
+    assert set(out.batch["policy_version_B"].tolist()) == {2}
+    assert out.metrics["rollout/groups_stale"] == 4
 
 
 def test_generate_all_keeps_prompt_order(rollout: Cluster) -> None:
@@ -215,6 +271,19 @@ def test_reward_scheduler_routes_tags_to_domains_and_keeps_order(rollout: Cluste
     assert scored["x_B"].tolist() == x_B.tolist()
     bonus_B = scored["reward_B"] >= 10
     assert bonus_B.tolist() == [tag == "b" for tag in scored["tag"]]
+
+
+def test_reward_scheduler_sends_plain_columns_to_light_workers(rollout: Cluster) -> None:
+    """``columns=("x_B", "tag")``: each rank gets plain lists of those columns only and its list answer comes back
+    as a float32 column in input order. Golden: reward = 10 * len(tag) + x, so rows 0..5 tagged "a" or "bb"."""
+    rewards = RewardScheduler(
+        {"r": rollout}, {"a": "r", "bb": "r"}, method="score_rows", columns=("x_B", "tag")
+    )
+    batch = Batch({"x_B": torch.arange(6), "g_B": torch.zeros(6)}, {"tag": ["a", "bb"] * 3})
+    scored = rewards.score(batch)
+    assert scored["reward_B"].dtype == torch.float32
+    assert scored["reward_B"].tolist() == [10.0, 21.0, 12.0, 23.0, 14.0, 25.0]
+    assert scored["g_B"].tolist() == [0.0] * 6  # the input's columns stay
 
 
 def test_reward_scheduler_names_an_unrouted_tag(rollout: Cluster) -> None:

@@ -5,8 +5,9 @@ trains, so a sample may be one policy version old, never more) and ``algorithm.d
 whose rewards are all equal are dropped and replaced; after ``max_rounds`` the batch is filled with dropped
 groups). A short warm-up leaves the model right a few times in a hundred, so most groups are all-wrong and get
 dropped. Asserted from the logged metrics of every step: the lag of every trained sample is within the bound,
-async really overlapped (some step trained on samples one version old), dropped groups are counted, and each
-step trains on a full batch of P * G samples.
+async really overlapped (some step trained on samples one version old), no group was generated only to be
+evicted as stale, every step logs the prompts generated for it, dropped groups are counted, and each step trains
+on a full batch of P * G samples.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ def test_async_and_dynamic_sampling(ray_local: Any, tmp_path: Path) -> None:
     assert max(lags) == bound, f"async never trained on an older policy's samples: {lags}"
     assert all(s["rollout/samples"] == P * G for s in steps), [s["rollout/samples"] for s in steps]
     assert all("rollout/groups_dropped" in s and "rollout/filter_all_equal" in s for s in steps)
+    generated = [s["rollout/prompts_generated"] for s in steps]
+    assert all(n > 0 for n in generated), f"a step logged no generation: {generated}"
+    stale = [s["rollout/groups_stale"] for s in steps]
+    assert stale == [0.0] * 4, f"generation ran further ahead than the staleness bound: {stale}"
     dropped = sum(s["rollout/groups_dropped"] for s in steps)
     assert dropped > 0, "dynamic sampling dropped no group although most groups are all wrong"
 

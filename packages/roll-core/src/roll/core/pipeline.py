@@ -99,7 +99,11 @@ class BasePipeline(ABC):
     # ------------------------------------------------------------------------------------------ helpers
 
     def make_cluster(self, role: str, worker_cls: type[Worker], **kwargs: Any) -> Cluster:
-        """A :class:`Cluster` for ``role`` on the resources reserved for it; shut down with the pipeline."""
+        """A :class:`Cluster` for ``role`` on the resources reserved for it; shut down with the pipeline.
+
+        Its actors are launched, not waited for (``wait=False``): the first call waits, so the roles a ``setup``
+        makes start their imports in parallel."""
+        kwargs.setdefault("wait", False)
         if self.resources is None:
             raise RuntimeError("make_cluster is called from setup(), after Ray and resources are up")
         role_cfg = self.roles()[role]

@@ -25,6 +25,12 @@ Model parallelism: ``mesh=Mesh(world_size, tp=2)`` tells ``MP_SPLIT`` methods ho
 (default: :meth:`Mesh.for_role`, from the role's strategy config; every rank its own DP rank unless the strategy
 is model-parallel). Each DP shard goes into the object store once, however many TP/PP ranks
 read it.
+
+Starting many clusters at once: with ``wait=False`` the constructor only launches the actors and returns; the
+wait for their ``__init__`` and the rendezvous happen on the first call (or :meth:`ready`, or ``infos``), with
+the same errors. A worker's ``__init__`` usually imports torch and a model library (10-18 s on a small CPU box),
+so a pipeline that launches all its roles before waiting on any pays that once, not once per role
+(``BasePipeline.make_cluster`` does).
 """
 
 from __future__ import annotations
@@ -92,6 +98,7 @@ class Cluster:
         start_timeout_s: float | None = None,
         runtime_env: Mapping[str, Any] | None = None,
         mesh: Mesh | None = None,
+        wait: bool = True,
     ) -> None:
         if not (isinstance(worker_cls, type) and issubclass(worker_cls, Worker)):
             raise TypeError(f"Cluster({role!r}, ...) needs a Worker subclass, got {worker_cls!r}")
@@ -110,12 +117,35 @@ class Cluster:
         self._owned_rm: ResourceManager | None = None
         self._placement = self._resolve_placement(resources)
         self.actors: list[Any] = []
+        self._infos: list[WorkerInfo] | None = None
+        self._joining = False  # the rendezvous is running (its own calls must not wait for it)
+        self._start_timeout_s = start_timeout_s or self._default_timeout
         try:
             self._start(worker_cls, init_args, dict(init_kwargs or {}), runtime_env)
-            self.infos: list[WorkerInfo] = self._rendezvous(start_timeout_s or self._default_timeout)
         except BaseException:
             self.shutdown()
             raise
+        if wait:
+            self.ready()
+
+    @property
+    def infos(self) -> list[WorkerInfo]:
+        """Every rank's :class:`WorkerInfo` (waits for the actors, see :meth:`ready`)."""
+        return self.ready()
+
+    def ready(self) -> list[WorkerInfo]:
+        """Wait (once) for every actor's ``__init__`` and give the ranks their rendezvous; the infos. A failed
+        start shuts the cluster down and raises the worker's error."""
+        if self._infos is None:
+            self._joining = True
+            try:
+                self._infos = self._rendezvous(self._start_timeout_s)
+            except BaseException:
+                self.shutdown()
+                raise
+            finally:
+                self._joining = False
+        return self._infos
 
     @property
     def methods(self) -> Mapping[str, ClusterMethod]:
@@ -148,6 +178,7 @@ class Cluster:
         """
         if not 0 <= rank < len(self.actors):
             raise IndexError(f"{self.role} has {len(self.actors)} ranks; no rank {rank}")
+        old = self.infos[rank]
         with contextlib.suppress(Exception):  # already dead: nothing to kill
             ray.kill(self.actors[rank], no_restart=True)
         options = {**self._placement.actor_options(rank), **self._extra_options}
@@ -156,7 +187,6 @@ class Cluster:
             ctx, *self._init_args, **self._init_kwargs
         )
         timeout = timeout_s or self._default_timeout
-        old = self.infos[rank]
         if old.master_addr is not None and old.master_port is not None:
             args = (old.master_addr, old.master_port, old.local_rank, _local_world(self.infos, old.node_id))
             self._call_one(rank, "roll_set_rendezvous", args, timeout)
@@ -243,6 +273,8 @@ class Cluster:
     def _submit(self, method: ClusterMethod, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PendingCall:
         if not self.actors:
             raise RuntimeError(f"cluster {self.role!r} is shut down; cannot call {method.name}")
+        if not self._joining:
+            self.ready()
         rule = RULES[method.spec.mode]
         plan = rule.split(args, kwargs, self.mesh)
         if method.spec.mode is Dispatch.ONE_TO_ALL and len(plan.ranks) > 1:

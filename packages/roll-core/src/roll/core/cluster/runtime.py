@@ -16,6 +16,10 @@ OpenMP waits: a local Ray puts several torch workers (trainer, generator, refere
 OpenMP's default wait policy, each worker's idle threads spin between parallel regions and steal the cores the busy
 worker needs: measured on 2 cores, quickstart GRPO steps took 8-14 s instead of 1.3-1.6 s. So a Ray that roll
 starts itself gets ``OMP_WAIT_POLICY=PASSIVE`` (inherited like the auth mode) unless the user set a policy.
+
+Memory: a local Ray starts without the dashboard's UI modules and without prestarted idle workers (Ray otherwise
+starts one Python worker per CPU for tasks roll never submits: ~85 MB each); ``RayConfig.object_store_mb`` caps
+the object store of a small run.
 """
 
 from __future__ import annotations
@@ -120,6 +124,8 @@ def _start_local(cfg: RayConfig) -> None:
             num_gpus=cfg.num_gpus,
             namespace=cfg.namespace,
             include_dashboard=False,
+            object_store_memory=cfg.object_store_mb * 2**20 if cfg.object_store_mb else None,
+            _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False},
             logging_level=logging.WARNING,
             log_to_driver=True,
         )

@@ -20,6 +20,9 @@ class RayConfig(RollModel):
     address: str | None = None
     num_cpus: float | None = Field(None, gt=0, description="CPUs of a local Ray started on demand")
     num_gpus: int | None = Field(None, ge=0, description="GPUs of a local Ray started on demand")
+    object_store_mb: int | None = Field(
+        None, ge=80, description="object store of a local Ray started on demand (default: Ray's, 30% of RAM)"
+    )
     namespace: str = "roll"
     init_timeout_s: float = Field(60.0, gt=0)
     call_timeout_s: float = Field(600.0, gt=0, description="default timeout of every remote call")

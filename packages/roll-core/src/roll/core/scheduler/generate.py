@@ -18,12 +18,19 @@ What it does, in the order a step sees it:
   (``version_column``, written by the inference worker). ``get_batch(n, trainer_version)`` never returns a
   group whose version lags ``trainer_version`` by more than ``max_staleness``; staler groups are dropped and
   counted (``rollout/groups_stale``).
-- **Async mode** (``async_ratio > 0``): a background thread keeps generating and scoring into a buffer of at most
-  ``ceil(n * (1 + async_ratio))`` groups (kept plus in flight), so the rollouts of step ``k + 1`` are produced
-  while step ``k`` trains; ``max_staleness`` defaults to ``ceil(async_ratio)``. Weight updates sent to the
-  inference cluster queue behind the requests already sent to an actor (Ray runs an actor's calls in order), so
-  a request never sees weights change half-way. With ``async_ratio == 0`` (sync mode) the caller's thread does
-  the work inside :meth:`get_batch` and ``max_staleness`` is 0.
+- **Async mode** (``async_ratio > 0``): a background thread keeps generating and scoring ahead into a buffer,
+  so the rollouts of step ``k + 1`` are produced while step ``k`` trains; ``max_staleness`` defaults to
+  ``ceil(async_ratio)``. The thread runs at most ``lead = ceil(n * min(async_ratio, max_staleness))`` groups
+  ahead (kept plus in flight) while the trainer trains, and ``n + lead`` while a :meth:`get_batch` waits: a
+  group it starts while the trainer holds version ``v`` is trained at step ``v + 1`` at the latest (the buffer
+  is first in, first out), so in a steady run nothing is generated only to be evicted as stale. With nothing to
+  do it sleeps on a condition (woken by :meth:`get_batch` and :meth:`close`), never spins. Weight updates sent
+  to the inference cluster queue behind the requests already sent to an actor (Ray runs an actor's calls in
+  order), so a request never sees weights change half-way. With ``async_ratio == 0`` (sync mode) the caller's
+  thread does the work inside :meth:`get_batch` and ``max_staleness`` is 0.
+- **Counters per batch**: a batch's metrics count what happened since the previous batch was handed out;
+  ``rollout/prompts_generated`` counts the prompts whose groups came back (kept or dropped) in that window, so
+  in async mode it is the generation done for this batch while the previous step trained.
 - **Validation**: :meth:`generate_all` runs a fixed prompt batch request by request, with no filter.
 - **Seeded per prompt** (``seed`` set): every prompt row sent gets :data:`~roll.core.columns.PROMPT_SEED` =
   ``derive_seed(seed, TRAIN_STREAM, n)`` for the ``n``-th prompt drawn from the source since the run began
@@ -114,6 +121,10 @@ class GenerateOptions:
             return self.max_staleness
         return math.ceil(self.async_ratio)
 
+    def lead_groups(self, num_groups: int) -> int:
+        """Groups the async thread may hold or run ahead of the step being trained (see the module docstring)."""
+        return math.ceil(num_groups * min(self.async_ratio, self.staleness_bound))
+
 
 @dataclass
 class _Group:
@@ -133,6 +144,9 @@ class RolloutBatch:
 @dataclass
 class _Counters:
     prompts: int = 0
+    """Prompts sent (the position of the per-prompt seed stream)."""
+    finished: int = 0
+    """Prompts whose groups came back, kept or dropped."""
     requests: int = 0
     kept: int = 0
     dropped: int = 0
@@ -148,7 +162,7 @@ class _Counters:
 
     def as_metrics(self) -> dict[str, float]:
         out = {
-            "rollout/prompts_generated": float(self.prompts),
+            "rollout/prompts_generated": float(self.finished),
             "rollout/requests": float(self.requests),
             "rollout/groups_kept": float(self.kept),
             "rollout/groups_dropped": float(self.dropped),
@@ -194,7 +208,9 @@ class GenerateScheduler:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._error: BaseException | None = None
-        self._capacity = 0
+        self._step_groups = 0  # n of the current get_batch
+        self._waiting = False  # a get_batch waits for groups
+        self._since: _Counters | None = None  # counters when the previous async batch was handed out
 
     @property
     def is_async(self) -> bool:
@@ -245,6 +261,8 @@ class GenerateScheduler:
     def close(self) -> None:
         """Stop the async thread (requests already on the workers finish there and are discarded)."""
         self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
@@ -283,17 +301,29 @@ class GenerateScheduler:
     # ----------------------------------------------------------------------------------------- async mode
 
     def _ensure_thread(self, num_groups: int) -> None:
-        self._capacity = math.ceil(num_groups * (1 + self.options.async_ratio))
+        with self._lock:
+            self._step_groups = num_groups
+            if self._since is None:
+                self._since = self._counters.snapshot()
         if self._thread is None:
             self._thread = threading.Thread(target=self._pump, name="roll-generate", daemon=True)
             self._thread.start()
+
+    def _room(self) -> int:
+        """Prompts the async thread may send now (call under the lock)."""
+        n = self._step_groups
+        capacity = self.options.lead_groups(n) + (n if self._waiting else 0)
+        return max(capacity - len(self._kept) - self._inflight_prompts(), 0)
 
     def _pump(self) -> None:
         try:
             while not self._stop.is_set():
                 with self._lock:
-                    room = self._capacity - len(self._kept) - self._inflight_prompts()
-                self._submit_while_free(max(room, 0))
+                    room = self._room()
+                    if not room and not self._busy():  # nothing to do until a get_batch takes groups
+                        self._lock.wait(timeout=self.options.poll_s)
+                        continue
+                self._submit_while_free(room)
                 self._wait_and_handle(self.options.poll_s)
         except BaseException as exc:  # handed to the trainer's thread, which raises it
             log.exception("generation thread failed")
@@ -302,19 +332,27 @@ class GenerateScheduler:
                 self._lock.notify_all()
 
     def _take_async(self, num_groups: int, trainer_version: int) -> RolloutBatch:
-        start = self._counters.snapshot()
         deadline = time.monotonic() + self.options.get_timeout_s
         with self._lock:
-            while True:
-                if self._error is not None:
-                    raise self._error
-                self._evict_stale(trainer_version)
-                spent = self._counters.prompts - start.prompts
-                if len(self._kept) >= num_groups or spent >= self.options.max_rounds * num_groups:
-                    return self._pop_groups(num_groups, start, surplus_dropped=False)
-                if time.monotonic() > deadline:
-                    raise DataError(f"no rollout batch within {self.options.get_timeout_s:g}s")
-                self._lock.wait(timeout=self.options.poll_s)
+            start = self._since or self._counters.snapshot()
+            try:
+                while True:
+                    if self._error is not None:
+                        raise self._error
+                    self._evict_stale(trainer_version)
+                    spent = self._counters.finished - start.finished
+                    if len(self._kept) >= num_groups or spent >= self.options.max_rounds * num_groups:
+                        out = self._pop_groups(num_groups, start, surplus_dropped=False)
+                        self._since = self._counters.snapshot()
+                        return out
+                    if time.monotonic() > deadline:
+                        raise DataError(f"no rollout batch within {self.options.get_timeout_s:g}s")
+                    if not self._waiting:
+                        self._waiting = True
+                        self._lock.notify_all()  # the thread may now run a whole step ahead
+                    self._lock.wait(timeout=self.options.poll_s)
+            finally:
+                self._waiting = False
 
     # ------------------------------------------------------------------------------------------- plumbing
 
@@ -412,6 +450,7 @@ class GenerateScheduler:
         with self._lock:
             for group, keep in zip(groups, keep_P.tolist()):
                 (self._kept if keep else self._rejected).append(group)
+            self._counters.finished += len(groups)
             self._counters.kept += int(keep_P.sum())
             self._counters.dropped += int((~keep_P).sum())
             for name, value in stats.items():

@@ -41,6 +41,7 @@ def submit_to_rank(cluster: Cluster, rank: int, method: str, *args: Any, **kwarg
 
     The method's timeout is the one the cluster would use (``@register(timeout_s)``, the role's, the cluster's).
     """
+    cluster.ready()
     if not 0 <= rank < len(cluster.actors):
         raise IndexError(f"{cluster.role} has {len(cluster.actors)} live ranks; no rank {rank}")
     bound = cluster.methods.get(method)

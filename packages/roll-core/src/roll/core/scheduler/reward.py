@@ -8,6 +8,11 @@ generation of the next; each domain's rows are spread over its ranks, and the sm
 scheduling rotate over ranks so one slow verifier does not hold every job. :meth:`RewardJob.result` puts the
 returned columns back next to the input rows, in the input order.
 
+Light workers: with ``columns`` set, a worker gets plain ``{name: [value per row]}`` of those columns instead of
+a Batch, and may answer ``{name: [number per row]}`` (made float32 tensor columns here). A Batch holds torch
+tensors, so unpickling one imports torch (~550 MB resident, 4-15 s); a reward worker that scores text needs
+neither, and this way never imports it.
+
 Generic over what the rows and the scores are: nothing here knows about rewards beyond "a tag column".
 """
 
@@ -100,6 +105,7 @@ class RewardScheduler:
         tag_column: str = C.TAG,
         default_domain: str | None = None,
         max_retries: int = 2,
+        columns: tuple[str, ...] | None = None,
     ) -> None:
         unknown = sorted({d for d in routes.values() if d not in domains})
         if unknown or (default_domain is not None and default_domain not in domains):
@@ -113,6 +119,7 @@ class RewardScheduler:
         self.default_domain = default_domain
         self._next_rank = {name: itertools.cycle(range(c.world_size)) for name, c in self.domains.items()}
         self.max_retries = max_retries
+        self.columns = columns
         self.retried_requests = 0
         self.restarts = 0
         self._epochs: dict[tuple[str, int], int] = {}  # restarts per (domain, rank)
@@ -148,8 +155,7 @@ class RewardScheduler:
         parts = []
         for share in shares:
             rank = next(self._next_rank[domain])
-            sub = batch.select(torch.from_numpy(share))
-            call = submit_to_rank(cluster, rank, self.method, sub)
+            call = submit_to_rank(cluster, rank, self.method, self._payload(batch, share))
             parts.append(_Part(share, domain, call, self._epochs.get((domain, rank), 0)))
         return parts
 
@@ -157,8 +163,7 @@ class RewardScheduler:
         """The part's scored rows; when its worker died, restart that rank and send the rows again."""
         for attempt in range(self.max_retries + 1):
             try:
-                scored: Batch = part.call.pending.result()
-                return scored
+                return _as_batch(part.call.pending.result())
             except WorkerError as exc:
                 if attempt == self.max_retries or not _worker_died(exc):
                     raise
@@ -179,7 +184,24 @@ class RewardScheduler:
             self.restarts += 1
         self.retried_requests += len(part.rows)
         part.epoch = self._epochs[key]
-        part.call = submit_to_rank(cluster, rank, self.method, batch.select(torch.from_numpy(part.rows)))
+        part.call = submit_to_rank(cluster, rank, self.method, self._payload(batch, part.rows))
+
+    def _payload(self, batch: Batch, rows: np.ndarray) -> Batch | dict[str, list[Any]]:
+        """What a worker gets for ``rows``: a Batch, or plain lists of ``columns`` (see the module docstring)."""
+        sub = batch.select(torch.from_numpy(rows))
+        if self.columns is None:
+            return sub
+        return {name: _as_list(sub[name]) for name in self.columns if name in sub}
+
+
+def _as_list(column: Any) -> list[Any]:
+    return column.tolist() if isinstance(column, torch.Tensor) else list(column)
+
+
+def _as_batch(scored: Batch | Mapping[str, Any]) -> Batch:
+    if isinstance(scored, Batch):
+        return scored
+    return Batch({name: torch.tensor(values, dtype=torch.float32) for name, values in scored.items()})
 
 
 def _worker_died(exc: WorkerError) -> bool:

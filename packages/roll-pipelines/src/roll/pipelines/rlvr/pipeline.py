@@ -52,7 +52,7 @@ from roll.pipelines.policy.prefetch import StepAhead
 from roll.pipelines.rlvr import metrics as M
 from roll.pipelines.rlvr.config import RLVRConfig
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, IMAGE_COLUMNS, PromptFeeder, prompt_batch, sft_batch
-from roll.pipelines.rlvr.reward_worker import RewardWorker
+from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker
 from roll.pipelines.rlvr.transform import AdvantageTransform
 from roll.workers.config import SamplingParams
 from roll.workers.roles.sequences import to_sequences
@@ -110,7 +110,9 @@ class RLVRPipeline(BasePipeline):
             for name, d in cfg.rewards.items()
         }
         self.policy.start(also=[*self.reward_clusters.values(), *extra])
-        self.rewards = RewardScheduler(self.reward_clusters, self.domain_of, method="score")
+        self.rewards = RewardScheduler(
+            self.reward_clusters, self.domain_of, method="score", columns=REWARD_COLUMNS
+        )
         self.scheduler = self._make_scheduler()
         self.ahead = StepAhead(self.generate, enabled=cfg.rollout.async_mode == "step_ahead")
 

@@ -19,7 +19,7 @@ from roll.core.pipeline import BasePipeline
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, prompt_batch
-from roll.pipelines.rlvr.reward_worker import RewardWorker
+from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker
 from roll.pipelines.rlvr_rollout import RolloutEvalConfig
 from roll.pipelines.rlvr_rollout.metrics import domain_table, summarize
 from roll.workers.config import SamplingParams
@@ -64,7 +64,7 @@ class RolloutEvalPipeline(BasePipeline):
             for name, d in cfg.rewards.items()
         }
         self.infer.setup()
-        self.rewards = RewardScheduler(clusters, self.domain_of, method="score")
+        self.rewards = RewardScheduler(clusters, self.domain_of, method="score", columns=REWARD_COLUMNS)
         options = GenerateOptions(
             group_size=cfg.samples, request_prompts=cfg.request_prompts, carry_columns=CARRY_COLUMNS
         )

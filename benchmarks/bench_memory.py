@@ -1,0 +1,124 @@
+"""Peak memory per process and start-up time of `roll train examples/quickstart.yaml` (or any config).
+
+Runs `roll train` as a subprocess and samples, every 0.2 s, the resident memory of each process of its tree
+(the driver, Ray's GCS, raylet and helpers, every worker actor, named by its Ray process title). Prints each
+process's peak, the sum of those peaks, and the peak of the sum (what the memory goal counts); then start-up
+(launch until the first step began: the wall time when step 1's metrics appeared, less that step's own
+``time/step_s``, read from ``metrics.jsonl``), the median step time, the train accuracy of the last tenth of the
+steps and the 1-minute load average at the start.
+
+    uv run python benchmarks/bench_memory.py [--config examples/quickstart.yaml] [overrides...]
+
+Set ``OMP_WAIT_POLICY=PASSIVE`` (roll's Ray sets it for its workers; this script sets it for the driver too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 2**20
+
+
+def _name(proc: psutil.Process) -> str:
+    """A short label: the Ray process title (``ray::RewardWorker``) or the program and its first argument."""
+    cmd = proc.cmdline()
+    if cmd and cmd[0].startswith("ray::"):
+        return cmd[0].split(".")[0].split()[0]
+    parts = [Path(c).name for c in cmd[:3] if not c.startswith("-")]
+    return " ".join(parts)[:40] or proc.name()
+
+
+def _sample(root: psutil.Process, peaks: dict[int, tuple[str, int]]) -> int:
+    """Record each process's RSS into ``peaks`` (pid -> (name, peak)); return the summed RSS now."""
+    total = 0
+    with contextlib.suppress(psutil.NoSuchProcess):
+        procs = [root, *root.children(recursive=True)]
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                rss = p.memory_info().rss
+                total += rss
+                name, peak = peaks.get(p.pid, ("", 0))
+                if not name.startswith("ray::") or name == "ray::IDLE":
+                    name = _name(p)  # a Ray worker takes its actor's title once the actor starts
+                peaks[p.pid] = (name, max(peak, rss))
+    return total
+
+
+def _first_step_at(metrics: Path) -> bool:
+    return metrics.exists() and any(json.loads(line)["step"] > 0 for line in metrics.read_text().splitlines())
+
+
+def run(config: Path, overrides: list[str]) -> dict[str, object]:
+    out = Path(tempfile.mkdtemp(prefix="roll-memory-"))
+    cmd = [
+        sys.executable, "-m", "roll.core.cli", "train", str(config), f"output_dir={out}",
+        "tracking.progress=false", "plot=false", *overrides,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    load = os.getloadavg()[0]
+    peaks: dict[int, tuple[str, int]] = {}
+    peak_sum, first_seen = 0, None
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env)
+    root = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        peak_sum = max(peak_sum, _sample(root, peaks))
+        if first_seen is None and _first_step_at(out / "metrics.jsonl"):
+            first_seen = time.perf_counter() - start
+        time.sleep(0.2)
+    wall = time.perf_counter() - start
+    if proc.returncode:
+        raise SystemExit(f"roll train failed with {proc.returncode}")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rl = [r["metrics"] for r in rows if r["step"] > 0]
+    tenth = max(1, len(rl) // 10)
+    return {
+        "load": load, "wall_s": wall, "peak_sum": peak_sum, "peaks": peaks,
+        "startup_s": (first_seen or wall) - rl[0]["time/step_s"],
+        "step1_s": rl[0]["time/step_s"],
+        "step_s": statistics.median(r["time/step_s"] for r in rl[1:] or rl),
+        "acc_last": sum(r["reward/accuracy"] for r in rl[-tenth:]) / tenth,
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=ROOT / "examples" / "quickstart.yaml")
+    args, overrides = parser.parse_known_args()
+    r = run(args.config, overrides)
+    peaks: dict[int, tuple[str, int]] = r["peaks"]  # type: ignore[assignment]
+    print(f"load (1 min) at start: {r['load']:.2f}; overrides: {' '.join(overrides) or '(none)'}")
+    print("| process | pid | peak RSS MiB |")
+    print("|---|---|---|")
+    for pid, (name, peak) in sorted(peaks.items(), key=lambda kv: -kv[1][1]):
+        if peak >= 20 * MIB:
+            print(f"| {name} | {pid} | {peak / MIB:.0f} |")
+    small = [p for _, p in peaks.values() if p < 20 * MIB]
+    print(f"| {len(small)} processes under 20 MiB | | {sum(small) / MIB:.0f} |")
+    print(f"| **sum of per-process peaks** | | {sum(p for _, p in peaks.values()) / MIB:.0f} |")
+    print(f"| **peak of the sum** | | {r['peak_sum'] / MIB:.0f} |")  # type: ignore[operator]
+    print()
+    print(
+        "| start-up s (launch to first step) | first step s | median step s | wall s | train acc (last tenth) |"
+    )
+    print("|---|---|---|---|---|")
+    print(
+        f"| {r['startup_s']:.1f} | {r['step1_s']:.2f} | {r['step_s']:.3f} | {r['wall_s']:.0f} "
+        f"| {r['acc_last']:.3f} |"
+    )
+
+
+if __name__ == "__main__":
+    main()
