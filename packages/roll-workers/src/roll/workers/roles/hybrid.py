@@ -95,7 +95,7 @@ class HybridActorWorker(Worker):
 
     # ---- the train side (as ActorTrainWorker) ----------------------------------------------------------------
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)  # as the trainer role's; with pure data parallelism it is DP_SPLIT
     def train_step(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
         """One optimizer step over the global batch (as :meth:`ActorTrainWorker.train_step`)."""
         limit = getattr(self.strategy_cfg, "max_tokens_per_micro_batch", None)
@@ -107,7 +107,7 @@ class HybridActorWorker(Worker):
         """As :meth:`ActorTrainWorker.set_lr`."""
         self.train.set_lr(lr)
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     def compute_logprobs(self, batch: Batch, temperature: float = 1.0, with_entropy: bool = False) -> Batch:
         """``logp_BT`` (and ``entropy_BT``) under the trainer's current weights, forward only."""
         return _common.logprobs_of(self.train, batch, temperature, with_entropy)
