@@ -173,7 +173,7 @@ def test_unknown_key_without_close_match_lists_the_allowed_keys(tmp_path: Path) 
     (issue,) = issues_of(main)
     assert issue.path == "ray.zzz"
     assert issue.hint == (
-        "allowed keys here: address, num_cpus, num_gpus, namespace, init_timeout_s, call_timeout_s"
+        "allowed keys here: address, num_cpus, num_gpus, object_store_mb, namespace, init_timeout_s, call_timeout_s"
     )
 
 
