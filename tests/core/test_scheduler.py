@@ -210,7 +210,8 @@ def test_async_steady_run_evicts_nothing_and_counts_each_steps_prompts(rollout: 
     assert [m["rollout/groups_stale"] for m in metrics] == [0.0] * 5
     assert 4 <= metrics[0]["rollout/prompts_generated"] <= 8
     assert [m["rollout/prompts_generated"] for m in metrics[1:]] == [4.0] * 4
-    assert stats["rollout/prompts_generated"] == 24  # 5 batches of 4 plus the 4 running ahead
+    # 5 batches of 4 handed out, plus those of the 4 running ahead that came back before state() was read
+    assert 20 <= stats["rollout/prompts_generated"] <= 24
 
 
 def test_idle_async_thread_does_not_spin(rollout: Cluster) -> None:
