@@ -202,3 +202,12 @@ def test_two_workers_need_a_divisible_batch() -> None:
 
     with pytest.raises(ConfigError, match=r"actor_train\.num_workers"):
         load_config(SFT_YAML, ["actor_train.num_workers=3"], model=SFTConfig)
+
+
+def test_sft_eval_dispatches_by_model_parallel_groups() -> None:
+    """The SFT worker's held-out loss splits rows by DP rank and calls every TP/PP rank (Megatron)."""
+    from roll.core.cluster import Dispatch
+    from roll.core.cluster.dispatch import get_spec
+    from roll.pipelines.sft.worker import SFTWorker
+
+    assert get_spec(SFTWorker.eval_step).mode is Dispatch.MP_SPLIT  # type: ignore[union-attr]

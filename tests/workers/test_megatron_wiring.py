@@ -50,11 +50,11 @@ def test_megatron_role_rejects_workers_that_do_not_fill_the_groups() -> None:
 
 
 def test_row_methods_of_trained_roles_dispatch_by_model_parallel_groups() -> None:
-    from roll.pipelines.sft.worker import SFTWorker
+    """The trainer role's row methods; the SFT worker's (roll-pipelines) are checked in tests/pipelines/test_sft.py."""
     from roll.workers.roles.actor import ActorTrainWorker
 
-    methods = [ActorTrainWorker.train_step, ActorTrainWorker.compute_logprobs, SFTWorker.eval_step]
-    assert [get_spec(m).mode for m in methods] == [Dispatch.MP_SPLIT] * 3  # type: ignore[union-attr]
+    methods = [ActorTrainWorker.train_step, ActorTrainWorker.compute_logprobs]
+    assert [get_spec(m).mode for m in methods] == [Dispatch.MP_SPLIT] * 2  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="module")
