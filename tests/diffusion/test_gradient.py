@@ -42,7 +42,7 @@ def test_draft_k1_gradient_is_the_explicit_last_step_and_matches_finite_differen
     tr = _trainer()
     algo = tr.cfg.algorithm
     assert isinstance(algo, DraftConfig)
-    loss, _ = T.draft_micro_loss(tr, PROMPTS, SEED, algo)
+    loss, _ = T.draft_micro_loss(tr, PROMPTS, SEED, 0, algo)  # step SEED, the step's samples 0 and 1
     loss.backward()
     draft = {n: p.grad.clone() for n, p in tr.denoiser.named_parameters() if p.grad is not None}
     tr.denoiser.zero_grad(set_to_none=True)
@@ -51,7 +51,7 @@ def test_draft_k1_gradient_is_the_explicit_last_step_and_matches_finite_differen
     stack = tr.stack
     with torch.no_grad():
         emb = stack.text_embeddings(PROMPTS, 1.0)
-        latents = stack.initial_latents(len(PROMPTS), torch.Generator().manual_seed(SEED))
+        latents = stack.initial_latents(len(PROMPTS), T.sample_generators(tr.cfg.seed, SEED, 0, 2))
         eps = stack.eps_fn(tr.denoiser, 1.0)
         x = stack.sample(eps, emb, latents, stack.steps(3)[:2]).latents
     explicit = _last_step_loss(tr, x, emb)

@@ -21,6 +21,18 @@ from dataclasses import dataclass
 
 import torch
 
+Generators = torch.Generator | list[torch.Generator]
+"""One generator for the whole batch, or one per sample (row ``i`` drawn from ``generators[i]``)."""
+
+
+def gaussian_like(x: torch.Tensor, generator: Generators | None) -> torch.Tensor:
+    """Standard normal noise shaped like ``x``, drawn on CPU (the same numbers on every device); with a list of
+    generators each row comes from its own, so a sample's noise does not depend on the batch it is in."""
+    if isinstance(generator, list):
+        rows = [torch.randn((1, *x.shape[1:]), generator=g, dtype=x.dtype) for g in generator]
+        return torch.cat(rows).to(x.device)
+    return torch.randn(x.shape, generator=generator, device="cpu", dtype=x.dtype).to(x.device)
+
 
 @dataclass(frozen=True)
 class DDIMStep:

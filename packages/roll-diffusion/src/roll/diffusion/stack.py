@@ -91,7 +91,7 @@ class ImageStack:
     def text_embeddings(self, prompts: list[str], guidance: float) -> torch.Tensor:
         return guided_embeddings(self.encode, prompts, guidance)
 
-    def initial_latents(self, batch: int, generator: torch.Generator) -> torch.Tensor:
+    def initial_latents(self, batch: int, generator: S.Generators) -> torch.Tensor:
         from diffusers.utils.torch_utils import randn_tensor
 
         size = self.unet.config.sample_size
@@ -132,12 +132,12 @@ class ImageStack:
         grad_from: int | None = None,
         stop_at: int | None = None,
         eta: float = 0.0,
-        generator: torch.Generator | None = None,
+        generator: S.Generators | None = None,
         record: bool = False,
         checkpointed: bool = False,
     ) -> Trajectory:
         """Run ``steps``; gradients kept from step index ``grad_from`` on (None: none); ``stop_at`` ends at that
-        step with the one-step ``x0_hat`` (ReFL); ``eta > 0`` draws noise from ``generator`` and, with
+        step with the one-step ``x0_hat`` (ReFL); ``eta > 0`` draws noise from ``generator`` (one, or one per sample) and, with
         ``record``, keeps states and log-probs (DDPO)."""
         traj = Trajectory(latents)
         x = latents
@@ -170,14 +170,14 @@ class ImageStack:
         e: torch.Tensor,
         step: S.DDIMStep,
         eta: float,
-        generator: torch.Generator | None,
+        generator: S.Generators | None,
         traj: Trajectory | None,
     ) -> torch.Tensor:
         mean = S.ddim_mean(x, e, step, eta)
         sigma = S.ddim_sigma(step, eta)
         if sigma == 0.0:
             return mean
-        noise = torch.randn(x.shape, generator=generator, device="cpu", dtype=x.dtype).to(x.device)
+        noise = S.gaussian_like(x, generator)
         x_prev = mean + sigma * noise
         if traj is not None:
             traj.states.append(x.detach())

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from roll.diffusion import sampling as S
 from roll.diffusion.kit.video import FRAMES
 from roll.diffusion.stack import EpsFn, Trajectory, guided_embeddings, guided_output
 
@@ -53,7 +54,7 @@ class VideoStack:
     def text_embeddings(self, prompts: list[str], guidance: float) -> torch.Tensor:
         return guided_embeddings(self.encode, prompts, guidance)
 
-    def initial_latents(self, batch: int, generator: torch.Generator) -> torch.Tensor:
+    def initial_latents(self, batch: int, generator: S.Generators) -> torch.Tensor:
         from diffusers.utils.torch_utils import randn_tensor
 
         z = self.vae.config.z_dim
@@ -96,7 +97,7 @@ class VideoStack:
         grad_from: int | None = None,
         stop_at: int | None = None,
         eta: float = 0.0,
-        generator: torch.Generator | None = None,
+        generator: S.Generators | None = None,
         record: bool = False,
         checkpointed: bool = False,
     ) -> Trajectory:

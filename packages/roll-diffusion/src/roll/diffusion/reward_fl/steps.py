@@ -63,6 +63,15 @@ def rank_share(items: list[str], rank: int, world: int) -> list[str]:
     return items[rank * n : (rank + 1) * n]
 
 
+def sample_generators(run_seed: int, step: int, first: int, count: int) -> list[torch.Generator]:
+    """One generator per sample, seeded by (run seed, step, the sample's index among the step's prompts).
+
+    Every draw a sample makes (its initial latents, its stochastic-step noise, its pretraining noise) comes from its
+    own generator, so a sample gets the same noise however the step's prompts are split over ranks and
+    micro-batches: two data-parallel ranks train exactly as one rank on the whole batch."""
+    return [torch.Generator().manual_seed(seed_for(run_seed, step, first + i)) for i in range(count)]
+
+
 def shard(model: Any) -> None:
     """FSDP2: each down/up block, then the root, ``fully_shard``-ed over all ranks (gloo on CPU, NCCL on GPU)."""
     from torch.distributed.fsdp import fully_shard
@@ -77,7 +86,7 @@ def shard(model: Any) -> None:
 
 
 def sample_images(
-    tr: DenoiserTrainer, prompts: list[str], generator: torch.Generator, *, eta: float
+    tr: DenoiserTrainer, prompts: list[str], generator: torch.Generator | list[torch.Generator], *, eta: float
 ) -> torch.Tensor:
     """Images (or videos) in [0, 1] sampled without gradients."""
     stack, cfg = tr.stack, tr.cfg.sampling
@@ -104,25 +113,27 @@ def per_sample(rewards: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
     return rewards.view(batch, -1).mean(dim=1)
 
 
-def grad_window(tr: DenoiserTrainer, algo: DraftConfig, seed: int) -> tuple[int, int | None]:
-    """``(grad_from, stop_at)``: DRaFT-K keeps the last K steps; ReFL stops at a random late step."""
+def grad_window(tr: DenoiserTrainer, algo: DraftConfig, step: int) -> tuple[int, int | None]:
+    """``(grad_from, stop_at)``: DRaFT-K keeps the last K steps; ReFL stops at a random late step, the same on
+    every rank and micro-batch of a training step."""
     n = tr.cfg.sampling.num_steps
     if algo.refl:
-        stop = int(np.random.default_rng(seed).integers(n - algo.refl_last, n))
+        stop = int(np.random.default_rng(seed_for(tr.cfg.seed, step)).integers(n - algo.refl_last, n))
         return stop, stop
     k = n if algo.k is None else algo.k
     return n - k, None
 
 
 def draft_micro_loss(
-    tr: DenoiserTrainer, prompts: list[str], seed: int, algo: DraftConfig
+    tr: DenoiserTrainer, prompts: list[str], step: int, first: int, algo: DraftConfig
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """One micro-batch of DRaFT/ReFL/AlignProp: sample with gradients through the window, score, regularize."""
+    """One micro-batch of DRaFT/ReFL/AlignProp: sample with gradients through the window, score, regularize.
+    ``first`` is the micro-batch's first index among the step's prompts (its samples' noise seeds)."""
     stack, cfg = tr.stack, tr.cfg.sampling
-    generator = torch.Generator().manual_seed(seed)
+    generator = sample_generators(tr.cfg.seed, step, first, len(prompts))
     emb = stack.text_embeddings(prompts, cfg.guidance_scale)
     latents = stack.initial_latents(len(prompts), generator)
-    grad_from, stop_at = grad_window(tr, algo, seed)
+    grad_from, stop_at = grad_window(tr, algo, step)
     eps = stack.eps_fn(tr.denoiser, cfg.guidance_scale)
     traj = stack.sample(
         eps,
@@ -144,7 +155,7 @@ def draft_micro_loss(
         loss = loss + algo.kl_coef * kl
         metrics["kl"] = float(kl.detach())
     if algo.pretrain_coef > 0:
-        pre = pretrain_loss(tr, prompts, seed)
+        pre = pretrain_loss(tr, prompts, step, first)
         loss = loss + algo.pretrain_coef * pre
         metrics["pretrain_loss"] = float(pre.detach())
     return loss, metrics
@@ -178,19 +189,22 @@ class _adapters_off:
             self.model.enable_adapters()
 
 
-def pretrain_loss(tr: DenoiserTrainer, prompts: list[str], seed: int) -> torch.Tensor:
-    """The denoising loss on kit shapes rendered for ``prompts`` (kit captions only)."""
+def pretrain_loss(tr: DenoiserTrainer, prompts: list[str], step: int, first: int) -> torch.Tensor:
+    """The denoising loss on kit shapes rendered for ``prompts`` (kit captions only); each sample's picture,
+    noise and timestep seeded by its index among the step's prompts."""
     from roll.diffusion.kit import shapes
 
     stack = tr.stack
-    gen = torch.Generator().manual_seed(seed + 1)
+    seeds = [seed_for(tr.cfg.seed, step, first + i, 1) for i in range(len(prompts))]
     size = stack.image_size
-    pixels = np.stack([shapes.render(p, seed=seed_for(seed, i), size=size) for i, p in enumerate(prompts)])
+    pixels = np.stack([shapes.render(p, seed=sd, size=size) for p, sd in zip(prompts, seeds)])
     x = torch.from_numpy(pixels).float().permute(0, 3, 1, 2).div(127.5).sub(1.0).to(stack.device)
     with torch.no_grad():
         x0 = stack.vae.encode(x).latent_dist.mean * stack.vae.config.scaling_factor
-    noise = torch.randn(x0.shape, generator=gen).to(x0.device)
-    t = torch.randint(0, stack.scheduler.config.num_train_timesteps, (len(x0),), generator=gen).to(x0.device)
+    gens = [torch.Generator().manual_seed(sd) for sd in seeds]
+    noise = torch.cat([torch.randn((1, *x0.shape[1:]), generator=g) for g in gens]).to(x0.device)
+    steps_T = stack.scheduler.config.num_train_timesteps
+    t = torch.cat([torch.randint(0, steps_T, (1,), generator=g) for g in gens]).to(x0.device)
     noisy = stack.scheduler.add_noise(x0, noise, t)
     out = tr.denoiser(noisy, t, encoder_hidden_states=stack.encode(prompts)).sample
     return torch.nn.functional.mse_loss(out, noise)
@@ -213,7 +227,7 @@ class Rollouts:
 @torch.no_grad()
 def ddpo_rollouts(tr: DenoiserTrainer, prompts: list[str], step: int) -> Rollouts:
     stack, cfg = tr.stack, tr.cfg.sampling
-    generator = torch.Generator().manual_seed(seed_for(tr.cfg.seed, step, tr.rank))
+    generator = sample_generators(tr.cfg.seed, step, tr.rank * len(prompts), len(prompts))
     emb = stack.text_embeddings(prompts, cfg.guidance_scale)
     latents = stack.initial_latents(len(prompts), generator)
     eps = stack.eps_fn(tr.denoiser, cfg.guidance_scale)
@@ -231,7 +245,9 @@ def ddpo_backward(
     """Accumulate the clipped surrogate's gradient over the chosen steps of samples ``idx``."""
     stack, cfg = tr.stack, tr.cfg.sampling
     steps = stack.steps(cfg.num_steps)
-    order = np.random.default_rng(seed_for(tr.cfg.seed, step, tr.rank, 7)).permutation(len(steps))
+    order = np.random.default_rng(seed_for(tr.cfg.seed, step, 7)).permutation(
+        len(steps)
+    )  # same on every rank
     chosen = sorted(order[: max(1, round(algo.timestep_fraction * len(steps)))].tolist())
     eps = stack.eps_fn(tr.denoiser, cfg.guidance_scale)
     micro = int(tr.cfg.batch.micro_batch_samples or len(idx))

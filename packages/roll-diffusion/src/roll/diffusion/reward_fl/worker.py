@@ -1,8 +1,9 @@
 """``DenoiserTrainer``: one data-parallel rank of ``reward_fl``. It holds the diffusion stack, the reward and the
 optimizer, samples for its share of the step's prompts, and trains the denoiser (FSDP2 over the role's ranks).
 
-Sampling is seeded per (run seed, step, rank, micro-batch) by explicit generators, never the process's global RNG,
-so a resumed run draws the same noise as the uninterrupted one.
+Sampling is seeded per (run seed, step, sample index among the step's prompts) by explicit generators, one per
+sample, never the process's global RNG: a resumed run draws the same noise as the uninterrupted one, and a sample
+draws the same noise whichever rank and micro-batch it lands in (two ranks train as one on the whole batch).
 """
 
 from __future__ import annotations
@@ -100,10 +101,10 @@ class DenoiserTrainer(Worker):
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         micro = int(self.cfg.batch.micro_batch_samples or len(prompts))
-        for m, start in enumerate(range(0, len(prompts), micro)):
+        offset = self.rank * len(prompts)  # this rank's first index among the step's prompts
+        for start in range(0, len(prompts), micro):
             chunk = prompts[start : start + micro]
-            seed = T.seed_for(self.cfg.seed, step, self.rank, m)
-            loss, metrics = T.draft_micro_loss(self, chunk, seed, algo)
+            loss, metrics = T.draft_micro_loss(self, chunk, step, offset + start, algo)
             (loss * len(chunk) / len(prompts)).backward()
             for name, value in metrics.items():
                 sums[name] = sums.get(name, 0.0) + value * len(chunk) / len(prompts)
