@@ -73,6 +73,16 @@ def vision_inputs(
     }
 
 
+def vision_token_ids(model: torch.nn.Module) -> list[int]:
+    """The ids of a vision-language model's image and video markers (``[]`` for a text model). A response must
+    never hold them: a sampled ``<|image_pad|>`` has no picture behind it, so the trainer's forward could not place
+    one (the image count no longer matches the grids), and the decode loop never samples them."""
+    config = getattr(model, "config", None)
+    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    found = [getattr(config, n, None) for n in names]
+    return [int(i) for i in found if i is not None] if getattr(config, "vision_config", None) else []
+
+
 def next_positions(position_ids: torch.Tensor) -> torch.Tensor:
     """``[B]`` position of the token after the last column, for 2-D ``[B, T]`` or 3-D ``[3, B, T]`` positions
     (the last column of a left-padded prompt is text, whose three axes are equal)."""
