@@ -37,6 +37,24 @@ def test_image_rows_need_a_vision_language_model() -> None:
         prepare_data(data, TokenizeConfig(), kind="prompt", tokenizer=load_tokenizer("tiny-1m"))
 
 
+def test_the_training_view_keeps_the_rows_images() -> None:
+    """What the trainer gets (log-probs, train step) carries each row's pixels: without them GRPO trains blind."""
+    from roll.core import columns as C
+    from roll.core.batch import Batch
+    from roll.pipelines.policy.views import training_view
+
+    pixels = [torch.ones(16, 384), torch.zeros(16, 384)]
+    grids = [torch.tensor([[1, 4, 4]])] * 2
+    batch = Batch(
+        {C.INPUT_IDS: torch.zeros(2, 3, dtype=torch.long), C.SCORES: torch.zeros(2)},
+        {C.PIXEL_VALUES: pixels, C.IMAGE_GRID_THW: grids, "text": ["a", "b"]},
+    )
+    view = training_view(batch, (C.INPUT_IDS,))
+    assert set(view.tensors) == {C.INPUT_IDS} and set(view.non_tensors) == set(C.VISION_COLUMNS)
+    assert torch.equal(view.non_tensors[C.PIXEL_VALUES][0], pixels[0])
+    assert not training_view(Batch({C.INPUT_IDS: torch.zeros(2, 3)}), (C.INPUT_IDS,)).non_tensors
+
+
 RL_STEPS = 10
 
 
