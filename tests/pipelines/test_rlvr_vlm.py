@@ -125,3 +125,34 @@ def _export_gives_trainer_logits_on_an_image(output_dir: Path) -> None:
         torch.testing.assert_close(exported(**inputs).logits, trainer(**inputs).logits, rtol=0, atol=1e-5)
         text_only = exported(input_ids=batch).logits  # the image tokens alone, no pixels: a different forward
     assert not torch.allclose(text_only, exported(**inputs).logits)
+
+
+@pytest.mark.slow
+def test_a_killed_vlm_run_resumes_to_the_same_metrics(
+    ray_local: Any, tmp_path: Path, kill_and_resume: Any
+) -> None:
+    """A real ``roll train examples/vlm_rlvr.yaml`` SIGKILLed after its step-2 checkpoint and resumed logs steps
+    3-4 bitwise as this uninterrupted run (the checkpoint holds the warmed-up, image-trained actor; the resumed
+    run must not warm up again and must feed the same pictures)."""
+    from roll.core.testing import read_metrics
+
+    run = [
+        "max_steps=4",
+        "warmup.steps=4",
+        "batch.prompts_per_step=4",
+        "batch.micro_batch_samples=32",
+        "eval_every=0",
+        "checkpoint.every_n_steps=2",
+        "plot=false",
+        "tracking.backends=[jsonl]",
+        "tracking.progress=false",
+    ]
+    here = [f"output_dir={tmp_path / 'full'}", "ray.address=auto", "ray.num_cpus=null", *run]
+    pipeline = VLM_SPEC.build(validate(load_tree(EXAMPLE, here, model=RLVRConfig), RLVRConfig))
+    try:
+        pipeline.run()
+    finally:
+        pipeline.shutdown()
+    expected = read_metrics(tmp_path / "full")
+    assert all(expected[k]["reward/shapes/count"] == 4 * 8 for k in range(1, 5))
+    assert kill_and_resume(EXAMPLE, run, expected, tmp_path) == 2
