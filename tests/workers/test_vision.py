@@ -123,6 +123,23 @@ def test_decode_never_samples_a_vision_marker(kit: dict[str, Any]) -> None:
     assert len(tokens) == 16 and not set(tokens) & set(banned)
 
 
+def test_a_row_with_a_stray_image_token_is_a_clear_error(kit: dict[str, Any]) -> None:
+    """A response holding ``<|image_pad|>`` gives its row 5 image tokens for a picture that fills 4 (32 x 32,
+    patch 8, merge 2): the error names the row and both counts instead of the rotary index's shape mismatch."""
+    from roll.core.errors import WorkerError
+    from roll.workers.vision import vision_inputs
+
+    model, row = kit["model"], _row(kit, (230, 40, 40))
+    ids, mask, vision = _padded([row, {**row, "ids": [*row["ids"], model.config.image_token_id]}], 0)
+    with pytest.raises(WorkerError, match="row 1 holds 5 image tokens but its images fill 4"):
+        vision_inputs(model, ids, mask, vision)
+    assert vision_inputs(model, ids[:1, : len(row["ids"])], mask[:1, : len(row["ids"])], _one(vision))
+
+
+def _one(vision: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    return {k: v[:1] for k, v in vision.items()}
+
+
 class _NLL:
     needs_entropy = False
 
