@@ -25,7 +25,7 @@ from roll.workers.hf_infer import HFInferStrategy
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import load_causal_lm
 from roll.workers.types import ForwardOutput, MicroBatch
-from roll.workers.vision import collapse_image_pads, multimodal_prompt
+from roll.workers.vision import collapse_image_pads, multimodal_prompt, vision_token_ids
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +98,46 @@ def test_greedy_decode_matches_transformers_generate(kit: dict[str, Any]) -> Non
             max_new_tokens=6, min_new_tokens=6, eos_token_id=None, pad_token_id=tok.pad_token_id,
         )  # fmt: skip
     assert ours == theirs[0, ids.shape[1] :].tolist()
+
+
+def test_decode_never_samples_a_vision_marker(kit: dict[str, Any]) -> None:
+    """With the image-pad logit pushed 1e4 above the rest, every sampled token would be ``<|image_pad|>``; the
+    decode loop bans the four vision markers (a sampled pad has no picture, and breaks the trainer's forward)."""
+    model = kit["model"]
+    banned = vision_token_ids(model)
+    assert len(banned) == 4 and model.config.image_token_id in banned
+
+    def favour_the_pad(module: Any, args: Any, out: torch.Tensor) -> torch.Tensor:
+        out[..., model.config.image_token_id] += 1e4
+        return out
+
+    row = _row(kit, (230, 40, 40))
+    hook = model.lm_head.register_forward_hook(favour_the_pad)
+    try:
+        params = SamplingParams(n=4, temperature=1.0, max_new_tokens=4, ignore_eos=True)
+        vision = {k: [row[k]] for k in C.VISION_COLUMNS}
+        samples = HFInferStrategy(model, HFInferConfig()).generate([row["ids"]], params, vision=vision)
+    finally:
+        hook.remove()
+    tokens = [t for s in samples for t in s.token_ids]
+    assert len(tokens) == 16 and not set(tokens) & set(banned)
+
+
+def test_a_row_with_a_stray_image_token_is_a_clear_error(kit: dict[str, Any]) -> None:
+    """A response holding ``<|image_pad|>`` gives its row 5 image tokens for a picture that fills 4 (32 x 32,
+    patch 8, merge 2): the error names the row and both counts instead of the rotary index's shape mismatch."""
+    from roll.core.errors import WorkerError
+    from roll.workers.vision import vision_inputs
+
+    model, row = kit["model"], _row(kit, (230, 40, 40))
+    ids, mask, vision = _padded([row, {**row, "ids": [*row["ids"], model.config.image_token_id]}], 0)
+    with pytest.raises(WorkerError, match="row 1 holds 5 image tokens but its images fill 4"):
+        vision_inputs(model, ids, mask, vision)
+    assert vision_inputs(model, ids[:1, : len(row["ids"])], mask[:1, : len(row["ids"])], _one(vision))
+
+
+def _one(vision: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    return {k: v[:1] for k, v in vision.items()}
 
 
 class _NLL:

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from roll.core.config.base import RollModel
 from roll.core.errors import DataError
-from roll.data._cache import build_once, cache_root, recipe_hash
+from roll.data._presets import cached_model_folder, lookup, seeded_model
 
 if TYPE_CHECKING:
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -70,11 +70,7 @@ _MODEL_RECIPE_VERSION = 1
 
 def get_preset(preset: str | TinyPreset) -> TinyPreset:
     """The preset named ``preset`` (or ``preset`` itself); unknown names list the known ones."""
-    if isinstance(preset, TinyPreset):
-        return preset
-    if preset not in PRESETS:
-        raise DataError(f"unknown tiny model preset {preset!r}; known presets: {', '.join(sorted(PRESETS))}")
-    return PRESETS[preset]
+    return lookup(PRESETS, preset, "tiny model")
 
 
 def is_preset(name: str) -> bool:
@@ -111,35 +107,19 @@ def build_tiny_model(preset: str | TinyPreset, seed: int = 0) -> Qwen2ForCausalL
 
     Seeds a forked RNG, so the caller's global torch random state is left as it was.
     """
-    import torch
     from transformers import Qwen2ForCausalLM
 
     config = qwen2_config(preset)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
-    model.generation_config.pad_token_id = config.pad_token_id
-    model.generation_config.eos_token_id = config.eos_token_id
-    model.generation_config.bos_token_id = config.bos_token_id
-    model.eval()  # type: ignore[no-untyped-call]  # as from_pretrained returns it
-    return model
+    return seeded_model(lambda: Qwen2ForCausalLM(config), seed, config)  # type: ignore[no-any-return]
 
 
 def tiny_model_path(preset: str | TinyPreset, seed: int = 0) -> Path:
     """The cached HF folder of ``preset`` (built on first use, atomically; parallel callers wait for one)."""
-    from roll.data.tokenizer import ensure_tokenizer_files
-
     spec = get_preset(preset)
-    tokenizer_dir = ensure_tokenizer_files(spec.tokenizer)
-    recipe = {
-        "preset": spec.model_dump(),
-        "seed": seed,
-        "tokenizer": tokenizer_dir.name,
-        "v": _MODEL_RECIPE_VERSION,
-    }
     label = preset if isinstance(preset, str) else "tiny-custom"
-    target = cache_root() / "models" / f"{label}-seed{seed}-{recipe_hash(recipe)}"
-    return build_once(target, lambda tmp: _save_model(spec, seed, tmp))
+    return cached_model_folder(
+        label, spec, spec.tokenizer, seed, _MODEL_RECIPE_VERSION, lambda tmp: _save_model(spec, seed, tmp)
+    )
 
 
 def _save_model(spec: TinyPreset, seed: int, folder: Path) -> None:

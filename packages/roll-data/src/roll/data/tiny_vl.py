@@ -20,7 +20,7 @@ from pydantic import Field
 
 from roll.core.config.base import RollModel
 from roll.core.errors import DataError
-from roll.data._cache import build_once, cache_root, recipe_hash
+from roll.data._presets import cached_model_folder, lookup, seeded_model
 
 if TYPE_CHECKING:
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
@@ -74,11 +74,7 @@ _MODEL_RECIPE_VERSION = 1
 
 def get_vl_preset(preset: str | TinyVLPreset) -> TinyVLPreset:
     """The preset named ``preset`` (or ``preset`` itself); unknown names list the known ones."""
-    if isinstance(preset, TinyVLPreset):
-        return preset
-    if preset not in VL_PRESETS:
-        raise DataError(f"unknown tiny VLM preset {preset!r}; known presets: {', '.join(sorted(VL_PRESETS))}")
-    return VL_PRESETS[preset]
+    return lookup(VL_PRESETS, preset, "tiny VLM")
 
 
 def is_vl_preset(name: str) -> bool:
@@ -148,22 +144,11 @@ def qwen2_vl_config(preset: str | TinyVLPreset) -> Qwen2VLConfig:
 
 def build_tiny_vl_model(preset: str | TinyVLPreset, seed: int = 0) -> Qwen2VLForConditionalGeneration:
     """A randomly initialised fp32 ``Qwen2VLForConditionalGeneration``; equal ``(preset, seed)``, equal weights."""
-    import torch
     from transformers import Qwen2VLForConditionalGeneration
 
     config = qwen2_vl_config(preset)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen2VLForConditionalGeneration(config)
-    text: Any = config.text_config
-    gen = model.generation_config
-    gen.pad_token_id, gen.eos_token_id, gen.bos_token_id = (
-        text.pad_token_id,
-        text.eos_token_id,
-        text.bos_token_id,
-    )
-    model.eval()  # type: ignore[no-untyped-call]  # as from_pretrained returns it
-    return model
+    factory = lambda: Qwen2VLForConditionalGeneration(config)  # noqa: E731
+    return seeded_model(factory, seed, config.text_config)  # type: ignore[no-any-return]
 
 
 def build_image_processor(preset: str | TinyVLPreset) -> Any:
@@ -182,19 +167,11 @@ def build_image_processor(preset: str | TinyVLPreset) -> Any:
 
 def tiny_vl_model_path(preset: str | TinyVLPreset, seed: int = 0) -> Path:
     """The cached HF folder of ``preset`` (built on first use, atomically; parallel callers wait for one)."""
-    from roll.data.tokenizer import ensure_tokenizer_files
-
     spec = get_vl_preset(preset)
-    tokenizer_dir = ensure_tokenizer_files(spec.tokenizer)
-    recipe = {
-        "preset": spec.model_dump(),
-        "seed": seed,
-        "tokenizer": tokenizer_dir.name,
-        "v": _MODEL_RECIPE_VERSION,
-    }
     label = preset if isinstance(preset, str) else "tiny-vl-custom"
-    target = cache_root() / "models" / f"{label}-seed{seed}-{recipe_hash(recipe)}"
-    return build_once(target, lambda tmp: _save(spec, seed, tmp))
+    return cached_model_folder(
+        label, spec, spec.tokenizer, seed, _MODEL_RECIPE_VERSION, lambda tmp: _save(spec, seed, tmp)
+    )
 
 
 def _save(spec: TinyVLPreset, seed: int, folder: Path) -> None:

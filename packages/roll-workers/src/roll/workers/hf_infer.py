@@ -34,7 +34,14 @@ from roll.workers.config import HFInferConfig, LoraConfig, SamplingParams
 from roll.workers.logprobs import forward_scores, left_pad, split_micro_batches, trim_padding
 from roll.workers.lora import AdapterMerger
 from roll.workers.types import FinishReason, GeneratedSample, TokenScores
-from roll.workers.vision import Vision, next_positions, take_vision, vision_inputs, vision_of
+from roll.workers.vision import (
+    Vision,
+    next_positions,
+    take_vision,
+    vision_inputs,
+    vision_of,
+    vision_token_ids,
+)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -92,6 +99,7 @@ class HFInferStrategy:
         self.pad_token_id = _pad_id(model, tokenizer, self.eos_token_ids)
         self._policy_version = 0
         self._max_new = 0
+        self._never_sampled = torch.tensor(vision_token_ids(model), dtype=torch.long, device=self.device)
         self._adapters: AdapterMerger | None = None
 
     @property
@@ -155,6 +163,8 @@ class HFInferStrategy:
         reasons: list[FinishReason] = ["length"] * B
         stop_ids = torch.tensor(self._stop_ids(params), dtype=torch.long, device=self.device)
         for step in range(max_new):
+            if self._never_sampled.numel():
+                state.logits_BV[:, self._never_sampled] = float("-inf")
             tok_B, tok_logp_B = sample_tokens(state.logits_BV, params, u_BN[state.slot_B, step])
             tokens_BN[state.slot_B, step] = tok_B
             logp_BN[state.slot_B, step] = tok_logp_B

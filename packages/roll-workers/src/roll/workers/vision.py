@@ -64,6 +64,7 @@ def vision_inputs(
     device = input_ids.device
     grid = merged["image_grid_thw"].to(device)
     mm_types = (input_ids == image_token_id).int()
+    _check_image_tokens(mm_types * attention_mask, vision[C.IMAGE_GRID_THW], _merge_size(model))
     position_ids, _ = rope_index(input_ids, mm_types, image_grid_thw=grid, attention_mask=attention_mask)
     dtype = next(model.parameters()).dtype
     return {
@@ -71,6 +72,34 @@ def vision_inputs(
         "image_grid_thw": grid,
         "position_ids": position_ids,
     }
+
+
+def _merge_size(model: torch.nn.Module) -> int:
+    vision_config = getattr(getattr(model, "config", None), "vision_config", None)
+    return int(getattr(vision_config, "spatial_merge_size", 1) or 1)
+
+
+def _check_image_tokens(image_BT: torch.Tensor, grids: Sequence[Any], merge: int) -> None:
+    """Each row holds as many image tokens as its images fill (``t * h * w / merge**2`` each); else the model's
+    rotary index would read the next row's grid. Raises naming the row and both counts."""
+    found = image_BT.sum(-1).tolist()
+    for row, (n, grid) in enumerate(zip(found, grids)):
+        want = 0 if grid is None else int((grid.prod(-1) // merge**2).sum())
+        if n != want:
+            raise WorkerError(
+                f"row {row} holds {n} image tokens but its images fill {want}: a response that contains a vision "
+                "marker (<|image_pad|>) cannot be scored; the sampler must never emit vision tokens (hf bans them)"
+            )
+
+
+def vision_token_ids(model: torch.nn.Module) -> list[int]:
+    """The ids of a vision-language model's image and video markers (``[]`` for a text model). A response must
+    never hold them: a sampled ``<|image_pad|>`` has no picture behind it, so the trainer's forward could not place
+    one (the image count no longer matches the grids), and the decode loop never samples them."""
+    config = getattr(model, "config", None)
+    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    found = [getattr(config, n, None) for n in names]
+    return [int(i) for i in found if i is not None] if getattr(config, "vision_config", None) else []
 
 
 def next_positions(position_ids: torch.Tensor) -> torch.Tensor:

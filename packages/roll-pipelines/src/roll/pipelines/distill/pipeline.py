@@ -24,6 +24,7 @@ from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.tracking import reduce_metrics
 from roll.data.tasks import get_task, is_builtin
+from roll.data.vision import vision_columns
 from roll.pipelines.common import data as D
 from roll.pipelines.common.config import strategy_for
 from roll.pipelines.common.export import export_hf
@@ -243,7 +244,7 @@ class DistillPipeline(BasePipeline):
         return greedy_accuracy(
             cluster, [prompt_ids(r) for r in rows], [str(r["ground_truth"]) for r in rows],
             verify=self.eval_task().verify, tokenizer=self.tokenizer, batch_size=self.config.eval.batch_size,
-            max_new_tokens=self.config.eval.max_new_tokens,
+            max_new_tokens=self.config.eval.max_new_tokens, vision=vision_columns(rows),
         )  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------ checkpoints

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,14 +107,19 @@ def greedy_accuracy(
     tokenizer: Any,
     batch_size: int,
     max_new_tokens: int,
+    vision: Mapping[str, Sequence[Any]] | None = None,
 ) -> float:
     """Fraction of ``prompts`` (token ids) whose greedy answer under ``cluster`` (an SFTWorker role) ``verify``
-    accepts against its ``truths`` entry; answers are cut at the tokenizer's EOS before decoding."""
+    accepts against its ``truths`` entry; answers are cut at the tokenizer's EOS before decoding. ``vision``: the
+    prompts' per-row image columns (:func:`roll.data.vision.vision_columns`), for image prompts."""
     correct, eos = 0, tokenizer.eos_token_id
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         tensors = collate_prompts([{"prompt_ids": list(p)} for p in chunk], pad_id=tokenizer.pad_token_id)
-        batch = Batch({C.INPUT_IDS: tensors["input_ids"], C.ATTENTION_MASK: tensors["attention_mask"]})
+        images = {k: list(v[start : start + batch_size]) for k, v in (vision or {}).items()}
+        batch = Batch(
+            {C.INPUT_IDS: tensors["input_ids"], C.ATTENTION_MASK: tensors["attention_mask"]}, images
+        )
         out = cluster.generate_greedy(batch, max_new_tokens)
         for truth, ids_T in zip(truths[start : start + batch_size], out[C.GENERATED_IDS]):
             ids = ids_T.tolist()

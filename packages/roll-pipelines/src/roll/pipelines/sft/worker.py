@@ -18,7 +18,7 @@ from roll.pipelines.algorithms.preference import sft_cross_entropy
 from roll.workers.logprobs import position_ids_from_mask
 from roll.workers.roles import _common
 from roll.workers.roles.actor import ActorTrainWorker
-from roll.workers.vision import vision_inputs
+from roll.workers.vision import next_positions, vision_inputs
 
 TOKEN_SUM = Aggregation("token-mean", num_global_tokens=1.0)
 """A token *sum*: token-mean over a global count of 1."""
@@ -69,8 +69,16 @@ class SFTWorker(ActorTrainWorker):
         device = self.strategy.device
         ids_BT = batch.tensors[C.INPUT_IDS].to(device)
         mask_BT = batch.tensors[C.ATTENTION_MASK].to(device)
-        pos_BT = position_ids_from_mask(mask_BT)
-        out = model(input_ids=ids_BT, attention_mask=mask_BT, position_ids=pos_BT, use_cache=True)
+        inputs = {
+            "input_ids": ids_BT,
+            "attention_mask": mask_BT,
+            "position_ids": position_ids_from_mask(mask_BT),
+        }
+        inputs.update(vision_inputs(model, ids_BT, mask_BT, _common.vision_columns(batch)))  # image prompts
+        out = model(**inputs, use_cache=True)
+        pos_BT = (
+            next_positions(inputs["position_ids"])[:, None] - 1
+        )  # 3-D image positions: go on after the last
         tokens: list[torch.Tensor] = []
         for i in range(max_new_tokens):
             next_B1 = out.logits[:, -1:].argmax(-1)
