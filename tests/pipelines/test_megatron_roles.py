@@ -20,8 +20,6 @@ import pytest
 import torch
 
 from roll.core.cli import load_run_config
-from roll.core.cluster import Dispatch, Mesh
-from roll.core.cluster.dispatch import get_spec
 from roll.core.errors import ConfigError
 from roll.pipelines.distill.losses import STUDENT_FORWARD, student_forward, student_megatron_read
 from roll.workers import megatron_heads
@@ -34,6 +32,10 @@ TP2 = "{type: megatron, tensor_parallel_size: 2}"
 
 def test_trained_roles_dispatch_rows_by_model_parallel_group() -> None:
     """The student's step, transfer and evaluation; the actor (DPO's trainer, the on-policy student)."""
+    from roll.core.cluster import (
+        Dispatch,  # imports Ray: inside, so the gpu tests collect where Ray is absent
+    )
+    from roll.core.cluster.dispatch import get_spec
     from roll.pipelines.distill.worker import DistillStudentWorker
     from roll.workers.roles.actor import ActorTrainWorker
 
@@ -71,6 +73,7 @@ def test_megatron_validates_in_the_role_and_a_bad_worker_count_names_its_key(
 def test_critic_inheriting_a_megatron_strategy_is_checked_and_meshed() -> None:
     """``critic.strategy`` unset: the critic trains with ``actor_train``'s (TP=2 here), so 1 critic worker is an
     error at ``critic.num_workers``; with 2 its mesh is TP=2 (one DP rank, results from rank 0)."""
+    from roll.core.cluster import Mesh
     from roll.core.config.loader import load_tree, validate
     from roll.pipelines.policy.group import policy_spec
 

@@ -21,8 +21,6 @@ from typing import Any
 import pytest
 import torch
 
-from roll.core.cluster import Dispatch
-from roll.core.cluster.dispatch import get_spec
 from roll.core.errors import CheckpointError
 from roll.workers.fsdp2 import _concat_outputs
 from roll.workers.megatron_config import MegatronConfig
@@ -45,6 +43,10 @@ HAS_MEGATRON = importlib.util.find_spec("megatron") is not None
 
 
 def test_head_roles_dispatch_rows_by_model_parallel_group() -> None:
+    from roll.core.cluster import (
+        Dispatch,  # imports Ray: inside, so the gpu tests collect where Ray is absent
+    )
+    from roll.core.cluster.dispatch import get_spec
     from roll.workers.roles.critic import CriticWorker
     from roll.workers.roles.reward_model import RewardModelWorker
 

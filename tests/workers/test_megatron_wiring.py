@@ -24,14 +24,14 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from roll.core.cluster import Dispatch, Mesh
-from roll.core.cluster.dispatch import get_spec
 from roll.workers.megatron_convert import GPTLayout, hf_to_megatron, megatron_to_hf
 from roll.workers.model_update import pack_bucket, plan_update, unpack_bucket
 from roll.workers.roles.config import TrainRoleConfig
 
 
 def test_megatron_role_validates_and_gives_its_mesh() -> None:
+    from roll.core.cluster import Mesh  # imports Ray: inside, so the gpu tests collect where Ray is absent
+
     role = TrainRoleConfig.model_validate(
         {"num_workers": 4, "strategy": {"type": "megatron", "tensor_parallel_size": 2}}
     )
@@ -51,6 +51,7 @@ def test_megatron_role_rejects_workers_that_do_not_fill_the_groups() -> None:
 
 def test_row_methods_of_trained_roles_dispatch_by_model_parallel_groups() -> None:
     """The trainer role's row methods; the SFT worker's (roll-pipelines) are checked in tests/pipelines/test_sft.py."""
+    from roll.core.cluster.dispatch import Dispatch, get_spec
     from roll.workers.roles.actor import ActorTrainWorker
 
     methods = [ActorTrainWorker.train_step, ActorTrainWorker.compute_logprobs]

@@ -219,6 +219,8 @@ class ScalarHead(torch.nn.Module):
     named ``output_layer.weight`` / ``output_layer.bias`` (see :mod:`roll.workers.megatron_convert`).
     """
 
+    sequence_parallel = False  # read by GPTModel's inference path; this head never runs sequence-parallel
+
     def __init__(self, hidden_size: int, *, bias: bool, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(1, hidden_size, dtype=dtype, device=device))
