@@ -12,11 +12,6 @@ batch, and the same weights after one step.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,16 +91,6 @@ def test_update_payload_from_tp2_shards_is_the_hf_state_in_buckets(
 # ---- GPU: TP=2 against TP=1 ----------------------------------------------------------------------------------
 
 HAS_MEGATRON = importlib.util.find_spec("megatron") is not None
-_TP_SCRIPT = r"""
-import json, os, sys
-import torch
-sys.path.insert(0, os.environ["ROLL_TEST_DIR"])
-from test_megatron_wiring import tp_run
-rank = int(os.environ["RANK"])
-out = tp_run(int(os.environ["ROLL_TP"]))
-if rank == 0:
-    print("RESULT " + json.dumps(out))
-"""
 
 
 def tp_run(tp: int) -> dict[str, Any]:
@@ -152,25 +137,13 @@ def tp_run(tp: int) -> dict[str, Any]:
 
 
 def _launch(tp: int, tmp: Path) -> dict[str, Any]:
-    script = tmp / "tp_run.py"
-    script.write_text(_TP_SCRIPT)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for rank in range(tp):
-        env = {
-            **os.environ, "RANK": str(rank), "WORLD_SIZE": str(tp), "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "ROLL_TP": str(tp),
-            "ROLL_TEST_DIR": str(Path(__file__).parent),
-        }  # fmt: skip
-        procs.append(
-            subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
-        )
-    outs = [p.communicate(timeout=300)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs
-    line = next(ln for ln in outs[0].splitlines() if ln.startswith("RESULT "))
-    return dict(json.loads(line.removeprefix("RESULT ")))
+    """:func:`tp_run` in ``tp`` processes (``tests/gpu/tp_launch.py``); rank 0's result."""
+    path = Path(__file__).parents[1] / "gpu" / "tp_launch.py"
+    spec = importlib.util.spec_from_file_location("tp_launch", path)
+    assert spec is not None and spec.loader is not None
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    return dict(launcher.launch(tp, tmp, Path(__file__), "tp_run"))
 
 
 @pytest.mark.gpu
