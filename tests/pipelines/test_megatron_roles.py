@@ -192,3 +192,18 @@ def test_megatron_student_tp2_matches_tp1(tmp_path: Path) -> None:
     assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-3)
     for name, total in one["weights"].items():
         assert two["weights"][name] == pytest.approx(total, rel=1e-4, abs=1e-3), name
+
+
+def test_sft_evaluation_under_megatron_says_to_turn_it_off() -> None:
+    """SFT's (and the offline student's) held-out accuracy and greedy answers run a transformers forward; a role
+    whose strategy holds a Megatron model gets an error naming the role, the method and the fix, not a TypeError
+    from inside Megatron's forward."""
+    from types import SimpleNamespace
+
+    from roll.core.errors import WorkerError
+    from roll.pipelines.sft.worker import SFTWorker
+
+    megatron_like = SimpleNamespace(strategy=SimpleNamespace(model=torch.nn.Linear(1, 1)), role="student")
+    megatron_like.strategy_name = "megatron"
+    with pytest.raises(WorkerError, match=r"student\.eval_step: .*'megatron'.*eval_every: 0"):
+        SFTWorker._transformers_model(megatron_like, "eval_step")  # type: ignore[arg-type]
