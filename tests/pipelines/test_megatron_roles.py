@@ -162,7 +162,7 @@ def student_tp_run(tp: int) -> dict[str, Any]:
     digest = {k: float(v.double().sum()) for k, v in strategy.state_dict().items()}
     return {
         "logp": before.logp_BT.cpu().tolist(), "hf_logp": hf.logp_BT.cpu().tolist(), "loss": result.loss,
-        "loss_after": float(sum(loss(after, {k: v.cuda() for k, v in batch.items()})[0])),
+        "loss_after": float(loss(after, {k: v.cuda() for k, v in batch.items()})[0]),
         "grad_norm": result.grad_norm, "weights": digest,
     }  # fmt: skip
 

@@ -219,6 +219,9 @@ def critic_tp_run(tp: int, export_dir: str | None = None) -> dict[str, Any]:
     cfg = MegatronConfig(tensor_parallel_size=tp, precision="fp32", optimizer=OptimizerConfig(lr=1e-3))
     strategy = MEGATRON.build(cfg, model, total_steps=1, forward=VALUE_FORWARD)
     batch = _gpu_batch()
+    hf_values = _hf_values(
+        model, batch
+    )  # before the step (export_hf loads the trained weights into ``model``)
     values = strategy.forward_only(batch["input_ids"], batch["attention_mask"]).values_BT.cpu()
     result = strategy.train_step(batch, _ValueMSE())
     after = strategy.forward_only(batch["input_ids"], batch["attention_mask"]).values_BT.cpu()
@@ -227,7 +230,7 @@ def critic_tp_run(tp: int, export_dir: str | None = None) -> dict[str, Any]:
     digest = {k: float(v.double().sum()) for k, v in strategy.state_dict().items()}
     return {
         "values": values.tolist(), "after": after.tolist(), "loss": result.loss, "grad_norm": result.grad_norm,
-        "weights": digest, "hf_values": _hf_values(model, batch).tolist(),
+        "weights": digest, "hf_values": hf_values.tolist(),
     }  # fmt: skip
 
 
