@@ -231,10 +231,12 @@ def load_stage_weights(module: torch.nn.Module, hf_state: dict[str, torch.Tensor
 
 
 class MegatronTrainStrategy:
-    """Trains one rank of a TP x PP x DP Megatron-Core model built from a transformers causal LM.
+    """Trains one rank of a TP x PP x DP Megatron-Core model built from a transformers Qwen2/Llama-family model.
 
     ``model`` is the HF model whose config and weights seed training (CPU is fine; it is kept on global rank 0
-    only, as the template of :meth:`export_hf`). ``total_steps`` sizes the LR decay. Batches follow
+    only, as the template of :meth:`export_hf`): a causal LM, or with ``forward`` a
+    :class:`~roll.workers.megatron_heads.ForwardPair` the head model its Megatron side names (a token- or
+    sequence-classification model for a value or score head). ``total_steps`` sizes the LR decay. Batches follow
     :data:`roll.workers.types.MicroBatch`; every rank of one pipeline must receive the same batch.
     """
 
