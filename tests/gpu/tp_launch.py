@@ -43,3 +43,21 @@ def launch(tp: int, tmp: Path, test_file: Path, fn: str, timeout_s: float = 300)
     assert all(p.returncode == 0 for p in procs), outs
     line = next(ln for ln in outs[0].splitlines() if ln.startswith("RESULT "))
     return dict(json.loads(line.removeprefix("RESULT ")))
+
+
+def assert_same_step(one: dict[str, Any], two: dict[str, Any], scores: str) -> None:
+    """Two TP sizes' one-step results agree: ``scores`` (log-probs or values), loss, grad norm, every weight."""
+    import pytest
+    import torch
+
+    torch.testing.assert_close(torch.tensor(two[scores]), torch.tensor(one[scores]), atol=1e-4, rtol=1e-4)
+    assert two["loss"] == pytest.approx(one["loss"], rel=1e-4)
+    assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-3)
+    assert set(two["weights"]) == set(one["weights"])
+    for name, total in one["weights"].items():
+        assert two["weights"][name] == pytest.approx(total, rel=1e-4, abs=1e-3), name
+
+
+def assert_tp2_matches_tp1(tmp: Path, test_file: Path, fn: str, scores: str) -> None:
+    """``fn`` of ``test_file`` at TP=1 and TP=2 (:func:`launch`) gives the same step (:func:`assert_same_step`)."""
+    assert_same_step(launch(1, tmp, test_file, fn), launch(2, tmp, test_file, fn), scores)
