@@ -1,50 +1,142 @@
 #!/usr/bin/env bash
-# One prepared GPU check for roll (issue 14), inside 10 minutes on one H100/H200-class GPU.
+# One prepared GPU check for roll (issue 14): every `gpu` test plus the pipeline runs the machine can hold, one table.
 #
-# Usage: bash tests/gpu/run.sh            (from the repository root; needs uv, CUDA and PyPI access)
-#        ROLL_GPU_SKIP_SYNC=1 bash tests/gpu/run.sh   (offline: reuse .venv and .venv-vllm as they are)
+#   bash tests/gpu/run.sh --prepare   where PyPI is reachable: fill .gpu-wheels/ (.gitignore'd) with what a bare
+#                                     GPU machine lacks: megatron-core 0.19.2, pydantic and its three pure helpers
+#                                     (versions from uv.lock, cp312 manylinux), and the six roll wheels (uv build);
+#                                     about 6 MB, well inside the 64 MiB a lent device machine is carried
+#   bash tests/gpu/run.sh             on the GPU machine, offline: installs .gpu-wheels/ (if there) with pip
+#                                     --no-index into /tmp/roll-gpu-site on top of the machine's own torch and
+#                                     transformers, runs the lines below, prints one table; exit 1 if a line FAILed.
+#                                     Without .gpu-wheels/ it uses `uv run` in the synced workspace (uv sync --extra
+#                                     megatron first, on a box with PyPI). Without CUDA every line SKIPs, saying why.
 #
-# It builds two environments, because vllm pins its own torch (see [tool.uv] conflicts in pyproject.toml):
-#   .venv          uv sync --extra megatron          (dev group: pytest)  -> Megatron lines and the other gpu tests
-#   .venv-vllm     uv sync --no-dev --extra vllm      (+ pytest)           -> vLLM lines
-# and prints one table, one line per check. What each line proves:
+# Logs: $OUT/gpu_check.log (all lines' output) and $OUT/gpu_table.txt; OUT defaults to outputs/gpu_check.
+# What each line proves:
 #
-#   gpu tests (megatron env)  every @pytest.mark.gpu test outside the vLLM file passes or skips with its reason:
-#                             Megatron TP=1 lowers a batch's loss and its HF export scores like the trainer; CUDA IPC
-#                             opens a shared bucket in another process; TP=2 vs TP=1 skips unless two GPUs exist
-#   gpu tests (vllm env)      vLLM: n samples with log-probs matching an fp32 HF forward, sleep frees memory and
-#                             wake restores outputs, a weight update equals loading those weights, LoRA serves the
-#                             merged model
-#   rlvr vllm+fsdp2 colocated the quickstart with actor_train (fsdp2) and actor_infer (vllm, sleep level 2) on one GPU
-#                             in one device_group: it trains, the policy version advances with every step, and every
-#                             step logs colocate/*_offload_s, *_reload_s and *_freed_mib (memory really freed: > 0)
-#   sft megatron tp=1         SFT on Megatron-Core through the pipeline (MP_SPLIT dispatch, checkpoint, HF export):
-#                             the loss falls and the exported folder loads with transformers
-#   megatron tp2 vs tp1       (two GPUs only) TP=2 gives TP=1's log-probs, loss, grad norm and updated weights on one
-#                             batch (tests/workers/test_megatron_wiring.py::test_megatron_tp2_matches_tp1_on_one_batch)
+#   environment               python, torch, CUDA, GPU count, and which optional stacks import (megatron, ray, vllm)
+#   megatron tp=1 (3 roles)   Megatron-Core on one GPU in the three roles, fp32: the actor's step lowers the loss and
+#                             its HF export scores like the trainer (test_gpu_strategies); the critic's values equal
+#                             its HF model's, a step lowers the value loss, the export loads as
+#                             AutoModelForTokenClassification (test_megatron_heads); the student's log-probs equal its
+#                             HF model's and a distillation step lowers the KD loss (test_megatron_roles)
+#   megatron tp2 vs tp1       (two GPUs) TP=2 gives TP=1's log-probs/values, loss, grad norm and updated weights on one
+#                             batch for the actor, the critic and the student
+#   cuda batch, rng, ipc      a CUDA Batch pads and pickles to CPU; CUDA RNG state round-trips through a checkpoint;
+#                             a CUDA IPC weight bucket opens in another process
+#   vllm gpu tests            vLLM: n samples with HF-matching log-probs, sleep/wake, weight and LoRA updates, images
+#   sft megatron tp=1         SFT on Megatron through `roll train` (MP_SPLIT dispatch, checkpoint, HF export): the loss
+#                             falls and the export loads with transformers (needs Ray)
+#   rlvr vllm+fsdp2 colocated the quickstart with fsdp2 training and vLLM (sleep level 2) sharing one GPU: 4 steps, the
+#                             policy version advances, colocate/* offload metrics show memory freed (needs Ray, vLLM)
+#
+# On a lent device machine (one H200, nothing reachable, 64 MiB carried): Ray's wheel (~78 MB) and vLLM do not fit,
+# so the last three lines SKIP there with that reason; every line above them runs.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+WHEELS=.gpu-wheels
+MEGATRON_CORE=megatron-core==0.19.2
+
+prepare() {  # download the wheels a bare CUDA machine (python 3.12, torch and transformers present) lacks
+  set -e
+  rm -rf "$WHEELS" && mkdir -p "$WHEELS"
+  local pins=("$MEGATRON_CORE")
+  for name in pydantic pydantic-core annotated-types typing-inspection; do
+    pins+=("$name==$(awk -v n="$name" '$0 == "name = \"" n "\"" {getline; gsub(/version = |"/, ""); print; exit}' uv.lock)")
+  done
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$WHEELS" "${pins[@]}"
+  uv build -q --all-packages --wheel --out-dir "$WHEELS"
+  ls -la "$WHEELS"; du -sh "$WHEELS"
+  echo "carry $WHEELS to the GPU machine and run: bash tests/gpu/run.sh"
+}
+[ "${1:-}" = "--prepare" ] && { prepare; exit; }
+
 OUT=${OUT:-outputs/gpu_check}
+LOGS=$(mktemp -d)
 mkdir -p "$OUT"
 ROWS=()
-row() {  # row NAME COMMAND...: run, time, record PASS/FAIL (the log is $OUT/NAME.log)
-  local name=$1; shift
-  local log="$OUT/${name// /_}.log" start=$SECONDS
-  if timeout 420 "$@" >"$log" 2>&1; then status=PASS; else status="FAIL (rc $?, see $log)"; fi
-  ROWS+=("$(printf '%-28s %-6ss %s' "$name" "$((SECONDS - start))" "$status")")
-  tail -3 "$log"
+export OMP_WAIT_POLICY=PASSIVE RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled} PYTHONUNBUFFERED=1
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+record() { ROWS+=("$(printf '%-26s %-6s %s' "$1" "$2" "$3")"); }
+row() {  # row NAME SECONDS COMMAND...: run with a time limit, record PASS/FAIL with pytest's summary if any
+  local name=$1 limit=$2; shift 2
+  local log="$LOGS/${name//[^a-z0-9]/_}.log" start=$SECONDS rc
+  timeout "$limit" "$@" >"$log" 2>&1; rc=$?
+  local summary; summary=$(grep -aoE '[0-9]+ (passed|failed|skipped|errors?|deselected)(, [0-9]+ [a-z]+)*' "$log" | tail -1)
+  if [ $rc -eq 0 ]; then status="PASS${summary:+ ($summary)}"
+  elif [ $rc -eq 5 ]; then status="SKIP (no test selected)"
+  elif [ $rc -eq 124 ]; then status="FAIL (timed out after ${limit}s)"
+  else status="FAIL (rc $rc${summary:+, $summary})"; fi
+  record "$name" "$((SECONDS - start))s" "$status"
+  { echo "===== $name: $status"; cat "$log"; } >>"$LOGS/all.log"
 }
-export OMP_WAIT_POLICY=PASSIVE RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
-GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+skip() { record "$1" "-" "SKIP ($2)"; }
 
-# ---- Megatron environment ----------------------------------------------------------------------------------
-[ -z "${ROLL_GPU_SKIP_SYNC:-}" ] && row "sync megatron env" uv sync --extra megatron
-export UV_NO_SYNC=1  # uv run must not re-sync the environment the line above made
-row "gpu tests (megatron env)" uv run pytest -q -m gpu tests --ignore=tests/workers/test_gpu_strategies.py -k "not vllm" -p no:cacheprovider
-row "gpu tests megatron file" uv run pytest -q -m gpu tests/workers/test_gpu_strategies.py -k megatron -p no:cacheprovider
-row "sft megatron tp=1" bash -c "
-  rm -rf outputs/gpu_sft_megatron && uv run roll train tests/gpu/sft_megatron.yaml &&
-  uv run python - <<'PY'
+# ---- environment ------------------------------------------------------------------------------------------------
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  PY=(python3)  # no GPU: install nothing; the probe below says what this machine has
+  command -v uv >/dev/null && [ -d .venv ] && PY=(uv run --no-sync python)
+elif compgen -G "$WHEELS/*.whl" >/dev/null; then
+  SITE=/tmp/roll-gpu-site
+  row "install carried wheels" 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target "$SITE" $WHEELS/*.whl
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  PY=(python3)
+elif command -v uv >/dev/null && [ -f uv.lock ]; then
+  [ -z "${ROLL_GPU_SKIP_SYNC:-}" ] && row "sync megatron env" 420 uv sync --extra megatron
+  PY=(uv run --no-sync python)
+else
+  PY=(python3)
+fi
+PROBE=$(cat <<'PY'
+import importlib.util as u, torch
+stacks = [f"{m} {'yes' if u.find_spec(m) else 'no'}" for m in ("megatron", "ray", "vllm")]
+print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "gpus", torch.cuda.device_count(), *stacks)
+PY
+)
+INFO=$("${PY[@]}" -c "$PROBE" 2>&1 | tail -1)
+record "environment" "-" "$INFO"
+has() { case "$INFO" in *"$1 yes"*) return 0 ;; *) return 1 ;; esac; }
+GPUS=$(sed -nE 's/.*gpus ([0-9]+).*/\1/p' <<<"$INFO"); GPUS=${GPUS:-0}
+PYTEST=("${PY[@]}" -m pytest -q -m gpu -p no:cacheprovider -p roll.core.testing --noconftest)
+# --noconftest: tests/workers/conftest.py builds Ray clusters at import; the gpu tests need no conftest fixture.
+# roll.core.testing is loaded as a plugin instead (the gpu marker and its skip reason).
+MEGATRON_FILES=(tests/workers/test_gpu_strategies.py tests/workers/test_megatron_heads.py
+  tests/workers/test_megatron_wiring.py tests/pipelines/test_megatron_roles.py)
+
+if [[ "$INFO" != *"cuda True"* ]]; then
+  why="no CUDA device: torch.cuda.is_available() is False"
+  nvidia-smi -L >/dev/null 2>&1 || why="no GPU: nvidia-smi lists none"
+  for name in "megatron tp=1 (3 roles)" "megatron tp2 vs tp1" "cuda batch, rng, ipc" "vllm gpu tests" \
+    "sft megatron tp=1" "rlvr vllm+fsdp2 colocated"; do skip "$name" "$why"; done
+else
+  # ---- Megatron ---------------------------------------------------------------------------------------------------
+  if has megatron; then
+    row "megatron tp=1 (3 roles)" 300 "${PYTEST[@]}" "${MEGATRON_FILES[@]}" -k "megatron and not tp2"
+    if [ "$GPUS" -ge 2 ]; then
+      row "megatron tp2 vs tp1" 300 "${PYTEST[@]}" "${MEGATRON_FILES[@]}" -k tp2
+    else
+      skip "megatron tp2 vs tp1" "needs 2 GPUs, found $GPUS"
+    fi
+  else
+    skip "megatron tp=1 (3 roles)" "megatron-core does not import (run --prepare and carry $WHEELS)"
+    skip "megatron tp2 vs tp1" "megatron-core does not import"
+  fi
+  row "cuda batch, rng, ipc" 120 "${PYTEST[@]}" tests/core/test_batch.py tests/core/test_checkpoint.py \
+    tests/workers/test_update_paths.py
+  # ---- vLLM and the pipeline runs -----------------------------------------------------------------------------
+  if has vllm; then
+    row "vllm gpu tests" 300 "${PYTEST[@]}" tests/workers/test_gpu_strategies.py tests/workers/test_vision.py -k vllm
+  else
+    skip "vllm gpu tests" "vllm is not installed (not in the device image; its wheels are far over 64 MiB)"
+  fi
+  no_ray="Ray is not installed (its ~78 MB wheel is over the 64 MiB a device machine is carried)"
+  if has ray && has megatron; then
+    row "sft megatron tp=1" 300 bash -c "
+      rm -rf outputs/gpu_sft_megatron && ${PY[*]} -m roll.core.cli train tests/gpu/sft_megatron.yaml &&
+      ${PY[*]} - <<'PY'
 import json
 from transformers import AutoModelForCausalLM
 rows = [json.loads(l)['metrics'] for l in open('outputs/gpu_sft_megatron/metrics.jsonl')]
@@ -52,23 +144,17 @@ loss = [r['train/loss'] for r in rows if 'train/loss' in r]
 print('loss first -> last', loss[0], loss[-1]); assert loss[-1] < loss[0]
 AutoModelForCausalLM.from_pretrained('outputs/gpu_sft_megatron/hf'); print('export loads')
 PY"
-if [ "$GPUS" -ge 2 ]; then
-  row "megatron tp2 vs tp1" uv run pytest -q -m gpu "tests/workers/test_megatron_wiring.py::test_megatron_tp2_matches_tp1_on_one_batch"
-else
-  ROWS+=("$(printf '%-28s %-6s %s' "megatron tp2 vs tp1" "-" "SKIP (needs 2 GPUs, found $GPUS)")")
-fi
-
-# ---- vLLM environment --------------------------------------------------------------------------------------
-VENV=.venv-vllm
-[ -z "${ROLL_GPU_SKIP_SYNC:-}" ] && row "sync vllm env" bash -c "UV_PROJECT_ENVIRONMENT=$VENV uv sync --no-dev --extra vllm && uv pip install --python $VENV/bin/python -q pytest pytest-timeout"
-row "gpu tests (vllm env)" "$VENV/bin/python" -m pytest -q -m gpu tests/workers/test_gpu_strategies.py -k vllm -p no:cacheprovider
-row "rlvr vllm+fsdp2 colocated" bash -c "
-  rm -rf outputs/gpu_rlvr && $VENV/bin/roll train examples/quickstart.yaml max_steps=4 warmup.steps=10 eval_every=0 \
-    ray.num_cpus=8 ray.num_gpus=1 actor_train.gpus_per_worker=1 actor_train.device_group=gpu0 \
-    actor_infer.gpus_per_worker=1 actor_infer.device_group=gpu0 actor_infer.strategy.type=vllm \
-    actor_infer.strategy.gpu_memory_utilization=0.3 actor_infer.strategy.sleep_level=2 \
-    'tracking.backends=[jsonl]' output_dir=outputs/gpu_rlvr &&
-  $VENV/bin/python - <<'PY'
+  else
+    skip "sft megatron tp=1" "$(has ray && echo "megatron-core does not import" || echo "$no_ray")"
+  fi
+  if has ray && has vllm; then
+    row "rlvr vllm+fsdp2 colocated" 300 bash -c "
+      rm -rf outputs/gpu_rlvr && ${PY[*]} -m roll.core.cli train examples/quickstart.yaml max_steps=4 \
+        warmup.steps=10 eval_every=0 ray.num_cpus=8 ray.num_gpus=1 actor_train.gpus_per_worker=1 \
+        actor_train.device_group=gpu0 actor_infer.gpus_per_worker=1 actor_infer.device_group=gpu0 \
+        actor_infer.strategy.type=vllm actor_infer.strategy.gpu_memory_utilization=0.3 \
+        actor_infer.strategy.sleep_level=2 'tracking.backends=[jsonl]' output_dir=outputs/gpu_rlvr &&
+      ${PY[*]} - <<'PY'
 import json
 rows = [json.loads(l)['metrics'] for l in open('outputs/gpu_rlvr/metrics.jsonl')]
 steps = [r for r in rows if 'policy_version' in r]
@@ -81,9 +167,18 @@ for r in steps:
     assert {'colocate/actor_train_offload_s', 'colocate/actor_infer_reload_s'} <= set(keys)
     assert r['colocate/actor_train_freed_mib'] > 0 and r['colocate/actor_infer_freed_mib'] > 0
 PY"
+  else
+    skip "rlvr vllm+fsdp2 colocated" "$(has ray && echo "vllm is not installed" || echo "$no_ray")"
+  fi
+fi
 
-echo
-echo "roll GPU check on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) x $GPUS"
-printf '%-28s %-7s %s\n' check time result
-for r in "${ROWS[@]}"; do echo "$r"; done
+NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+{
+  echo
+  echo "roll GPU check on ${NAME:-no GPU} x $GPUS"
+  printf '%-26s %-6s %s\n' check time result
+  for r in "${ROWS[@]}"; do echo "$r"; done
+} | tee "$OUT/gpu_table.txt"
+cat "$LOGS"/all.log >"$OUT/gpu_check.log" 2>/dev/null || : >"$OUT/gpu_check.log"
+rm -rf "$LOGS"
 ! printf '%s\n' "${ROWS[@]}" | grep -q FAIL

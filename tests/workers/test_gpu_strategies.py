@@ -30,7 +30,8 @@ import torch
 from roll.core.errors import PluginError
 from roll.workers.config import OptimizerConfig, SamplingParams
 from roll.workers.megatron_config import MegatronConfig
-from roll.workers.megatron_train import _pad_micro_batch, align_left, restore_layout
+from roll.workers.megatron_heads import align_left, restore_layout
+from roll.workers.megatron_train import _pad_micro_batch
 from roll.workers.types import ForwardOutput, GeneratedSample
 from roll.workers.vllm_config import VLLMConfig
 from roll.workers.vllm_infer import sampled_logprobs

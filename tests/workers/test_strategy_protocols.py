@@ -81,10 +81,10 @@ def test_the_checker_rejects_an_incompatible_signature() -> None:
     assert incompatibility(Proto.f, fine) is None
 
 
-def test_megatron_rejects_a_head_forward_before_needing_its_stack() -> None:
-    """A critic or reward model configured with megatron fails with the fix, not with a TypeError (or a missing
-    Megatron install) from deep inside the build."""
-    with pytest.raises(ConfigError, match=r"use strategy\.type fsdp2 for a critic"):
+def test_megatron_rejects_a_bare_transformers_forward_before_needing_its_stack() -> None:
+    """A forward with no Megatron reader (a bare transformers function) fails with the fix, not with a TypeError
+    (or a missing Megatron install) from deep inside the build; the roles' heads are ``ForwardPair``s."""
+    with pytest.raises(ConfigError, match=r"cannot run the transformers forward.*ForwardPair.*fsdp2"):
         MegatronTrainStrategy(object(), forward=lambda *args: None)
 
 

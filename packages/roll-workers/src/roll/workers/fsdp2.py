@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -398,13 +399,16 @@ forward, e.g. for a value head (critic) or a sequence-score head (reward model).
 
 
 def _concat_outputs(parts: Sequence[ForwardOutput]) -> ForwardOutput:
+    """Parts joined field by field, float32; a ``ForwardOutput`` subclass (a student's logits) keeps its type."""
+
     def cat(name: str) -> torch.Tensor | None:
         tensors = [getattr(p, name) for p in parts]
         return torch.cat([t.float() for t in tensors]) if tensors and tensors[0] is not None else None
 
-    logp_BT = cat("logp_BT")
-    assert logp_BT is not None  # logp_BT is a required field of every part
-    return ForwardOutput(logp_BT, cat("entropy_BT"), cat("values_BT"), cat("scores_B"))
+    kind = type(parts[0]) if parts else ForwardOutput
+    joined: dict[str, Any] = {f.name: cat(f.name) for f in dataclasses.fields(kind)}
+    assert joined["logp_BT"] is not None  # logp_BT is a required field of every part
+    return kind(**joined)
 
 
 def _adamw(params: list[torch.nn.Parameter], opt: OptimizerConfig) -> torch.optim.AdamW:

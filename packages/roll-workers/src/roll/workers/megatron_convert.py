@@ -19,6 +19,11 @@ Layout facts (Megatron-Core ``GPTModel`` with the local or Transformer-Engine la
 - **Pipeline stages** number their layers locally from 0; the first stage holds the embedding, the last the final
   norm and the output layer. With tied embeddings and more than one stage the last stage holds its own copy of the
   embedding as ``output_layer.weight`` (Megatron keeps the two in sync).
+- **Heads.** A causal LM ends in ``output_layer`` (vocabulary-parallel, above). A value head (critic,
+  ``AutoModelForTokenClassification``: ``score.weight`` ``[1, H]`` and ``score.bias``) or a score head (reward model,
+  ``AutoModelForSequenceClassification``: ``score.weight`` only) replaces it with a one-output linear, replicated
+  on every TP rank, named ``output_layer.weight`` / ``output_layer.bias``
+  (:class:`roll.workers.megatron_heads.ScalarHead`); such models have no ``lm_head`` and never tie embeddings.
 - **Norm placement.** The local spec has ``input_layernorm``/``pre_mlp_layernorm`` modules; the TE spec fuses them
   into the following linear as ``layer_norm_weight`` (``fused_norms=True``).
 
@@ -37,6 +42,14 @@ import torch
 from roll.core.errors import ConfigError
 
 Split = Literal["replicated", "column", "row"]
+Head = Literal["lm", "value", "score"]
+
+HEAD_TENSORS: dict[Head, tuple[tuple[str, str], ...]] = {
+    "lm": (("lm_head.weight", "output_layer.weight"),),
+    "value": (("score.weight", "output_layer.weight"), ("score.bias", "output_layer.bias")),
+    "score": (("score.weight", "output_layer.weight"),),
+}
+"""(HF name, Megatron name) of each tensor of a head on the last pipeline stage."""
 
 
 @dataclass(frozen=True)
@@ -55,16 +68,24 @@ class GPTLayout:
     qkv_bias: bool
     qk_layernorm: bool = False
     fused_norms: bool = False
+    head: Head = "lm"
 
     @classmethod
     def from_hf_config(
-        cls, config: Any, *, tp_size: int = 1, vocab_multiple: int = 128, fused_norms: bool = False
+        cls,
+        config: Any,
+        *,
+        tp_size: int = 1,
+        vocab_multiple: int = 128,
+        fused_norms: bool = False,
+        head: Head = "lm",
     ) -> GPTLayout:
         """Read a transformers ``Qwen2Config``/``LlamaConfig``/``Qwen3Config`` (duck-typed).
 
         ``padded_vocab_size`` rounds the vocabulary up to a multiple of ``vocab_multiple * tp_size`` (Megatron's
         ``make_vocab_size_divisible_by`` rule). Qwen2 always has a qkv bias; Llama has one when
-        ``attention_bias``; Qwen3 has q/k norms and no bias.
+        ``attention_bias``; Qwen3 has q/k norms and no bias. ``head`` is the model's last layer (module docstring);
+        only an ``lm`` head can be tied to the embedding.
         """
         heads = int(config.num_attention_heads)
         kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
@@ -81,10 +102,11 @@ class GPTLayout:
             ffn_hidden_size=int(config.intermediate_size),
             vocab_size=vocab,
             padded_vocab_size=math.ceil(vocab / step) * step,
-            tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+            tied_embeddings=head == "lm" and bool(getattr(config, "tie_word_embeddings", False)),
             qkv_bias=model_type == "qwen2" or bool(getattr(config, "attention_bias", False)),
             qk_layernorm=model_type == "qwen3",
             fused_norms=fused_norms,
+            head=head,
         )
 
     def check_parallel(self, tp_size: int, pp_size: int) -> None:
@@ -182,6 +204,34 @@ def layer_range(num_layers: int, pp_size: int, pp_rank: int) -> range:
     return range(pp_rank * per_stage, (pp_rank + 1) * per_stage)
 
 
+def stage_of_layer(num_layers: int, pp_size: int, layer: int) -> tuple[int, int]:
+    """``(pp_rank, local index)`` of global decoder layer ``layer`` (inverse of :func:`layer_range`)."""
+    per_stage = layer_range(num_layers, pp_size, 0).stop
+    if not 0 <= layer < num_layers:
+        raise ConfigError(f"layer {layer} is outside a model of {num_layers} layers")
+    return layer // per_stage, layer % per_stage
+
+
+def stage_hf_names(layout: GPTLayout, pp_size: int, pp_rank: int) -> list[str]:
+    """The HF tensor names pipeline stage ``pp_rank`` holds: the embedding on the first stage, its layers, the
+    final norm and the head on the last (a tied LM head is the first stage's embedding; with more than one stage
+    the last keeps a copy as ``output_layer.weight``, which the export does not repeat)."""
+    names = ["model.embed_tokens.weight"] if pp_rank == 0 else []
+    for layer in layer_range(layout.num_layers, pp_size, pp_rank):
+        names += [f"model.layers.{layer}.{suffix}" for suffix in _hf_layer_suffixes(layout)]
+    if pp_rank == pp_size - 1:
+        names.append("model.norm.weight")
+        if layout.head != "lm" or not layout.tied_embeddings:
+            names += [hf_name for hf_name, _ in HEAD_TENSORS[layout.head]]
+    return names
+
+
+def _hf_layer_suffixes(layout: GPTLayout) -> list[str]:
+    suffixes = [hf for hf, _, _ in _simple_layer_params(layout)]
+    suffixes += [f"self_attn.{n}_proj.{kind}" for kind in _qkv_suffixes(layout) for n in "qkv"]
+    return [*suffixes, "mlp.gate_proj.weight", "mlp.up_proj.weight"]
+
+
 def _simple_layer_params(layout: GPTLayout) -> list[tuple[str, str, Split]]:
     """(HF suffix, Megatron suffix, split) of each per-layer tensor that maps one to one."""
     in_norm = (
@@ -238,13 +288,17 @@ def hf_to_megatron(
     if pp_rank == pp_size - 1:
         _put(out, "decoder.final_layernorm.weight", [get("model.norm.weight")] * tp_size)
     if _has_output_layer(layout, pp_size, pp_rank):
-        head = "model.embed_tokens.weight" if layout.tied_embeddings else "lm_head.weight"
-        _put(
-            out,
-            "output_layer.weight",
-            shard(pad_vocab(get(head), layout.padded_vocab_size), tp_size, "column"),
-        )
+        _head_to_megatron(out, get, layout, tp_size)
     return out
+
+
+def _head_to_megatron(out: list[dict[str, torch.Tensor]], get: Any, layout: GPTLayout, tp_size: int) -> None:
+    if layout.head != "lm":  # a one-output linear, replicated on every TP rank
+        for hf_name, mg_name in HEAD_TENSORS[layout.head]:
+            _put(out, mg_name, [get(hf_name)] * tp_size)
+        return
+    head = "model.embed_tokens.weight" if layout.tied_embeddings else "lm_head.weight"
+    _put(out, "output_layer.weight", shard(pad_vocab(get(head), layout.padded_vocab_size), tp_size, "column"))
 
 
 def _layer_to_megatron(
@@ -304,7 +358,9 @@ def megatron_to_hf(
         hf.update(_layer_to_hf(get, layout, f"model.layers.{layer}.", f"decoder.layers.{local}."))
     if pp_rank == pp_size - 1:
         hf["model.norm.weight"] = get("decoder.final_layernorm.weight")[0]
-        if not layout.tied_embeddings:
+        if layout.head != "lm":
+            hf.update({hf_name: get(mg_name)[0] for hf_name, mg_name in HEAD_TENSORS[layout.head]})
+        elif not layout.tied_embeddings:
             hf["lm_head.weight"] = unshard(get("output_layer.weight"), "column")[: layout.vocab_size]
     return hf
 

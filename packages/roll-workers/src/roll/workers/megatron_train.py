@@ -20,6 +20,15 @@ How a step runs:
    DP) and hand ``finalize_model_grads`` no token count (so it does not rescale).
 4. **optimizer_step**: LR from our schedule (:func:`roll.workers.fsdp2.lr_multiplier`), Megatron's clip and step.
 
+Heads: a causal LM by default; a value or score head (critic, reward model) or a reader of full logits (a distilled
+student) when built with a :class:`~roll.workers.megatron_heads.ForwardPair` as ``forward=``
+(:mod:`roll.workers.megatron_heads`).
+
+Checkpoint files (:func:`checkpoint_files`): the HF-named ``model.safetensors`` (rank 0), one optimizer file per
+TP/PP rank, ``optimizer.pt.tp{t}.pp{p}.pt`` (plus ``.params``, the distributed optimizer's gathered state), written
+by DP rank 0, and ``rng_rank{r}.pt`` per rank. Resuming needs the same TP/PP layout; another one is refused with
+the layout found.
+
 Simplifications: no sequence or context parallelism, no virtual pipeline stages, no packed sequences; rows must
 hold one contiguous span of valid tokens.
 """
@@ -29,7 +38,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import fields
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,6 +52,15 @@ from roll.workers.fsdp2 import lr_multiplier
 from roll.workers.logprobs import split_micro_batches
 from roll.workers.megatron_config import MegatronConfig
 from roll.workers.megatron_convert import GPTLayout, hf_to_megatron, megatron_to_hf
+from roll.workers.megatron_heads import (
+    Aligned,
+    MegatronHead,
+    ScalarHead,
+    StageOutput,
+    align_left,
+    head_of,
+    vocab_parallel_scores,
+)
 from roll.workers.metrics import UnitWeightedMeans
 from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
 
@@ -152,7 +170,8 @@ def transformer_config(hf_config: Any, layout: GPTLayout, config: MegatronConfig
 
 
 def build_gpt_model(hf_config: Any, layout: GPTLayout, config: MegatronConfig, tconfig: Any) -> Any:
-    """This pipeline stage's ``GPTModel`` on the current CUDA device (random init; weights are loaded next)."""
+    """This pipeline stage's ``GPTModel`` on the current CUDA device (random init; weights are loaded next); a value
+    or score head replaces the LM output layer with a :class:`~roll.workers.megatron_heads.ScalarHead`."""
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import (
@@ -164,7 +183,7 @@ def build_gpt_model(hf_config: Any, layout: GPTLayout, config: MegatronConfig, t
         spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=layout.qk_layernorm)
     else:
         spec = get_gpt_layer_with_transformer_engine_spec(qk_layernorm=layout.qk_layernorm)
-    return GPTModel(
+    model = GPTModel(
         config=tconfig,
         transformer_layer_spec=spec,
         vocab_size=layout.padded_vocab_size,
@@ -177,6 +196,14 @@ def build_gpt_model(hf_config: Any, layout: GPTLayout, config: MegatronConfig, t
         rotary_percent=1.0,
         rotary_base=int(rope_base(hf_config)),
     )
+    if layout.head != "lm" and parallel_state.is_pipeline_last_stage():
+        model.output_layer = ScalarHead(
+            layout.hidden_size,
+            bias=layout.head == "value",
+            dtype=tconfig.params_dtype,
+            device=torch.device("cuda", torch.cuda.current_device()),
+        )
+    return model
 
 
 def load_stage_weights(module: torch.nn.Module, hf_state: dict[str, torch.Tensor], layout: GPTLayout) -> None:
@@ -200,86 +227,16 @@ def load_stage_weights(module: torch.nn.Module, hf_state: dict[str, torch.Tensor
         )
 
 
-# ---- scores from vocabulary-parallel logits ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Aligned:
-    """A micro-batch with each row's valid span moved to column 0 (``start_B`` remembers the shift)."""
-
-    ids_BT: torch.Tensor
-    start_B: torch.Tensor
-    mask_BT: torch.Tensor
-
-
-def align_left(ids_BT: torch.Tensor, mask_BT: torch.Tensor) -> _Aligned:
-    """Shift each row so its first valid token sits at column 0 (valid tokens must be contiguous)."""
-    T = ids_BT.shape[1]
-    valid_BT = mask_BT.bool()
-    start_B = torch.where(
-        valid_BT.any(1), valid_BT.int().argmax(1), torch.zeros_like(valid_BT[:, 0], dtype=torch.long)
-    )
-    cols_BT = torch.arange(T, device=ids_BT.device)[None] + start_B[:, None]
-    return _Aligned(ids_BT=ids_BT.gather(1, cols_BT.clamp(max=T - 1)), start_B=start_B, mask_BT=valid_BT)
-
-
-def restore_layout(x_BT: torch.Tensor, aligned: _Aligned) -> torch.Tensor:
-    """Inverse of :func:`align_left` for per-token values; zero outside the original valid positions."""
-    T = x_BT.shape[1]
-    cols_BT = (torch.arange(T, device=x_BT.device)[None] - aligned.start_B[:, None]).clamp(min=0)
-    return x_BT.gather(1, cols_BT) * aligned.mask_BT
-
-
-def vocab_parallel_scores(
-    logits_BTv: torch.Tensor, aligned: _Aligned, vocab_size: int, *, temperature: float, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``logp_BT`` (and ``entropy_BT``) in the original layout from this TP rank's slice of the logits.
-
-    Position ``t`` scores token ``t`` with the logits at ``t - 1`` (the repo-wide convention); the first token and
-    padding get 0. The sums over the vocabulary are all-reduced with Megatron's autograd-aware
-    ``reduce_from_tensor_model_parallel_region``; the max is a constant for autograd.
-    """
-    from megatron.core import parallel_state
-    from megatron.core.tensor_parallel import reduce_from_tensor_model_parallel_region as tp_sum
-
-    v_local = logits_BTv.shape[-1]
-    start = parallel_state.get_tensor_model_parallel_rank() * v_local
-    x = logits_BTv.float() / temperature
-    real_v = torch.arange(start, start + v_local, device=x.device) < vocab_size
-    x = x.masked_fill(~real_v, float("-inf"))
-    m = x.detach().max(-1, keepdim=True).values
-    dist.all_reduce(m, op=dist.ReduceOp.MAX, group=parallel_state.get_tensor_model_parallel_group())
-    z = x - m
-    sum_exp = tp_sum(z.exp().sum(-1))
-    labels_BT = torch.roll(aligned.ids_BT, shifts=-1, dims=1) - start
-    here = (labels_BT >= 0) & (labels_BT < v_local)
-    gathered = z.gather(-1, labels_BT.clamp(0, v_local - 1)[..., None]).squeeze(-1)
-    picked = torch.where(here, gathered, torch.zeros_like(gathered))  # where, not *: gathered may be -inf
-    logp_next = tp_sum(picked) - sum_exp.log()
-    ent_next = None
-    if with_entropy:
-        p_z = torch.where(real_v, z.exp() * z, torch.zeros_like(z)).sum(-1)
-        ent_next = sum_exp.log() - tp_sum(p_z) / sum_exp
-    return _to_token_positions(logp_next, aligned), (
-        _to_token_positions(ent_next, aligned) if ent_next is not None else None
-    )
-
-
-def _to_token_positions(next_BT: torch.Tensor, aligned: _Aligned) -> torch.Tensor:
-    """Scores of the *next* token at ``t`` -> scores of token ``t`` at ``t``, back in the original layout."""
-    # Aligned column 0 is each row's first token: nothing predicts it, so it gets the padded 0.
-    shifted_BT = torch.nn.functional.pad(next_BT[:, :-1], (1, 0))
-    return restore_layout(shifted_BT, aligned)
-
-
 # ---- the strategy --------------------------------------------------------------------------------------------
 
 
 class MegatronTrainStrategy:
-    """Trains one rank of a TP x PP x DP Megatron-Core model built from a transformers causal LM.
+    """Trains one rank of a TP x PP x DP Megatron-Core model built from a transformers Qwen2/Llama-family model.
 
     ``model`` is the HF model whose config and weights seed training (CPU is fine; it is kept on global rank 0
-    only, as the template of :meth:`export_hf`). ``total_steps`` sizes the LR decay. Batches follow
+    only, as the template of :meth:`export_hf`): a causal LM, or with ``forward`` a
+    :class:`~roll.workers.megatron_heads.ForwardPair` the head model its Megatron side names (a token- or
+    sequence-classification model for a value or score head). ``total_steps`` sizes the LR decay. Batches follow
     :data:`roll.workers.types.MicroBatch`; every rank of one pipeline must receive the same batch.
     """
 
@@ -294,11 +251,7 @@ class MegatronTrainStrategy:
         total_steps: int = 1,
         forward: Callable[..., ForwardOutput] | None = None,
     ) -> None:
-        if forward is not None:
-            raise ConfigError(
-                "the megatron strategy trains causal LMs only (no value or score head): use strategy.type "
-                "fsdp2 for a critic or a reward model"
-            )
+        self.head: MegatronHead = head_of(forward)  # before the stack check: a bad forward is a config error
         require_megatron()
         self.config = config or MegatronConfig()
         self.total_steps = total_steps
@@ -311,6 +264,7 @@ class MegatronTrainStrategy:
             tp_size=self.config.tensor_parallel_size,
             vocab_multiple=self.config.vocab_multiple,
             fused_norms=self.config.layer_spec == "transformer_engine",
+            head=self.head.kind,
         )
         self.layout.check_parallel(self.config.tensor_parallel_size, self.config.pipeline_parallel_size)
         self.tconfig = transformer_config(self.hf_config, self.layout, self.config)
@@ -402,22 +356,18 @@ class MegatronTrainStrategy:
     def _loss_of(
         self,
         output: torch.Tensor,
-        aligned: _Aligned,
+        aligned: Aligned,
         mb: MicroBatch,
         *,
         loss_fn: LossFn,
         scale: float,
         temperature: float,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        logp_BT, ent_BT = vocab_parallel_scores(
-            output,
-            aligned,
-            self.layout.vocab_size,
-            temperature=temperature,
-            with_entropy=loss_fn.needs_entropy,
+        out = self.head.read(
+            StageOutput(output, aligned, self.layout.vocab_size), temperature, loss_fn.needs_entropy
         )
         cuda_mb = {k: v.cuda() for k, v in mb.items()}
-        loss_sum, metrics = loss_fn(ForwardOutput(logp_BT=logp_BT, entropy_BT=ent_BT), cuda_mb)
+        loss_sum, metrics = loss_fn(out, cuda_mb)
         stored = {f"{_METRIC}{k}": torch.as_tensor(v, device="cuda").detach() for k, v in metrics.items()}
         # The count is ignored by our finalize hook; Megatron only needs an int tensor here.
         return (
@@ -507,7 +457,7 @@ class MegatronTrainStrategy:
         batch = {"input_ids": input_ids, "attention_mask": attention_mask}
         micro_batches = split_micro_batches(batch, micro_batch_size=self.config.micro_batch_size)
 
-        def scores(output: torch.Tensor, aligned: _Aligned, mb: MicroBatch) -> Any:
+        def scores(output: torch.Tensor, aligned: Aligned, mb: MicroBatch) -> Any:
             logp, ent = vocab_parallel_scores(
                 output, aligned, self.layout.vocab_size, temperature=temperature, with_entropy=with_entropy
             )
@@ -530,6 +480,7 @@ class MegatronTrainStrategy:
         ent = self._from_last_stage(ent) if ent is not None else None
         return TokenScores(logp_BT=logp, entropy_BT=ent)
 
+    @torch.no_grad()
     def forward_only(
         self,
         input_ids: torch.Tensor,
@@ -538,11 +489,38 @@ class MegatronTrainStrategy:
         temperature: float = 1.0,
         with_entropy: bool = False,
     ) -> ForwardOutput:
-        """:meth:`compute_logprobs` as a :class:`ForwardOutput` (a causal LM has no other head here)."""
-        scores = self.compute_logprobs(
-            input_ids, attention_mask, temperature=temperature, with_entropy=with_entropy
-        )
-        return ForwardOutput(logp_BT=scores.logp_BT, entropy_BT=scores.entropy_BT)
+        """The head's outputs (log-probs, values, scores, or what a ``ForwardPair``'s reader returns) for all rows,
+        on the last pipeline stage; with pipeline parallelism the other stages receive them from it."""
+        from megatron.core import parallel_state
+
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        micro_batches = split_micro_batches(batch, micro_batch_size=self.config.micro_batch_size)
+
+        def read(output: torch.Tensor, aligned: Aligned, mb: MicroBatch) -> Any:
+            out = self.head.read(
+                StageOutput(output, aligned, self.layout.vocab_size), temperature, with_entropy
+            )
+            return (
+                torch.zeros((), device="cuda"),
+                torch.ones((), dtype=torch.int, device="cuda"),
+                {"out": out},
+            )
+
+        stored = self._run_schedule(micro_batches, read, forward_only=True)
+        result: ForwardOutput | None = None
+        if parallel_state.is_pipeline_last_stage():
+            shapes = [mb["input_ids"].shape for mb in micro_batches]
+            result = concat_outputs([trim_output(d["out"], b, t) for d, (b, t) in zip(stored, shapes)])
+        if parallel_state.get_pipeline_model_parallel_world_size() > 1:
+            box = [result]
+            dist.broadcast_object_list(
+                box,
+                src=parallel_state.get_pipeline_model_parallel_last_rank(),
+                group=parallel_state.get_pipeline_model_parallel_group(),
+            )
+            result = box[0]
+        assert result is not None  # the last stage computed it, the others received it
+        return result
 
     @staticmethod
     def _fill(
@@ -625,6 +603,7 @@ class MegatronTrainStrategy:
     def load_optimizer(self, path: str | Path) -> None:
         """Restore what :meth:`save_optimizer` wrote with the same TP/PP/DP layout."""
         target = self._rank_path(path)
+        check_optimizer_shard(Path(target), self.config)
         try:
             saved = torch.load(target, map_location="cpu", weights_only=False)
         except (OSError, RuntimeError) as err:
@@ -639,11 +618,11 @@ class MegatronTrainStrategy:
     def _rank_path(path: str | Path) -> str:
         from megatron.core import parallel_state
 
-        tp, pp = (
+        return optimizer_shard_path(
+            path,
             parallel_state.get_tensor_model_parallel_rank(),
             parallel_state.get_pipeline_model_parallel_rank(),
         )
-        return f"{path}.tp{tp}.pp{pp}.pt"
 
     def offload(self) -> None:
         """Free GPU memory between phases: weights, gradient buffers and optimizer state go to CPU."""
@@ -696,6 +675,76 @@ class MegatronTrainStrategy:
         t = t.contiguous()
         dist.broadcast(t, src=src, group=parallel_state.get_pipeline_model_parallel_group())
         return t
+
+
+def concat_outputs(parts: Sequence[ForwardOutput]) -> ForwardOutput:
+    """Micro-batch outputs joined along rows, field by field (a ``ForwardOutput`` subclass keeps its type)."""
+    if not parts:
+        raise WorkerError("forward_only needs at least one micro-batch")
+    values: dict[str, Any] = {}
+    for f in fields(parts[0]):
+        got = [getattr(p, f.name) for p in parts]
+        values[f.name] = torch.cat(got) if got[0] is not None else None
+    return type(parts[0])(**values)
+
+
+def trim_output(out: ForwardOutput, rows: int, cols: int) -> ForwardOutput:
+    """A micro-batch's output without the rows and token columns pipeline padding added (dims 0 and 1)."""
+
+    def trim(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None:
+            return None
+        return t[:rows, :cols] if t.dim() >= 2 else t[:rows]
+
+    trimmed: dict[str, Any] = {f.name: trim(getattr(out, f.name)) for f in fields(out)}
+    return type(out)(**trimmed)
+
+
+OPTIMIZER_SHARD = "{path}.tp{tp}.pp{pp}.pt"
+
+
+def optimizer_shard_path(path: str | Path, tp_rank: int, pp_rank: int) -> str:
+    """The optimizer file of TP rank ``tp_rank`` of stage ``pp_rank`` for a checkpoint's ``optimizer.pt``."""
+    return OPTIMIZER_SHARD.format(path=path, tp=tp_rank, pp=pp_rank)
+
+
+def checkpoint_files(config: MegatronConfig, world_size: int) -> list[str]:
+    """Every file a megatron role of ``world_size`` ranks writes into its checkpoint folder (see module docstring)."""
+    tp, pp, _ = config.parallel_sizes()
+    names = ["model.safetensors"]
+    for p in range(pp):
+        for t in range(tp):
+            shard = optimizer_shard_path("optimizer.pt", t, p)
+            names += [shard, f"{shard}.params"] if config.use_distributed_optimizer else [shard]
+    return names + [f"rng_rank{r}.pt" for r in range(world_size)]
+
+
+def check_optimizer_shard(target: Path, config: MegatronConfig) -> None:
+    """Raise :class:`CheckpointError` when ``target`` is missing, naming the TP x PP layout the folder holds."""
+    if target.is_file():
+        return
+    stem = target.name.split(".tp")[0]
+    found = sorted(p.name for p in target.parent.glob(f"{stem}.tp*.pp*.pt"))
+    layout = _shard_layout(found)
+    raise CheckpointError(
+        f"no optimizer shard {target.name} in {target.parent}: this run has tensor_parallel_size="
+        f"{config.tensor_parallel_size}, pipeline_parallel_size={config.pipeline_parallel_size}"
+        + (
+            f", the checkpoint was written with {layout}"
+            if layout
+            else ", and the folder has no megatron shards"
+        )
+        + "; resume with the layout it was written with"
+    )
+
+
+def _shard_layout(names: Sequence[str]) -> str:
+    pairs = [n.split(".tp")[1].removesuffix(".pt").split(".pp") for n in names]
+    if not pairs:
+        return ""
+    tp = 1 + max(int(t) for t, _ in pairs)
+    pp = 1 + max(int(p) for _, p in pairs)
+    return f"tensor_parallel_size={tp}, pipeline_parallel_size={pp}"
 
 
 def _pad_micro_batch(mb: MicroBatch, rows: int, cols: int) -> dict[str, torch.Tensor]:

@@ -34,6 +34,7 @@ from roll.pipelines.algorithms.aggregate import Aggregation
 from roll.pipelines.algorithms.choices import DivergenceName
 from roll.pipelines.algorithms.divergence import distill_loss
 from roll.workers.logprobs import has_prev_from_mask, position_ids_from_mask
+from roll.workers.megatron_heads import ForwardPair, MegatronHead, StageOutput, restore_layout, token_logits
 from roll.workers.metrics import LossMetrics
 from roll.workers.types import ForwardOutput, MicroBatch
 from roll.workers.vision import vision_inputs
@@ -63,6 +64,19 @@ def student_forward(
     logp_BT = token_logprobs(logits_BTV, ids_BT, temperature=temperature) * has_prev_from_mask(mask_BT)
     return StudentOutput(logp_BT=logp_BT, logits_BTV=logits_BTV)
 
+
+def student_megatron_read(stage: StageOutput, temperature: float, with_entropy: bool) -> StudentOutput:
+    """The megatron strategy's reader for a distilled student: :func:`student_forward`'s output from the last
+    stage's vocabulary-parallel logits (gathered over TP to the full vocabulary, padded columns dropped)."""
+    logits_BTV = token_logits(stage)
+    logp_BT = token_logprobs(
+        logits_BTV, restore_layout(stage.aligned.ids_BT, stage.aligned), temperature=temperature
+    )
+    return StudentOutput(logp_BT=logp_BT * has_prev_from_mask(stage.aligned.mask_BT), logits_BTV=logits_BTV)
+
+
+STUDENT_FORWARD = ForwardPair(hf=student_forward, megatron=MegatronHead("lm", student_megatron_read))
+"""The student's ``forward=`` for either train strategy (:mod:`roll.workers.megatron_heads`)."""
 
 CHUNK_TOKENS = 1024
 """Positions per chunk of :func:`token_logprobs` (1024 x a 152k vocabulary: ~0.6 GB of fp32 at a time)."""

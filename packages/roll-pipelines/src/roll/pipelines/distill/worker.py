@@ -1,8 +1,9 @@
 """The distillation roles: a student that trains on its logits, and a teacher whose top-k sends are keyed per step.
 
 - :class:`DistillStudentWorker`: :class:`~roll.pipelines.sft.worker.SFTWorker` (greedy answers and held-out NLL for
-  evaluation) whose fsdp2 strategy runs :func:`~.losses.student_forward`, so :class:`~.losses.DistillLoss` sees
-  logits. :meth:`~DistillStudentWorker.train_distill` takes the teacher's top-k either inside the batch (object
+  evaluation) whose strategy runs :data:`~.losses.STUDENT_FORWARD` (:func:`~.losses.student_forward` under fsdp2,
+  its reader of the vocabulary-parallel logits under megatron), so :class:`~.losses.DistillLoss` sees logits. Its
+  row methods dispatch by model-parallel group (``MP_SPLIT``: under megatron TP/PP peers get the same rows). :meth:`~DistillStudentWorker.train_distill` takes the teacher's top-k either inside the batch (object
   store path) or receives them from the teacher ranks over a transfer group (collective path).
 - :class:`DistillTeacherWorker`: :class:`~roll.workers.roles.teacher.TeacherWorker` whose collective send uses a
   per-step store key, so a student never reads a previous step's request or reply from the group's store.
@@ -18,7 +19,7 @@ import torch
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, WorkerContext, register
-from roll.pipelines.distill.losses import DistillLoss, kd_mask, student_forward
+from roll.pipelines.distill.losses import STUDENT_FORWARD, DistillLoss, kd_mask
 from roll.pipelines.sft.worker import SFTWorker
 from roll.workers.logits_transfer import receive_topk, send_topk
 from roll.workers.model_update import CollectiveGroup
@@ -38,14 +39,14 @@ class DistillStudentWorker(SFTWorker):
 
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:
-        """As :meth:`ActorTrainWorker.setup`, with the strategy's forward replaced by :func:`student_forward`."""
+        """As :meth:`ActorTrainWorker.setup`, with the strategy's forward replaced by :data:`STUDENT_FORWARD`."""
         _common.join_default_group(self)
         spec = _common.strategy_spec(self.strategy_name, "train", self.role)
         model = load_causal_lm(self.model_cfg, self.role)
         self.tokenizer = load_tokenizer(self.model_cfg, self.role)
         check_vocab(self.tokenizer, model, self.model_cfg, self.role)
-        self.strategy = spec.build(
-            self.strategy_cfg, model, total_steps=self.total_steps, forward=student_forward
+        self.strategy = _common.build_train(
+            spec, self.strategy_cfg, model, self.role, total_steps=self.total_steps, forward=STUDENT_FORWARD
         )
 
     @register(Dispatch.ONE_TO_ALL)
@@ -55,7 +56,7 @@ class DistillStudentWorker(SFTWorker):
         """Join logits-transfer group ``name`` as rank ``rank_offset + self.rank`` (teachers come first)."""
         self._transfer[name] = CollectiveGroup(addr, port, rank_offset + self.rank, world_size, backend)
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     def train_distill(
         self, batch: Batch, loss_fn: DistillLoss, receive: dict[str, Any] | None = None
     ) -> dict[str, float]:
@@ -65,13 +66,13 @@ class DistillStudentWorker(SFTWorker):
             batch = self._with_received_topk(batch, **receive)
         return _common.train_on(self.strategy, batch, loss_fn, prefix="kd/")
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     def received_topk(self, batch: Batch, receive: dict[str, Any]) -> Batch:
         """The top-k rows this rank receives for ``batch`` (tests and benchmarks of the collective path)."""
         got = self._with_received_topk(batch, **receive)
         return Batch({name: got.tensors[name] for name in (C.SAMPLE_ID, C.TOPK_VALUES, C.TOPK_INDICES)})
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     @torch.no_grad()
     def eval_distill(self, batch: Batch, loss_fn: DistillLoss) -> list[dict[str, float]]:
         """Summed divergence to the teacher and distilled-token count of this rank's real rows (``*_sum``)."""
@@ -79,11 +80,8 @@ class DistillStudentWorker(SFTWorker):
         if len(real) == 0:
             return [{"kd_sum": 0.0, "kd_tokens_sum": 0.0}]
         mb = _common.micro_batch(real)
-        device = self.strategy.device
-        ids, mask = mb["input_ids"].to(device), mb["attention_mask"].to(device)
-        out = student_forward(
-            self.strategy.model, ids, mask, False, 1.0, _common.vision_columns(real) or None
-        )
+        out = self.strategy.forward_only(mb["input_ids"], mb["attention_mask"], **_common.vision_kwargs(real))
+        mb = {k: v.to(out.logp_BT.device) for k, v in mb.items()}
         n_kd = float(kd_mask(mb, distill_prompt=loss_fn.distill_prompt).sum())
         kd_only = replace(loss_fn, kd_weight=1.0).bind(mb)  # the divergence's token mean over these rows
         return [{"kd_sum": float(kd_only(out, mb)[0]) * n_kd, "kd_tokens_sum": n_kd}]

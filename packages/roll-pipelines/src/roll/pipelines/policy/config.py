@@ -18,7 +18,13 @@ from roll.core.config.sections import RoleConfig, RunConfig
 from roll.core.errors import ConfigIssue
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.pipelines.common.config import batch_issues
-from roll.workers.roles.config import CriticRoleConfig, InferRoleConfig, ModelConfig, TrainRoleConfig
+from roll.workers.roles.config import (
+    CriticRoleConfig,
+    InferRoleConfig,
+    ModelConfig,
+    TrainRoleConfig,
+    model_parallel_problem,
+)
 
 Placement = Literal["separate", "hybrid"]
 
@@ -118,7 +124,15 @@ class PolicyRunConfig(RunConfig):
                 hint = f"remove {key}, or use a critic preset (algorithm.preset=ppo)"
                 issues.append(ConfigIssue(key, message, hint))
             return issues
-        issues += batch_issues(self.batch, self.critic, role_key="critic", pairs=False)
+        critic = self.critic.resolved(self.actor_train)
+        problem = model_parallel_problem(critic.num_workers, critic.strategy)
+        if problem and self.critic.strategy is None:
+            message = f"{problem} (critic.strategy is unset, so the critic trains with actor_train.strategy)"
+            hint = (
+                "set critic.num_workers to a multiple of tp * pp, or give the critic its own critic.strategy"
+            )
+            return [*issues, ConfigIssue("critic.num_workers", message, hint)]
+        issues += batch_issues(self.batch, critic, role_key="critic", pairs=False)
         if self.critic_warmup_steps >= self.max_steps:
             message = f"critic_warmup_steps = {self.critic_warmup_steps} >= max_steps = {self.max_steps}: the actor never trains"
             issues.append(ConfigIssue("critic_warmup_steps", message, "set it below max_steps"))

@@ -34,7 +34,7 @@ import torch
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.core.cluster import Cluster, Worker
+from roll.core.cluster import Cluster, Mesh, Worker
 from roll.core.config.batch import BatchConfig
 from roll.core.tracking import reduce_metrics
 from roll.pipelines.algorithms.losses import ValueLoss
@@ -70,7 +70,8 @@ REFERENCE_START = "reference_start"
 
 @dataclass(frozen=True)
 class CriticSpec:
-    """The critic role: its placement and model/strategy (``None``: the actor's) and its value loss."""
+    """The critic role as it runs (its strategy resolved: the actor's when its own is unset), its model (``None``:
+    the actor's) and its value loss."""
 
     role: TrainRoleConfig
     model: ModelConfig | None
@@ -104,7 +105,7 @@ def policy_spec(cfg: PolicyRunConfig, *, warmup_steps: int, norm_len: int) -> Po
         loss = ValueLoss(
             clip_range=a.value_clip, agg_mode=a.loss_agg_mode, norm_len=a.loss_agg_norm_len or norm_len
         )
-        critic = CriticSpec(cfg.critic, cfg.critic.model, loss)
+        critic = CriticSpec(cfg.critic.resolved(cfg.actor_train), cfg.critic.model, loss)
     return PolicySpec(
         actor=cfg.actor_train, infer=cfg.actor_infer, batch=cfg.batch,
         total_steps=cfg.max_steps * cfg.batch.optimizer_steps_per_step + warmup_steps,
@@ -186,11 +187,17 @@ class PolicyGroup:
         s = self.spec
         assert s.critic is not None
         role = s.critic.role
-        strategy = role.strategy if role.strategy is not None else s.actor.strategy
-        train_cfg = with_micro_batches(strategy, s.batch.micro_batch_samples, s.batch.micro_batch_tokens)
+        train_cfg = with_micro_batches(role.strategy, s.batch.micro_batch_samples, s.batch.micro_batch_tokens)
         args = (s.critic.model or self.model, train_cfg, s.total_steps, train_cfg.type)
         return self._make_cluster(
-            "critic", CriticWorker, init_args=args, init_kwargs={"threads": s.cpu_threads}, runtime_env=env
+            "critic",
+            CriticWorker,
+            init_args=args,
+            init_kwargs={"threads": s.cpu_threads},
+            runtime_env=env,
+            mesh=Mesh.for_role(
+                role
+            ),  # from the strategy the critic runs, actor_train's when its own is unset
         )
 
     # ------------------------------------------------------------------------------------------ scores

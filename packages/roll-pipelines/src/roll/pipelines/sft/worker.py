@@ -13,6 +13,7 @@ from roll.core import columns as C
 from roll.core.batch import PAD_COLUMN, Batch
 from roll.core.cluster import Dispatch, register
 from roll.core.columns import IGNORE_INDEX, LABELS
+from roll.core.errors import WorkerError
 from roll.pipelines.algorithms.aggregate import Aggregation
 from roll.pipelines.algorithms.preference import sft_cross_entropy
 from roll.workers.logprobs import position_ids_from_mask
@@ -34,7 +35,7 @@ class SFTWorker(ActorTrainWorker):
 
         A dict, not a list: dispatch returns the per-rank dicts as they are (a list would be taken for rows and
         unpadded, which fails when dispatch padded the batch to split it evenly)."""
-        model = self.strategy.model
+        model = self._transformers_model("eval_step")
         device = self.strategy.device
         ids_BT = batch.tensors[C.INPUT_IDS].to(device)
         mask_BT = batch.tensors[C.ATTENTION_MASK].to(device)
@@ -65,7 +66,7 @@ class SFTWorker(ActorTrainWorker):
     def generate_greedy(self, batch: Batch, max_new_tokens: int) -> Batch:
         """Greedy continuations of left-padded prompts, a fixed ``max_new_tokens`` steps on every rank (so a
         sharded model's collectives pair up; answers are cut at the stop token by the caller)."""
-        model = self.strategy.model
+        model = self._transformers_model("generate_greedy")
         device = self.strategy.device
         ids_BT = batch.tensors[C.INPUT_IDS].to(device)
         mask_BT = batch.tensors[C.ATTENTION_MASK].to(device)
@@ -95,3 +96,14 @@ class SFTWorker(ActorTrainWorker):
                 use_cache=True,
             )
         return Batch({C.GENERATED_IDS: torch.cat(tokens, dim=1).cpu()}, meta=batch.meta)
+
+    def _transformers_model(self, method: str) -> torch.nn.Module:
+        """The trained transformers model these evaluations run; the megatron strategy holds a ``GPTModel``."""
+        model = self.strategy.model
+        if not hasattr(model, "config"):  # Megatron's DDP-wrapped GPTModel has no HF config
+            raise WorkerError(
+                f"{self.role}.{method}: held-out evaluation (token accuracy, greedy answers) runs a transformers "
+                f"forward, which strategy {self.strategy_name!r} does not have; set eval_every: 0 (and no teacher "
+                "warm-up summary), or use strategy.type fsdp2"
+            )
+        return model

@@ -35,10 +35,10 @@ Registered methods (dispatch mode) by role:
 - :class:`ReferenceWorker` ``(model, strategy=None, strategy_name="hf")``: ``setup()``,
   ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch`` DP, ``offload``/``reload``.
 - :class:`CriticWorker` ``(model, strategy: FSDP2Config, total_steps=1, strategy_name="fsdp2")``: ``setup()``,
-  ``compute_values(batch) -> Batch`` DP (``values_BT``), ``train_step(batch, loss_fn)`` DP (the loss reads
-  ``ForwardOutput.values_BT``), ``save_checkpoint``/``load_checkpoint``/``offload``/``reload``.
-- :class:`RewardModelWorker` (same arguments): ``setup()``, ``score(batch) -> Batch`` DP (``scores_B``),
-  ``train_step(batch, loss_fn)`` DP (the loss reads ``ForwardOutput.scores_B``), ``export_hf`` and checkpoints.
+  ``compute_values(batch) -> Batch`` MP (``values_BT``), ``train_step(batch, loss_fn)`` MP (the loss reads
+  ``ForwardOutput.values_BT``), ``save_checkpoint``/``load_checkpoint``/``export_hf``/``offload``/``reload``.
+- :class:`RewardModelWorker` (same arguments): ``setup()``, ``score(batch) -> Batch`` MP (``scores_B``),
+  ``train_step(batch, loss_fn)`` MP (the loss reads ``ForwardOutput.scores_B``), ``export_hf`` and checkpoints.
 - :class:`TeacherWorker` ``(model, strategy=None, strategy_name="hf")``: ``setup()``,
   ``compute_logprobs`` DP, ``topk_logits(batch, k) -> Batch`` DP (``topk_values_BTK``, ``topk_indices_BTK``),
   ``transfer_endpoint()`` RANK_ZERO, ``join_transfer_group`` ALL, ``send_topk(batch, k, name, num_sources,

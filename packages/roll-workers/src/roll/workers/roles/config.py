@@ -105,17 +105,24 @@ class TrainRoleConfig(RoleConfig):
 
     @model_validator(mode="after")
     def _workers_fill_model_parallel_groups(self) -> TrainRoleConfig:
-        strategy = self.strategy
-        if isinstance(strategy, MegatronConfig):
-            tp, pp, _ = strategy.parallel_sizes()
-            if self.num_workers % (tp * pp):
-                raise ValueError(
-                    f"num_workers = {self.num_workers} is not a multiple of strategy.tensor_parallel_size * "
-                    f"strategy.pipeline_parallel_size = {tp} * {pp}; the data-parallel size is num_workers / "
-                    f"(tp * pp). Use num_workers = {tp * pp * max(1, self.num_workers // (tp * pp))} or smaller "
-                    "parallel sizes"
-                )
+        problem = model_parallel_problem(self.num_workers, self.strategy)
+        if problem:
+            raise ValueError(problem)
         return self
+
+
+def model_parallel_problem(num_workers: int, strategy: object) -> str | None:
+    """Why ``num_workers`` cannot hold ``strategy``'s tensor x pipeline parallel groups (None: it can)."""
+    if not isinstance(strategy, MegatronConfig):
+        return None
+    tp, pp, _ = strategy.parallel_sizes()
+    if num_workers % (tp * pp) == 0:
+        return None
+    return (
+        f"num_workers = {num_workers} is not a multiple of strategy.tensor_parallel_size * "
+        f"strategy.pipeline_parallel_size = {tp} * {pp}; the data-parallel size is num_workers / "
+        f"(tp * pp). Use num_workers = {tp * pp * max(1, num_workers // (tp * pp))} or smaller parallel sizes"
+    )
 
 
 class InferRoleConfig(RoleConfig):
@@ -141,6 +148,13 @@ class CriticRoleConfig(TrainRoleConfig):
     model: ModelConfig | None = None  # type: ignore[assignment]
     strategy: TrainStrategyConfig | None = None  # type: ignore[assignment]
 
+    def resolved(self, actor: TrainRoleConfig) -> TrainRoleConfig:
+        """The critic as it runs: ``actor``'s model and strategy where its own are unset (not re-validated: check
+        :func:`model_parallel_problem` of the result, which the pipelines' config checks do)."""
+        return TrainRoleConfig.model_construct(
+            **{**dict(self), "model": self.model or actor.model, "strategy": self.strategy or actor.strategy}
+        )
+
 
 def with_micro_batches(strategy: S, micro_batch_samples: int | None, micro_batch_tokens: int | None) -> S:
     """``strategy`` with the micro-batch fields it has taken from the run's ``batch`` section."""
@@ -162,5 +176,6 @@ __all__ = [
     "StrategyKind",
     "TrainRoleConfig",
     "TrainStrategyConfig",
+    "model_parallel_problem",
     "with_micro_batches",
 ]

@@ -18,7 +18,8 @@ from roll.workers.types import LossFn
 class CriticWorker(Worker):
     """One data-parallel rank of the critic. ``model.path`` may be a causal LM: the value head starts random
     (seeded by ``model.seed``). The critic's loss receives ``ForwardOutput.values_BT``. ``threads`` sets torch's
-    intra-op threads, as for :class:`~roll.workers.roles.actor.ActorTrainWorker`."""
+    intra-op threads, as for :class:`~roll.workers.roles.actor.ActorTrainWorker`. Row methods dispatch by
+    model-parallel group (``MP_SPLIT``: under megatron TP/PP peers get the same rows; DP_SPLIT under fsdp2)."""
 
     def __init__(
         self,
@@ -38,12 +39,12 @@ class CriticWorker(Worker):
     def setup(self) -> None:
         self.core.setup()
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     def compute_values(self, batch: Batch) -> Batch:
         """``values_BT`` (float32, 0 on padding) for ``input_ids_BT`` / ``attention_mask_BT``."""
         return _common.scores_batch(batch, **{C.VALUES: self.core.forward(batch).values_BT})
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step; metrics as ``ActorTrainWorker.train_step``, the loss's own as ``critic/<name>``."""
         return self.core.train_step(batch, loss_fn, prefix="critic/")
@@ -55,6 +56,11 @@ class CriticWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
         self.core.load(path)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def export_hf(self, path: str) -> None:
+        """``save_pretrained`` folder loadable by ``AutoModelForTokenClassification`` (one label: the value)."""
+        self.core.export(path)
 
     @register(Dispatch.ONE_TO_ALL)
     def offload(self) -> None:

@@ -6,6 +6,9 @@
   ``score`` layer are captured by a forward hook and read at each row's *last valid token by attention mask*.
   transformers' own pooling finds that token by ``input_ids != pad_token_id``, which is wrong when the pad id
   occurs inside a sequence (pad == eos is common); the mask is always right, for left and right padding.
+
+:data:`VALUE_FORWARD` and :data:`SCORE_FORWARD` pair each with the megatron strategy's reader of the same head
+(:mod:`roll.workers.megatron_heads`), so the roles pass one ``forward=`` whichever train strategy they build.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import torch
 
 from roll.core.errors import WorkerError
 from roll.workers.logprobs import position_ids_from_mask
+from roll.workers.megatron_heads import SCORE_HEAD, VALUE_HEAD, ForwardPair
 from roll.workers.types import ForwardOutput
 
 
@@ -61,3 +65,7 @@ def _score_head(model: torch.nn.Module) -> torch.nn.Module:
     raise WorkerError(
         f"{type(model).__name__} has no 'score' head; load it with AutoModelForSequenceClassification"
     )
+
+
+VALUE_FORWARD = ForwardPair(hf=value_forward, megatron=VALUE_HEAD)
+SCORE_FORWARD = ForwardPair(hf=score_forward, megatron=SCORE_HEAD)

@@ -16,7 +16,8 @@ from roll.workers.types import LossFn
 class RewardModelWorker(Worker):
     """One data-parallel rank of a reward model, for scoring (``score``) and RM training (``train_step``; the
     loss receives ``ForwardOutput.scores_B``). The score is read at each row's last valid token by attention
-    mask, so left/right padding and pad == eos both work (see :mod:`roll.workers.roles.heads`)."""
+    mask, so left/right padding and pad == eos both work (see :mod:`roll.workers.roles.heads`). Row methods dispatch
+    by model-parallel group (``MP_SPLIT``: under megatron TP/PP peers get the same rows; DP_SPLIT under fsdp2)."""
 
     def __init__(
         self,
@@ -33,12 +34,12 @@ class RewardModelWorker(Worker):
     def setup(self) -> None:
         self.core.setup()
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     def score(self, batch: Batch) -> Batch:
         """``scores_B`` (float32) for ``input_ids_BT`` / ``attention_mask_BT``."""
         return _common.scores_batch(batch, **{C.SCORES: self.core.forward(batch).scores_B})
 
-    @register(Dispatch.DP_SPLIT)
+    @register(Dispatch.MP_SPLIT)
     def train_step(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step; metrics as ``ActorTrainWorker.train_step``, the loss's own as ``reward/<name>``."""
         return self.core.train_step(batch, loss_fn, prefix="reward/")
@@ -54,7 +55,7 @@ class RewardModelWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def export_hf(self, path: str) -> None:
         """``save_pretrained`` folder loadable by ``AutoModelForSequenceClassification``."""
-        self.core.strategy.export_hf(path)
+        self.core.export(path)
 
     @register(Dispatch.ONE_TO_ALL)
     def offload(self) -> None:

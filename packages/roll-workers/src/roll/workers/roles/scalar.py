@@ -9,7 +9,7 @@ from roll.core.batch import Batch
 from roll.core.cluster import Worker
 from roll.workers.roles import _common, checkpoint
 from roll.workers.roles.config import ModelConfig
-from roll.workers.roles.heads import score_forward, value_forward
+from roll.workers.roles.heads import SCORE_FORWARD, VALUE_FORWARD
 from roll.workers.roles.model import Head, check_vocab, load_model, load_tokenizer
 from roll.workers.types import ForwardOutput, LossFn, TrainStrategy
 
@@ -36,7 +36,7 @@ class ScalarHeadModel:
         model = load_model(self.model_cfg, self.worker.role, head=self.head)
         tokenizer = load_tokenizer(self.model_cfg, self.worker.role)
         check_vocab(tokenizer, model, self.model_cfg, self.worker.role)
-        forward = value_forward if self.head == "value" else score_forward
+        forward = VALUE_FORWARD if self.head == "value" else SCORE_FORWARD
         self.strategy = _common.build_train(
             spec, self.strategy_cfg, model, self.worker.role, total_steps=self.total_steps, forward=forward
         )
@@ -56,3 +56,8 @@ class ScalarHeadModel:
 
     def load(self, path: str) -> None:
         checkpoint.load(self.strategy, Path(path), self.worker.rank)
+
+    def export(self, path: str) -> None:
+        """``save_pretrained`` folder of the head model (``AutoModelForTokenClassification`` for a value head,
+        ``AutoModelForSequenceClassification`` for a score head). Collective."""
+        self.strategy.export_hf(path)
