@@ -22,7 +22,12 @@ SEED = 5
 def _trainer() -> DenoiserTrainer:
     cfg = load_config(
         ROOT / "examples" / "reward_fl.yaml",
-        ["sampling.num_steps=3", "algorithm.k=1", "algorithm.gradient_checkpointing=false"],
+        [
+            "sampling.num_steps=3",
+            "algorithm.k=1",
+            "algorithm.kl_coef=0",
+            "algorithm.gradient_checkpointing=false",
+        ],
         model=RewardFLConfig,
     )
     trainer = DenoiserTrainer(WorkerContext("actor_train", 0, 1), cfg)
