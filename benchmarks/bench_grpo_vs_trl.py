@@ -25,6 +25,15 @@ side ran (min-max of samples every 0.5 s); and the ratios roll/TRL. Sides altern
 in odd rounds, TRL first in even ones) and their steady steps are pooled. Quote a ratio only when the load column
 stays under 1.5 on 2 cores: under load the side with more processes loses more.
 
+Same work: at step 1 both sides sample from the same model, so their completion lengths and hit-max shares agree
+(seed 0: 7.58 / 1.2% roll, 7.64 / 1.2% TRL; seeds 1 and 2 alike). Later steps can part: at lr 5e-4 from this
+weak start (accuracy ~0.1), GRPO on either side can drift into completions that run to the token limit and stay
+there, since the ``arithmetic`` reward reads the last ``answer is N`` and so still pays an answer followed by more
+text. Seen over 20 steps: TRL stuck there in 1 of 3 seeds (2), drifted and came back in seed 0; roll stuck in all
+3 (the ``hybrid`` placement gives bit-identical metrics, so the weight sync is not the cause). Then the sides no
+longer generate the same number of tokens: compare ``gen tokens/s``, and ``s/step`` only when the mean
+completion-length rows agree; ``--seed`` reruns both sides on another seed.
+
 Run: ``uv run python benchmarks/bench_grpo_vs_trl.py --steps 10 [--rounds 2] [--placement hybrid]
 [--roll-set rollout.request_prompts=32]`` (the last: one generation request of all 32 prompts, 256 rows per
 decode batch instead of 64, which took ~25% less CPU per generated token in the hf strategy here).
