@@ -18,11 +18,21 @@ Differences that remain, by design: roll runs generation, training and rewards i
 peak RSS counts every process of the run, summed with psutil over the process tree), TRL in one process with
 ``model.generate``; ``--placement hybrid`` puts roll's trainer and generator in one actor. Reported per side: the
 median seconds per step (after the first, which includes start-up), the median of per-step generated tokens/s,
-peak RSS, accuracy over the last 3 steps and at step 1, mean completion length and the share of completions that
-hit the token limit (the check that both sides generate the same work), the 1-minute load average seen while the
+peak RSS, accuracy over the last 3 steps and at step 1, the completion length and the share of completions that
+hit the token limit at step 1 (the check that both sides generate the same work: the same model samples them) and
+averaged over the run (which also reflects where training took each side), the 1-minute load average seen while the
 side ran (min-max of samples every 0.5 s); and the ratios roll/TRL. Sides alternate over ``--rounds`` (roll first
 in odd rounds, TRL first in even ones) and their steady steps are pooled. Quote a ratio only when the load column
 stays under 1.5 on 2 cores: under load the side with more processes loses more.
+
+Same work: at step 1 both sides sample from the same model, so their completion lengths and hit-max shares agree
+(seed 0: 7.58 / 1.2% roll, 7.64 / 1.2% TRL; seeds 1 and 2 alike). Later steps can part: at lr 5e-4 from this
+weak start (accuracy ~0.1), GRPO on either side can drift into completions that run to the token limit and stay
+there, since the ``arithmetic`` reward reads the last ``answer is N`` and so still pays an answer followed by more
+text. Seen over 20 steps: TRL stuck there in 1 of 3 seeds (2), drifted and came back in seed 0; roll stuck in all
+3 (the ``hybrid`` placement gives bit-identical metrics, so the weight sync is not the cause). Then the sides no
+longer generate the same number of tokens: compare ``gen tokens/s``, and ``s/step`` only when the mean
+completion-length rows agree; ``--seed`` reruns both sides on another seed.
 
 Run: ``uv run python benchmarks/bench_grpo_vs_trl.py --steps 10 [--rounds 2] [--placement hybrid]
 [--roll-set rollout.request_prompts=32]`` (the last: one generation request of all 32 prompts, 256 rows per
@@ -153,7 +163,7 @@ def trl_main(args: argparse.Namespace) -> None:
         output_dir=args.out / "trl", per_device_train_batch_size=args.P * args.G, num_generations=args.G,
         max_completion_length=args.max_new_tokens, learning_rate=args.lr, loss_type="dapo", beta=0.0,
         temperature=1.0, max_steps=args.steps, logging_steps=1, report_to="none", use_cpu=True, bf16=False,
-        seed=0, max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0, save_strategy="no",
+        seed=args.seed, max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0, save_strategy="no",
         gradient_accumulation_steps=1, dataloader_num_workers=0, activation_checkpointing=False,
     )  # fmt: skip
     log: list[dict[str, float]] = []
@@ -185,6 +195,7 @@ def roll_overrides(args: argparse.Namespace) -> list[str]:
         f"actor_train.model.path={args.model}", f"batch.prompts_per_step={args.P}", f"batch.samples_per_prompt={args.G}",
         f"batch.micro_batch_samples={args.P * args.G}", f"rollout.max_new_tokens={args.max_new_tokens}",
         f"actor_train.strategy.optimizer.lr={args.lr}", f"cpu_threads={args.threads}", "tracking.backends=[jsonl]",
+        f"seed={args.seed}",
         "tracking.progress=false", "plot=false", f"placement={args.placement}", "ray.init_timeout_s=300",
         *args.roll_set,
     ]  # fmt: skip
@@ -218,6 +229,8 @@ def summarize(rows: list[dict[str, float]], wall: float, rss: int, loads: list[f
         "peak RSS GB": rss / 2**30,
         "accuracy (last 3)": sum(r["acc"] for r in rows[-3:]) / len(rows[-3:]),
         "accuracy (step 1)": rows[0]["acc"],
+        "completion length (step 1)": rows[0]["len"],
+        "hit max tokens (step 1)": rows[0]["clipped"],
         "completion length": sum(r["len"] for r in rows) / len(rows),
         "hit max tokens": sum(r["clipped"] for r in rows) / len(rows),
         "wall s": wall,
@@ -234,6 +247,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=12)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0, help="both sides' run seed (sampling, data order)")
     parser.add_argument("--warmup-steps", type=int, default=90)
     parser.add_argument("--rounds", type=int, default=1, help="alternate the sides this many times")
     parser.add_argument("--placement", choices=["separate", "hybrid"], default="separate")
@@ -298,7 +312,7 @@ def compare(args: argparse.Namespace) -> None:
         f"--{k}={v}"
         for k, v in (
             ("steps", args.steps), ("P", args.P), ("G", args.G), ("max-new-tokens", args.max_new_tokens),
-            ("lr", args.lr), ("threads", args.threads), ("placement", args.placement),
+            ("lr", args.lr), ("threads", args.threads), ("placement", args.placement), ("seed", args.seed),
         )
     ]  # fmt: skip
     flags += [f"--roll-set={kv}" for kv in args.roll_set]
