@@ -41,24 +41,57 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXPERT_ACTION",
+    "IMAGE_MARKER",
     "Env",
     "EnvConfig",
     "EnvError",
     "Frame",
+    "ImageObservation",
     "Observation",
     "RenderMode",
     "StepResult",
     "Tool",
     "ToolError",
     "ToolResult",
+    "split_observation",
     "tool_schema",
 ]
 
 EXPERT_ACTION = "expert_action"
 """``info`` key: the action an expert would take in the current state (optional, see the module docstring)."""
 
-Observation = str
-"""What the policy sees after reset or a step: plain text, ready to go into a chat message."""
+IMAGE_MARKER = "<image>"
+"""Where an :class:`ImageObservation`'s image goes in its text (one marker per image)."""
+
+
+@dataclass(frozen=True)
+class ImageObservation:
+    """An observation for a vision-language policy: ``text`` with one :data:`IMAGE_MARKER` per image of
+    ``images`` (PIL images, in marker order). The env manager puts the images' vision tokens at the markers and
+    sends the patches to the policy with the prompt."""
+
+    text: str
+    images: tuple[Any, ...]
+
+    def __post_init__(self) -> None:
+        if self.text.count(IMAGE_MARKER) != len(self.images):
+            raise EnvError(
+                f"an ImageObservation needs one {IMAGE_MARKER} per image: the text has "
+                f"{self.text.count(IMAGE_MARKER)}, there are {len(self.images)} image(s)"
+            )
+
+
+Observation: TypeAlias = "str | ImageObservation"
+"""What the policy sees after reset or a step: plain text, ready to go into a chat message, or text with images
+(:class:`ImageObservation`)."""
+
+
+def split_observation(observation: Observation) -> tuple[str, tuple[Any, ...]]:
+    """``(text, images)`` of an observation (a text observation has no images)."""
+    if isinstance(observation, ImageObservation):
+        return observation.text, observation.images
+    return observation, ()
+
 
 RenderMode = Literal["text", "rgb_array"]
 

@@ -6,7 +6,9 @@ Columns (``roll.core.columns`` names where one exists):
   ``infer_logp_BT``: the sampler's log-probs there (0 elsewhere);
 - ``rewards_BT``: the sample's reward on its last trained token, 0 elsewhere; ``scores_B``: that reward;
 - ``group_id_B`` (episode group: envs that shared a seed), ``episode_id_B``, ``step_B``, ``anchor_id_B``,
-  ``step_return_B``, ``episode_return_B``; non-tensor ``tag`` and ``success``.
+  ``step_return_B``, ``episode_return_B``; non-tensor ``tag`` and ``success``;
+- rows of image observations: the non-tensor vision columns ``pixel_values`` and ``image_grid_thw`` per row
+  (None for a text row); a batch of text rows has none.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import torch
 
+from roll.agentic.env_manager.chat import vision_rows
 from roll.agentic.env_manager.episode import Sample
 from roll.core import columns as C
 from roll.core.batch import Batch
@@ -60,6 +63,7 @@ def to_batch(samples: Sequence[Sample], pad_token_id: int) -> Batch:
     non_tensors: dict[str, list[Any]] = {
         C.TAG: [s.tag for s in samples],
         C.SUCCESS: [s.success for s in samples],
+        **vision_rows([s.images for s in samples]),
     }
     return Batch(tensors, non_tensors)
 

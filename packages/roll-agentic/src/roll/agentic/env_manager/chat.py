@@ -19,19 +19,60 @@ closing text (``\\n``) is template markup; when it stopped at the token limit, t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from roll.core import columns as C
 from roll.core.errors import DataError
+from roll.data.vision import (
+    IMAGE_PAD,
+    IMAGE_PLACEHOLDER,
+    IMAGE_SPAN,
+    encode_images,
+    expand_image_pads,
+    tokens_per_image,
+)
 
-__all__ = ["ChatEncoder", "Message"]
+__all__ = ["ChatEncoder", "EncodedImages", "Message", "merge_images", "vision_rows"]
 
 Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class EncodedImages:
+    """The patches of some images, in order: ``pixel_values [patches, D]``, ``image_grid_thw [images, 3]``."""
+
+    pixel_values: Any
+    image_grid_thw: Any
+
+
+def merge_images(parts: Sequence[EncodedImages]) -> EncodedImages | None:
+    """One row's images from its segments' (in order); None when there are none."""
+    if not parts:
+        return None
+    import torch
+
+    return EncodedImages(
+        torch.cat([p.pixel_values for p in parts]), torch.cat([p.image_grid_thw for p in parts])
+    )
+
+
+def vision_rows(rows: Sequence[EncodedImages | None]) -> dict[str, list[Any]]:
+    """The per-row vision columns (``roll.core.columns.VISION_COLUMNS``) of ``rows``; ``{}`` when no row has
+    images, so text batches keep exactly their columns."""
+    if all(r is None for r in rows):
+        return {}
+    return {
+        C.PIXEL_VALUES: [r.pixel_values if r is not None else None for r in rows],
+        C.IMAGE_GRID_THW: [r.image_grid_thw if r is not None else None for r in rows],
+    }
 
 
 class ChatEncoder:
     """Renders and tokenizes conversation segments with ``tokenizer``'s chat template."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, image_processor: Any = None) -> None:
+        """``image_processor``: the policy's (a vision-language model's), needed only for image observations."""
         if not getattr(tokenizer, "chat_template", None):
             raise DataError("the tokenizer has no chat template; agentic episodes are chat conversations")
         self.tokenizer = tokenizer
@@ -40,6 +81,7 @@ class ChatEncoder:
         self.pad_token_id: int = int(
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
+        self.image_processor = image_processor
 
     def render(self, messages: Sequence[Message], generation_prompt: bool) -> str:
         text = self.tokenizer.apply_chat_template(
@@ -59,9 +101,7 @@ class ChatEncoder:
 
     def user_turn_ids(self, history: Sequence[Message], content: str) -> list[int]:
         """Template text that adds a user turn ``content`` after ``history`` and opens the assistant's turn."""
-        before = self.render(history, generation_prompt=False)
-        after = self.render([*history, {"role": "user", "content": content}], generation_prompt=True)
-        return self.encode(_suffix(after, before))
+        return self.user_turn_with_images(history, content, ())[0]
 
     def close_ids(self, history: Sequence[Message], content: str, stopped_on_eos: bool) -> list[int]:
         """Template text that closes an assistant turn whose text is ``content`` (see the module docstring)."""
@@ -74,6 +114,42 @@ class ChatEncoder:
         if stopped_on_eos and close.startswith(self.eos_text):
             close = close[len(self.eos_text) :]
         return self.encode(close) if close else []
+
+    def encode_with_images(self, text: str, images: Sequence[Any]) -> tuple[list[int], EncodedImages | None]:
+        """``text`` (one ``<image>`` per image) as ids with each image's vision span expanded, and the images'
+        patches; without images exactly :meth:`encode`."""
+        if not images:
+            return self.encode(text), None
+        if self.image_processor is None:
+            raise DataError(
+                "an env gives image observations but the policy model has no image processor; use a "
+                "vision-language model (a tiny-vl-* preset or a Qwen2-VL folder) for image envs"
+            )
+        if text.count(IMAGE_PLACEHOLDER) != len(images):
+            raise DataError(
+                f"an observation segment has {text.count(IMAGE_PLACEHOLDER)} {IMAGE_PLACEHOLDER} marker(s) for "
+                f"{len(images)} image(s) (does the system prompt contain {IMAGE_PLACEHOLDER}?)"
+            )
+        pixels, grid = encode_images(images, self.image_processor)
+        merge = int(getattr(self.image_processor, "merge_size", 1) or 1)
+        pad_id = int(self.tokenizer.convert_tokens_to_ids(IMAGE_PAD))
+        ids = self.encode(text.replace(IMAGE_PLACEHOLDER, IMAGE_SPAN))
+        expanded, _ = expand_image_pads(ids, tokens_per_image(grid, merge), pad_id)
+        return expanded, EncodedImages(pixels, grid)
+
+    def prompt_with_images(
+        self, messages: Sequence[Message], images: Sequence[Any]
+    ) -> tuple[list[int], EncodedImages | None]:
+        """:meth:`prompt_ids` of a conversation whose user turns hold ``images`` at their markers."""
+        return self.encode_with_images(self.render(messages, generation_prompt=True), images)
+
+    def user_turn_with_images(
+        self, history: Sequence[Message], content: str, images: Sequence[Any]
+    ) -> tuple[list[int], EncodedImages | None]:
+        """:meth:`user_turn_ids` for a user turn holding ``images`` at its markers."""
+        before = self.render(history, generation_prompt=False)
+        after = self.render([*history, {"role": "user", "content": content}], generation_prompt=True)
+        return self.encode_with_images(_suffix(after, before), images)
 
     def stopped_on_eos(self, response_ids: Sequence[int]) -> bool:
         return bool(response_ids) and response_ids[-1] == self.eos_token_id

@@ -11,6 +11,11 @@ token ids turn by turn (which is the next prompt), with a loss mask that is 1 ex
   the discounted return from that step and an *anchor* id (a hash of the episode group and the observation the
   step acted on) so GiGPO can group steps taken from the same state by the envs of one group.
 
+Image observations (:class:`~roll.agentic.types.ImageObservation`): the conversation keeps the observation's
+text (with its ``<image>`` markers) and the episode collects the images' patches turn by turn
+(:class:`~.chat.EncodedImages`); a sample carries the patches of the images its tokens show. Text episodes are
+unchanged (no images, no vision columns).
+
 Pure Python (no torch): :mod:`roll.agentic.env_manager.batching` turns samples into a Batch.
 """
 
@@ -21,7 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from roll.agentic.env_manager.chat import ChatEncoder, Message
+from roll.agentic.env_manager.chat import ChatEncoder, EncodedImages, Message, merge_images
+from roll.agentic.types import Observation, split_observation
 
 __all__ = ["Episode", "EpisodeStatus", "Sample", "Turn", "anchor_id", "step_samples", "trajectory_sample"]
 
@@ -43,6 +49,10 @@ class Turn:
     reward: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
     policy_version: int = 0
+    observation_images: tuple[Any, ...] = ()
+    """The observation's images (PIL), when it had any."""
+    prompt_images: EncodedImages | None = None
+    """The patches of every image ``prompt_ids`` shows (None for text prompts)."""
 
 
 @dataclass
@@ -63,6 +73,8 @@ class Sample:
     episode_return: float = 0.0
     policy_version: int = 0
     """The oldest policy version that sampled a trained token of the row (its staleness bound)."""
+    images: EncodedImages | None = None
+    """The patches of the images the row's tokens show (None for a text row)."""
 
 
 @dataclass
@@ -77,6 +89,7 @@ class Episode:
     system: str
     valid_actions: tuple[str, ...] | None = None
     observation: str = ""
+    observation_images: tuple[Any, ...] = ()
     status: EpisodeStatus = "running"
     success: bool = False
     error: str | None = None
@@ -86,6 +99,7 @@ class Episode:
     ids: list[int] = field(default_factory=list)
     trained: list[int] = field(default_factory=list)
     logp: list[float] = field(default_factory=list)
+    images: list[EncodedImages] = field(default_factory=list)
 
     @property
     def live(self) -> bool:
@@ -100,11 +114,15 @@ class Episode:
     def total_reward(self) -> float:
         return sum(t.reward for t in self.turns)
 
-    def start(self, encoder: ChatEncoder, observation: str) -> None:
+    def start(self, encoder: ChatEncoder, observation: Observation) -> None:
         """The conversation's first prompt: system prompt and first observation, all template (not trained)."""
-        self.observation = observation
-        self.messages = [{"role": "system", "content": self.system}, {"role": "user", "content": observation}]
-        self._append(encoder.prompt_ids(self.messages), trained=False)
+        self.observation, self.observation_images = split_observation(observation)
+        self.messages = [
+            {"role": "system", "content": self.system},
+            {"role": "user", "content": self.observation},
+        ]
+        ids, images = encoder.prompt_with_images(self.messages, self.observation_images)
+        self._append(ids, trained=False, images=images)
 
     def add_response(self, encoder: ChatEncoder, turn: Turn) -> None:
         """Append the model's sampled tokens (trained) to the conversation."""
@@ -112,28 +130,46 @@ class Episode:
         self._append(turn.response_ids, trained=True, logp=turn.response_logp)
         self.messages.append({"role": "assistant", "content": encoder.decode(_without_eos(encoder, turn))})
 
-    def add_observation(self, encoder: ChatEncoder, observation: str) -> None:
+    def add_observation(self, encoder: ChatEncoder, observation: Observation) -> None:
         """Close the last assistant turn and add the env's answer as the next user turn (template, masked)."""
         turn = self.turns[-1]
+        text, images = split_observation(observation)
         history, content = self.messages[:-1], self.messages[-1]["content"]
         close = encoder.close_ids(history, content, encoder.stopped_on_eos(turn.response_ids))
-        self._append(close + encoder.user_turn_ids(self.messages, observation), trained=False)
-        self.messages.append({"role": "user", "content": observation})
-        self.observation = observation
+        user, encoded = encoder.user_turn_with_images(self.messages, text, images)
+        self._append(close + user, trained=False, images=encoded)
+        self.messages.append({"role": "user", "content": text})
+        self.observation, self.observation_images = text, images
 
     def finish(self, status: EpisodeStatus, turn: int, error: str | None = None) -> None:
         self.status, self.finished_turn, self.error = status, turn, error
 
-    def window_prompt(self, encoder: ChatEncoder, window: int) -> list[int]:
-        """Step mode's prompt: system, the last ``window`` turns (observation and answer), the observation."""
+    def window_prompt(self, encoder: ChatEncoder, window: int) -> tuple[list[int], EncodedImages | None]:
+        """Step mode's prompt: system, the last ``window`` turns (observation and answer), the observation; and
+        the patches of the images it shows."""
         messages: list[Message] = [{"role": "system", "content": self.system}]
+        images: list[Any] = []
         for turn in self.turns[len(self.turns) - window :] if window else []:
             messages.append({"role": "user", "content": turn.observation})
             messages.append({"role": "assistant", "content": turn.text})
+            images += turn.observation_images
         messages.append({"role": "user", "content": self.observation})
-        return encoder.prompt_ids(messages)
+        return encoder.prompt_with_images(messages, [*images, *self.observation_images])
 
-    def _append(self, ids: Sequence[int], *, trained: bool, logp: Sequence[float] | None = None) -> None:
+    def conversation_images(self) -> EncodedImages | None:
+        """The patches of every image of the trajectory-mode conversation so far (None without images)."""
+        return merge_images(self.images)
+
+    def _append(
+        self,
+        ids: Sequence[int],
+        *,
+        trained: bool,
+        logp: Sequence[float] | None = None,
+        images: EncodedImages | None = None,
+    ) -> None:
+        if images is not None:
+            self.images.append(images)
         self.ids += list(ids)
         self.trained += [int(trained)] * len(ids)
         self.logp += list(logp) if logp is not None else [0.0] * len(ids)
@@ -164,6 +200,7 @@ def trajectory_sample(episode: Episode) -> Sample:
         step=len(episode.turns),
         episode_return=episode.total_reward,
         policy_version=min((t.policy_version for t in episode.turns), default=0),
+        images=episode.conversation_images(),
     )
 
 
@@ -184,13 +221,25 @@ def step_samples(episode: Episode, gamma: float = 1.0) -> list[Sample]:
                 tag=episode.tag,
                 success=episode.success,
                 step=k,
-                anchor=anchor_id(episode.group, turn.observation),
+                anchor=anchor_id(episode.group, _state_key(turn)),
                 step_return=ret,
                 episode_return=episode.total_reward,
                 policy_version=turn.policy_version,
+                images=turn.prompt_images,
             )
         )
     return samples
+
+
+def _state_key(turn: Turn) -> str:
+    """The state a turn acted on: its observation text, plus its images' bytes when it had any (an image
+    observation's text alone does not tell states apart)."""
+    if not turn.observation_images:
+        return turn.observation
+    digest = hashlib.blake2b(digest_size=16)
+    for image in turn.observation_images:
+        digest.update(image.tobytes())
+    return f"{turn.observation}\x00{digest.hexdigest()}"
 
 
 def _discounted(rewards: Sequence[float], gamma: float) -> list[float]:

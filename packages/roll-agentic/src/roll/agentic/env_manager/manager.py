@@ -17,16 +17,20 @@ trajectory never reaches training; the group trains with the members it has left
 
 The manager owns no model and no Ray: ``pool`` is an :class:`EnvPool` (in-process :class:`~.slots.EnvSlots`, or
 the env workers' :class:`~.worker.ClusterEnvPool`) and ``generate`` a :class:`GenerateFn`.
+
+Image observations: a turn whose prompts show images calls ``generate`` with ``vision=`` (the per-prompt
+columns :data:`~roll.core.columns.PIXEL_VALUES` / :data:`~roll.core.columns.IMAGE_GRID_THW`, None for a prompt
+without images); a turn of text prompts calls it exactly as before.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-from roll.agentic.env_manager.chat import ChatEncoder
+from roll.agentic.env_manager.chat import ChatEncoder, EncodedImages, vision_rows
 from roll.agentic.env_manager.config import EnvManagerConfig
 from roll.agentic.env_manager.episode import Episode, Sample, Turn, step_samples, trajectory_sample
 from roll.agentic.env_manager.slots import ResetOutcome, ResetRequest, StepOutcome, StepRequest
@@ -48,9 +52,12 @@ class Generation:
 
 
 class GenerateFn(Protocol):
-    """One batched generation call: a continuation per prompt, in order."""
+    """One batched generation call: a continuation per prompt, in order. ``vision`` (passed only when a prompt
+    shows images): the prompts' per-row vision columns."""
 
-    def __call__(self, prompts: list[list[int]], *, seed: int) -> list[Generation]: ...
+    def __call__(
+        self, prompts: list[list[int]], *, seed: int, vision: Mapping[str, list[Any]] | None = None
+    ) -> list[Generation]: ...
 
 
 class EnvPool(Protocol):
@@ -155,7 +162,9 @@ class RolloutManager:
         acting = [e for e in live if e.live]
         if not acting:
             return
-        generations = self.generate([prompts[e.index] for e in acting], seed=seed)
+        vision = vision_rows([prompts[e.index][1] for e in acting])
+        extra = {"vision": vision} if vision else {}
+        generations = self.generate([prompts[e.index][0] for e in acting], seed=seed, **extra)
         requests: list[StepRequest | None] = [None] * self.pool.num_slots
         turns = {}
         for episode, gen in zip(acting, generations):
@@ -167,24 +176,27 @@ class RolloutManager:
             assert outcome is not None
             self._apply(episode, turns[episode.index], outcome, turn)
 
-    def _prompt(self, episode: Episode) -> list[int]:
+    def _prompt(self, episode: Episode) -> tuple[list[int], EncodedImages | None]:
         if self.config.mode == "step":
-            prompt = episode.window_prompt(self.encoder, self.config.history_window)
+            prompt, images = episode.window_prompt(self.encoder, self.config.history_window)
         else:
-            prompt = list(episode.ids)
+            prompt, images = list(episode.ids), episode.conversation_images()
         if len(prompt) + self.config.max_new_tokens > self.config.max_context_tokens:
             episode.finish("context_limit", len(episode.turns))
-        return prompt
+        return prompt, images
 
-    def _parse(self, episode: Episode, prompt: list[int], gen: Generation) -> Turn:
+    def _parse(
+        self, episode: Episode, prompt: tuple[list[int], EncodedImages | None], gen: Generation
+    ) -> Turn:
         text = self.encoder.decode(gen.ids[:-1] if self.encoder.stopped_on_eos(gen.ids) else gen.ids)
         if episode.valid_actions is not None:
             action, format_ok = parse_action(text, episode.valid_actions, self.config.parse)
         else:
             action, format_ok = None, True  # the env reads the raw text; it reports format in info
         return Turn(
-            episode.observation, prompt, list(gen.ids), list(gen.logp), text, action, format_ok,
-            policy_version=gen.policy_version,
+            episode.observation, prompt[0], list(gen.ids), list(gen.logp), text, action, format_ok,
+            policy_version=gen.policy_version, observation_images=episode.observation_images,
+            prompt_images=prompt[1],
         )  # fmt: skip
 
     def _apply(self, episode: Episode, turn: Turn, outcome: StepOutcome, turn_index: int) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from roll.agentic.env_manager.config import EnvEntryConfig
-from roll.agentic.types import Env, StepResult
+from roll.agentic.types import Env, Observation, StepResult
 from roll.core import plugins
 from roll.core.errors import ConfigError, ConfigIssue, PluginError
 
@@ -63,7 +63,7 @@ class StepRequest:
 class ResetOutcome:
     """``error`` is None on success; otherwise the env is dead and the other fields are empty."""
 
-    observation: str = ""
+    observation: Observation = ""
     system_prompt: str = ""
     valid_actions: tuple[str, ...] | None = None
     info: dict[str, Any] = field(default_factory=dict)
@@ -193,8 +193,10 @@ class EnvSlots:
         for slot in list(self._envs):
             self._discard(slot)
 
-    def _reset_fn(self, request: ResetRequest) -> Callable[[], tuple[Env, tuple[str, Mapping[str, Any]]]]:
-        def run() -> tuple[Env, tuple[str, Mapping[str, Any]]]:
+    def _reset_fn(
+        self, request: ResetRequest
+    ) -> Callable[[], tuple[Env, tuple[Observation, Mapping[str, Any]]]]:
+        def run() -> tuple[Env, tuple[Observation, Mapping[str, Any]]]:
             env = self._factory(request.entry)
             return env, env.reset(seed=request.seed)
 

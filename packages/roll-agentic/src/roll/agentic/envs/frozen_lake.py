@@ -15,6 +15,12 @@ truncates it.
 
 Text symbols: ``_`` frozen, ``O`` hole, ``G`` goal, ``P`` player, ``X`` player in a hole, ``√`` player on the
 goal.
+
+``observation: image`` shows the same state as a picture (for vision-language policies): an
+:class:`~roll.agentic.types.ImageObservation` whose image is the grid drawn with PIL (``cell_px`` pixels a cell:
+ice light grey, hole dark blue, goal green, the player a red square inside its cell) and whose text is a short
+line with the ``<image>`` marker. The drawing is a pure function of the state, so it is deterministic per seed;
+maps, moves, rewards and expert actions are the text env's.
 """
 
 from __future__ import annotations
@@ -25,9 +31,19 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from roll.agentic.types import EXPERT_ACTION, EnvConfig, EnvError, Observation, RenderMode, StepResult
+from roll.agentic.types import (
+    EXPERT_ACTION,
+    IMAGE_MARKER,
+    EnvConfig,
+    EnvError,
+    Frame,
+    ImageObservation,
+    Observation,
+    RenderMode,
+    StepResult,
+)
 
-__all__ = ["FrozenLakeConfig", "FrozenLakeEnv", "generate_map", "has_path"]
+__all__ = ["FrozenLakeConfig", "FrozenLakeEnv", "draw_lake", "generate_map", "has_path"]
 
 Cell = tuple[int, int]
 
@@ -39,6 +55,14 @@ _PERPENDICULAR: dict[str, tuple[str, str]] = {
     "Down": ("Left", "Right"),
 }
 FROZEN, HOLE, GOAL, START = "_", "O", "G", "S"
+_COLOURS: dict[str, tuple[int, int, int]] = {
+    FROZEN: (220, 220, 220),
+    START: (220, 220, 220),
+    HOLE: (20, 40, 140),
+    GOAL: (30, 170, 60),
+}
+PLAYER_COLOUR = (220, 30, 30)
+IMAGE_TEXT = f"{IMAGE_MARKER}\nThe lake: grey ice, blue holes, green goal, red square you. Your move?"
 
 
 class FrozenLakeConfig(EnvConfig):
@@ -49,6 +73,10 @@ class FrozenLakeConfig(EnvConfig):
     slip_prob: float = Field(default=2 / 3, ge=0.0, le=1.0, description="chance of a perpendicular move")
     max_steps: int = Field(default=20, ge=1)
     seed: int | None = Field(default=None, description="seeds the env's RNG for reset(seed=None)")
+    observation: Literal["text", "image"] = Field(
+        default="text", description="text grid, or a picture of it (ImageObservation) for a VLM policy"
+    )
+    cell_px: int = Field(default=16, ge=2, le=64, description="image observation: pixels per cell")
 
 
 def generate_map(size: int, frozen_prob: float, rng: random.Random, max_tries: int = 10_000) -> list[str]:
@@ -135,9 +163,14 @@ class FrozenLakeEnv:
             if self.config.slippery
             else ""
         )
+        legend = (
+            "Colours: grey ice, blue hole, green goal, red square you."
+            if self.config.observation == "image"
+            else "Symbols: _ frozen, O hole, G goal, P you."
+        )
         return (
-            "You are walking on a frozen lake. Reach the goal G without falling into a hole O. Symbols: _ frozen, "
-            f"O hole, G goal, P you.{slip}\n{self.action_space_text}. Answer with one action, e.g. <answer>Down</answer>."
+            "You are walking on a frozen lake. Reach the goal G without falling into a hole O. "
+            f"{legend}{slip}\n{self.action_space_text}. Answer with one action, e.g. <answer>Down</answer>."
         )
 
     @property
@@ -155,7 +188,7 @@ class FrozenLakeEnv:
         )
         self._slip_rng = rng
         self._steps, self._done = 0, False
-        return self.render(), {"seed": seed, EXPERT_ACTION: expert_move(self.rows, self.player)}
+        return self._observe(), {"seed": seed, EXPERT_ACTION: expert_move(self.rows, self.player)}
 
     def step(self, action: str) -> StepResult:
         if self._done:
@@ -172,7 +205,7 @@ class FrozenLakeEnv:
         info: dict[str, Any] = {"action_is_valid": valid, "success": won, "fell": fell}
         if not self._done:
             info[EXPERT_ACTION] = expert_move(self.rows, self.player)
-        return StepResult(self.render(), 1.0 if won else 0.0, won or fell, truncated, info)
+        return StepResult(self._observe(), 1.0 if won else 0.0, won or fell, truncated, info)
 
     def _slip(self, name: str) -> str:
         if self.config.slippery and self._slip_rng.random() < self.config.slip_prob:
@@ -186,11 +219,23 @@ class FrozenLakeEnv:
             return (r, c)
         return cell
 
-    def render(self, mode: RenderMode = "text") -> str:
-        if mode != "text":
-            raise EnvError(f"FrozenLake renders only as 'text', not {mode!r}")
+    def _observe(self) -> Observation:
+        if self.config.observation == "image":
+            return ImageObservation(IMAGE_TEXT, (draw_lake(self.rows, self.player, self.config.cell_px),))
+        return self._text()
+
+    def render(self, mode: RenderMode = "text") -> Frame:
         if not self.rows:
             raise EnvError("render() called before reset()")
+        if mode == "rgb_array":
+            import numpy as np
+
+            return np.asarray(draw_lake(self.rows, self.player, self.config.cell_px))
+        if mode != "text":
+            raise EnvError(f"FrozenLake renders as 'text' or 'rgb_array', not {mode!r}")
+        return self._text()
+
+    def _text(self) -> str:
         lines = []
         for r, row in enumerate(self.rows):
             cells = [self._symbol(ch, (r, c)) for c, ch in enumerate(row)]
@@ -204,3 +249,27 @@ class FrozenLakeEnv:
 
     def close(self) -> None:
         return None
+
+
+def draw_lake(rows: list[str], player: Cell, cell_px: int) -> Any:
+    """The map as an RGB PIL image, ``cell_px`` pixels a cell, the player a red square inset in its cell."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (len(rows[0]) * cell_px, len(rows) * cell_px))
+    draw = ImageDraw.Draw(image)
+    for r, row in enumerate(rows):
+        for c, ch in enumerate(row):
+            box = (c * cell_px, r * cell_px, (c + 1) * cell_px - 1, (r + 1) * cell_px - 1)
+            draw.rectangle(box, fill=_COLOURS[ch])
+    inset = max(1, cell_px // 4)
+    r, c = player
+    draw.rectangle(
+        (
+            c * cell_px + inset,
+            r * cell_px + inset,
+            (c + 1) * cell_px - 1 - inset,
+            (r + 1) * cell_px - 1 - inset,
+        ),
+        fill=PLAYER_COLOUR,
+    )
+    return image

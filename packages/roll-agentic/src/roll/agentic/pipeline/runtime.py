@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,9 @@ class ClusterGenerate:
         self.config = config
         self.greedy = greedy
 
-    def __call__(self, prompts: list[list[int]], *, seed: int) -> list[Generation]:
+    def __call__(
+        self, prompts: list[list[int]], *, seed: int, vision: Mapping[str, list[Any]] | None = None
+    ) -> list[Generation]:
         cfg = self.config
         params = SamplingParams(
             n=1,
@@ -47,7 +49,7 @@ class ClusterGenerate:
             max_new_tokens=cfg.max_new_tokens,
             seed=seed % (2**62),
         )
-        out = self.infer.generate(Batch(non_tensors={C.PROMPT_IDS: prompts}), params)
+        out = self.infer.generate(Batch(non_tensors={C.PROMPT_IDS: prompts, **(vision or {})}), params)
         ids, logps = out.non_tensors[C.RESPONSE_IDS], out.non_tensors[C.RESPONSE_LOGP]
         versions = (
             out.tensors[C.POLICY_VERSION].tolist() if C.POLICY_VERSION in out.tensors else [0] * len(ids)
@@ -73,7 +75,7 @@ class RolloutRuntime:
         self.config = config
         self.groups, self.group_size = groups, group_size
         self.tokenizer = load_tokenizer(config.policy_model, "actor_infer")
-        self.encoder = ChatEncoder(self.tokenizer)
+        self.encoder = ChatEncoder(self.tokenizer, _image_processor(config.policy_model.path))
         self.owns_infer = infer is None
         self.infer = infer if infer is not None else self._infer_cluster(make_cluster)
         self.envs = self._env_cluster(make_cluster)
@@ -102,6 +104,13 @@ class RolloutRuntime:
     def rollout(self, batch_seed: int, *, greedy: bool = False, groups: int | None = None) -> Rollout:
         self.manager.generate = ClusterGenerate(self.infer, self.config.env_manager, greedy=greedy)
         return self.manager.rollout(groups or self.groups, self.group_size, batch_seed=batch_seed)
+
+
+def _image_processor(model_path: str) -> Any:
+    """A vision-language policy's image processor (for image observations); None for a text policy."""
+    from roll.data.tiny_vl import is_vision_language, load_image_processor
+
+    return load_image_processor(model_path) if is_vision_language(model_path) else None
 
 
 def episode_record(episode: Episode, step: int) -> dict[str, Any]:

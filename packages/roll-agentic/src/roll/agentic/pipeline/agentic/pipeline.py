@@ -34,7 +34,7 @@ from roll.agentic.env_manager.manager import Rollout
 from roll.agentic.env_manager.slots import ResetOutcome, ResetRequest
 from roll.agentic.pipeline.agentic import AgenticConfig, GiGPOConfig
 from roll.agentic.pipeline.runtime import RolloutRuntime, plot_success
-from roll.agentic.types import EXPERT_ACTION
+from roll.agentic.types import EXPERT_ACTION, split_observation
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
@@ -272,17 +272,15 @@ def _expert_action(outcome: ResetOutcome) -> str:
 
 
 def _format_sample(enc: Any, outcome: ResetOutcome, answer: str) -> Sample:
-    messages = [
-        {"role": "system", "content": outcome.system_prompt},
-        {"role": "user", "content": outcome.observation},
-    ]
-    prompt = enc.prompt_ids(messages)
+    text, images = split_observation(outcome.observation)
+    messages = [{"role": "system", "content": outcome.system_prompt}, {"role": "user", "content": text}]
+    prompt, encoded = enc.prompt_with_images(messages, images)
     response = [*enc.encode(answer), enc.eos_token_id]
     return Sample(
         input_ids=prompt + response,
         loss_mask=[0] * len(prompt) + [1] * len(response),
         logp=[0.0] * (len(prompt) + len(response)),
-        score=0.0, group=0, episode=0, tag="warmup", success=False,
+        score=0.0, group=0, episode=0, tag="warmup", success=False, images=encoded,
     )  # fmt: skip
 
 
