@@ -25,14 +25,15 @@ side ran (min-max of samples every 0.5 s); and the ratios roll/TRL. Sides altern
 in odd rounds, TRL first in even ones) and their steady steps are pooled. Quote a ratio only when the load column
 stays under 1.5 on 2 cores: under load the side with more processes loses more.
 
-Same work: at step 1 both sides sample from the same model, so their completion lengths and hit-max shares agree
-(seed 0: 7.58 / 1.2% roll, 7.64 / 1.2% TRL; seeds 1 and 2 alike). Later steps can part: at lr 5e-4 from this
-weak start (accuracy ~0.1), GRPO on either side can drift into completions that run to the token limit and stay
-there, since the ``arithmetic`` reward reads the last ``answer is N`` and so still pays an answer followed by more
-text. Seen over 20 steps: TRL stuck there in 1 of 3 seeds (2), drifted and came back in seed 0; roll stuck in all
-3 (the ``hybrid`` placement gives bit-identical metrics, so the weight sync is not the cause). Then the sides no
-longer generate the same number of tokens: compare ``gen tokens/s``, and ``s/step`` only when the mean
-completion-length rows agree; ``--seed`` reruns both sides on another seed.
+Same work: at step 1 both sides sample from the same model, so their completion lengths and hit-max shares agree.
+Later steps part unless the start model is strong enough: with the quickstart's 90 warm-up steps (accuracy ~0.1 at
+step 1 here), GRPO at lr 5e-4 on either side could drift into completions that run to the token limit and stay
+there (the ``arithmetic`` reward reads the last ``answer is N``, so it still pays an answer followed by more text):
+roll in 3 of 3 seeds over 20 steps, TRL in 1 of 3, and roll again at 0.87 of completions at the limit over 30
+steps. The default warm-up is therefore 240 steps (accuracy ~0.19 at step 1): over 30 steps both sides then keep
+the same lengths (seed 0, quiet box: mean completion length 7.52 roll vs 7.27 TRL, 0.1% at the limit on both) and
+the same accuracy (0.30 vs 0.29 over the last 3 steps), so ``s/step`` compares equal work. Check the mean
+completion-length and hit-max rows before quoting ``s/step``; ``--seed`` reruns both sides on another seed.
 
 Run: ``uv run python benchmarks/bench_grpo_vs_trl.py --steps 10 [--rounds 2] [--placement hybrid]
 [--roll-set rollout.request_prompts=32]`` (the last: one generation request of all 32 prompts, 256 rows per
@@ -93,7 +94,7 @@ def run_measured(cmd: list[str], env: dict[str, str], loads: list[float] | None 
 
 
 def warm_model(folder: Path, steps: int, lr: float, threads: int) -> None:
-    """The quickstart's SFT warm-up, in plain torch: tiny-1m on 80 one-digit-sum SFT rows, batches of 32, the
+    """The quickstart's SFT warm-up (its data, batch size and lr; `steps` of them), in plain torch: tiny-1m on 80 one-digit-sum SFT rows, batches of 32, the
     loss on the assistant answer (and its ``<|im_end|>``) only. Saved as an HF folder both sides load, so both
     start from the same policy, one that answers in the format and stops at ``<|im_end|>``."""
     import torch
@@ -248,7 +249,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0, help="both sides' run seed (sampling, data order)")
-    parser.add_argument("--warmup-steps", type=int, default=90)
+    parser.add_argument("--warmup-steps", type=int, default=240)
     parser.add_argument("--rounds", type=int, default=1, help="alternate the sides this many times")
     parser.add_argument("--placement", choices=["separate", "hybrid"], default="separate")
     parser.add_argument(
