@@ -63,7 +63,7 @@ def _padded(rows: list[dict[str, Any]], pad: int) -> tuple[torch.Tensor, torch.T
     for i, r in enumerate(rows):
         ids[i, : len(r["ids"])] = torch.tensor(r["ids"])
         mask[i, : len(r["ids"])] = 1
-    vision = {k: [r[k] for r in rows] for k in C.VISION_COLUMNS}
+    vision = {k: [r[k] for r in rows] for k in C.IMAGE_COLUMNS}
     return ids, mask, vision
 
 
@@ -87,7 +87,7 @@ def test_greedy_decode_matches_transformers_generate(kit: dict[str, Any]) -> Non
     row = _row(kit, (40, 200, 60))
     hf = HFInferStrategy(model, HFInferConfig())
     params = SamplingParams(n=1, temperature=0.0, max_new_tokens=6, ignore_eos=True)
-    vision = {k: [row[k]] for k in C.VISION_COLUMNS}
+    vision = {k: [row[k]] for k in C.IMAGE_COLUMNS}
     ours = hf.generate([row["ids"]], params, vision=vision)[0].token_ids
     ids = torch.tensor([row["ids"]])
     mm = (ids == model.config.image_token_id).int()
@@ -115,7 +115,7 @@ def test_decode_never_samples_a_vision_marker(kit: dict[str, Any]) -> None:
     hook = model.lm_head.register_forward_hook(favour_the_pad)
     try:
         params = SamplingParams(n=4, temperature=1.0, max_new_tokens=4, ignore_eos=True)
-        vision = {k: [row[k]] for k in C.VISION_COLUMNS}
+        vision = {k: [row[k]] for k in C.IMAGE_COLUMNS}
         samples = HFInferStrategy(model, HFInferConfig()).generate([row["ids"]], params, vision=vision)
     finally:
         hook.remove()

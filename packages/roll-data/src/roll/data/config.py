@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 from roll.core.config.base import RollModel
 
 CanonicalField = Literal[
-    "prompt", "query", "response", "messages", "system", "chosen", "rejected", "ground_truth", "tag", "images"
+    "prompt", "query", "response", "messages", "system", "chosen", "rejected", "ground_truth", "tag", "images", "videos"
 ]
 CANONICAL_FIELDS: tuple[str, ...] = (
     "prompt",
@@ -29,6 +29,7 @@ CANONICAL_FIELDS: tuple[str, ...] = (
     "ground_truth",
     "tag",
     "images",
+    "videos",
 )
 
 SourceFormat = Literal[
