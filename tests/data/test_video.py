@@ -11,7 +11,7 @@ temporal patch 1 is (C, C), the last frame repeated. Tokens: ``t * 4 * 4 / 2**2`
 
 from __future__ import annotations
 
-import io
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +108,9 @@ def test_videos_load_from_lists_folders_and_gifs(tmp_path: Path) -> None:
 
 def test_bad_videos_name_the_row_video_frame_and_file(tmp_path: Path) -> None:
     (tmp_path / "junk.png").write_bytes(b"not an image")
-    with pytest.raises(DataError, match=r"row 3: videos\[1\].frames\[2\]: file .*junk.png.* not a readable image"):
+    with pytest.raises(
+        DataError, match=r"row 3: videos\[1\].frames\[2\]: file .*junk.png.* not a readable image"
+    ):
         load_video([_frame(RED), _frame(RED), str(tmp_path / "junk.png")], row=3, index=1)
     with pytest.raises(DataError, match=r"row 0: videos\[0\]: the video has no frames"):
         load_video([], row=0)
@@ -128,9 +130,13 @@ def test_markers_place_video_spans_and_count_videos() -> None:
     plain = [{"role": "system", "content": "s"}, {"role": "user", "content": "What moves?"}]
     both = place_vision_tokens(plain, {"videos": [[1]], "images": [_frame(RED)]})
     assert both[1]["content"] == IMAGE_SPAN + VIDEO_SPAN + "What moves?"  # images first, then videos
-    with pytest.raises(DataError, match=r"row 7: the text has 2 <video> placeholder\(s\) but the row has 1 video"):
+    with pytest.raises(
+        DataError, match=r"row 7: the text has 2 <video> placeholder\(s\) but the row has 1 video"
+    ):
         place_vision_tokens(msgs, {"videos": [[1]]}, index=7)
-    with pytest.raises(DataError, match=r"row 4: the text has 2 <video> placeholder\(s\) but the row has 0 video"):
+    with pytest.raises(
+        DataError, match=r"row 4: the text has 2 <video> placeholder\(s\) but the row has 0 video"
+    ):
         place_vision_tokens(msgs, {"videos": None}, index=4)  # the row's video removed
     assert place_vision_tokens(msgs, {})[0]["content"] == msgs[0]["content"]  # no videos column: plain text
 
@@ -145,13 +151,22 @@ def test_attach_expands_video_pads_and_a_removed_video_is_an_error(image_process
     ]
     out = attach_vision(rows, image_processor, image_pad_id=P, video_pad_id=V)
     assert out[0]["prompt_ids"] == [1, *[P] * 4, *[V] * 8, 2] and out[0]["length"] == 14
-    assert out[0][C.VIDEO_GRID_THW].tolist() == [[2, 4, 4]] and out[0][C.PIXEL_VALUES_VIDEOS].shape == (32, 384)
+    assert out[0][C.VIDEO_GRID_THW].tolist() == [[2, 4, 4]] and out[0][C.PIXEL_VALUES_VIDEOS].shape == (
+        32,
+        384,
+    )
     assert out[1]["input_ids"] == [1, *[V] * 4, 2, 3] and out[1]["labels"] == [-100] * 5 + [2, 3]
     assert out[1][C.PIXEL_VALUES] is None and out[1][C.VIDEO_GRID_THW].tolist() == [[1, 4, 4]]
     with pytest.raises(DataError, match=r"eval: row 0 has video placeholder tokens but no videos"):
-        attach_vision([{**rows[0], "videos": None}], image_processor, image_pad_id=P, video_pad_id=V, source="eval")
-    with pytest.raises(DataError, match=r"row 0: the tokenized prompt has 1 video placeholder token.* 2 video"):
-        attach_vision([{**rows[0], "videos": [video, video]}], image_processor, image_pad_id=P, video_pad_id=V)
+        attach_vision(
+            [{**rows[0], "videos": None}], image_processor, image_pad_id=P, video_pad_id=V, source="eval"
+        )
+    with pytest.raises(
+        DataError, match=r"row 0: the tokenized prompt has 1 video placeholder token.* 2 video"
+    ):
+        attach_vision(
+            [{**rows[0], "videos": [video, video]}], image_processor, image_pad_id=P, video_pad_id=V
+        )
     with pytest.raises(DataError, match=r"row 0 has videos but no video pad id"):
         attach_vision(rows, image_processor, image_pad_id=P)
 
@@ -184,7 +199,7 @@ def test_video_shapes_are_seeded_split_and_need_every_frame(level: int) -> None:
         assert 2 <= len(frames) <= 4 and task.verify(task.format_answer(p.answer), p.ground_truth)
         seen = [_shape_pixels(f) for f in frames]
         if level == 4:
-            assert seen[-1][0] == p.answer and all(x[0] != y[0] for x, y in zip(seen, seen[1:]))
+            assert seen[-1][0] == p.answer and all(x[0] != y[0] for x, y in itertools.pairwise(seen))
         else:
             (dx, dy) = (seen[-1][1] - seen[0][1], seen[-1][2] - seen[0][2])
             moved = {"left": -dx, "right": dx, "up": -dy, "down": dy}[p.answer]
@@ -213,7 +228,9 @@ def test_video_rows_tokenize_to_one_pad_then_expand(image_processor: Any) -> Non
     mapped, _ = tokenize_dataset(ds, kind="sft", tokenizer=tok, cfg=TokenizeConfig(max_length=256))
     rows = mapped.to_list()
     assert all(r["input_ids"].count(pad) == 1 for r in rows)
-    out = attach_vision(rows, image_processor, image_pad_id=tok.convert_tokens_to_ids("<|image_pad|>"), video_pad_id=pad)
+    out = attach_vision(
+        rows, image_processor, image_pad_id=tok.convert_tokens_to_ids("<|image_pad|>"), video_pad_id=pad
+    )
     for r, source in zip(out, ds):
         t = (len(source["videos"][0]) + 1) // 2
         assert r["input_ids"].count(pad) == 4 * t and r[C.VIDEO_GRID_THW].tolist() == [[t, 4, 4]]

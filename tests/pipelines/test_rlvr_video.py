@@ -9,10 +9,10 @@ from roll.core import columns as C
 from roll.core.config.loader import load_tree, validate
 from roll.pipelines.rlvr import RLVRConfig
 
-EXAMPLE = Path(__file__).parents[2] / "examples" / "vlm_rlvr.yaml"
-VIDEO_LEVEL = [
+EXAMPLE = Path(__file__).parents[2] / "examples" / "vlm_rlvr_video.yaml"
+SMALL = [  # the example's sources, fewer rows
     'data.sources=[{path: "builtin:shapes", builtin_kind: rl, max_samples: 8, builtin_options: {level: 4}}]',
-    'warmup.data.sources=[{path: "builtin:shapes", builtin_kind: sft, max_samples: 8, builtin_options: {level: 4}}]',
+    "data.eval_sources=[]",
 ]
 
 
@@ -21,11 +21,17 @@ def test_a_video_rlvr_config_validates_and_its_prompts_carry_the_frames() -> Non
     from roll.pipelines.common.data import load_image_processor_for, load_tokenizer, prepare_data
     from roll.pipelines.rlvr.data import IMAGE_COLUMNS, prompt_batch
 
-    cfg = validate(load_tree(EXAMPLE, VIDEO_LEVEL, model=RLVRConfig), RLVRConfig)
+    full = validate(load_tree(EXAMPLE, [], model=RLVRConfig), RLVRConfig)
+    assert full.data.sources[0].builtin_options == {"level": 4} and full.policy_model.path == "tiny-vl-1m"
+    cfg = validate(load_tree(EXAMPLE, SMALL, model=RLVRConfig), RLVRConfig)
     path = cfg.policy_model.path
     tokenizer = load_tokenizer(path)
     data = prepare_data(
-        cfg.data, cfg.tokenize, kind="prompt", tokenizer=tokenizer, image_processor=load_image_processor_for(path)
+        cfg.data,
+        cfg.tokenize,
+        kind="prompt",
+        tokenizer=tokenizer,
+        image_processor=load_image_processor_for(path),
     )
     pad = tokenizer.convert_tokens_to_ids("<|video_pad|>")
     for row in data.train:

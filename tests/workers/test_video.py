@@ -56,7 +56,9 @@ def _row(kit: dict[str, Any], frames: list[Image.Image], image: Image.Image | No
     """A chat prompt ``[image span] video span + question``, its pads expanded, with its vision columns."""
     tok = kit["tokenizer"]
     content = (IMAGE_SPAN if image else "") + VIDEO_SPAN + "What colour is the shape in the last frame?"
-    text = tok.apply_chat_template([{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )
     ids = tok(text, add_special_tokens=False)["input_ids"]
     row: dict[str, Any] = {k: None for k in C.VISION_COLUMNS}
     video, grid = encode_videos([frames], kit["processor"])
@@ -64,7 +66,9 @@ def _row(kit: dict[str, Any], frames: list[Image.Image], image: Image.Image | No
     row[C.PIXEL_VALUES_VIDEOS], row[C.VIDEO_GRID_THW] = video, grid
     if image is not None:
         pixels, image_grid = encode_images([image], kit["processor"])
-        ids, _ = expand_image_pads(ids, tokens_per_image(image_grid, 2), tok.convert_tokens_to_ids("<|image_pad|>"))
+        ids, _ = expand_image_pads(
+            ids, tokens_per_image(image_grid, 2), tok.convert_tokens_to_ids("<|image_pad|>")
+        )
         row[C.PIXEL_VALUES], row[C.IMAGE_GRID_THW] = pixels, image_grid
     return {"ids": ids, **row}
 
@@ -119,10 +123,19 @@ def test_an_image_and_a_video_in_one_row_get_their_own_grids(kit: dict[str, Any]
     row = _row(kit, _frames(RED, GREEN, BLUE), image=_frames(BLUE)[0])
     ids, mask, vision = _padded([row], 0)
     inputs = vision_inputs(model, ids, mask, vision)
-    assert set(inputs) == {"pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "position_ids"}
+    assert set(inputs) == {
+        "pixel_values",
+        "image_grid_thw",
+        "pixel_values_videos",
+        "video_grid_thw",
+        "position_ids",
+    }
     video_at = (ids[0] == model.config.video_token_id).nonzero().squeeze(-1)
     temporal = inputs["position_ids"][0, 0, video_at]
-    assert temporal[4:].tolist() == [int(temporal[0]) + 1] * 4 and temporal[:4].tolist() == [int(temporal[0])] * 4
+    assert (
+        temporal[4:].tolist() == [int(temporal[0]) + 1] * 4
+        and temporal[:4].tolist() == [int(temporal[0])] * 4
+    )
     with torch.no_grad():
         assert model(input_ids=ids, attention_mask=mask, **inputs).logits.shape[1] == ids.shape[1]
     stray = {**row, "ids": [*row["ids"], model.config.video_token_id]}
@@ -134,7 +147,9 @@ def test_an_image_and_a_video_in_one_row_get_their_own_grids(kit: dict[str, Any]
 class _NLL:
     needs_entropy = False
 
-    def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    def __call__(
+        self, output: ForwardOutput, micro_batch: MicroBatch
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         return -(output.logp_BT * micro_batch["loss_mask"]).sum(), {}
 
     def count_units(self, micro_batch: MicroBatch) -> float:
@@ -147,7 +162,9 @@ def test_fsdp2_scores_video_rows_like_hf_and_trains_the_vision_tower(kit: dict[s
     model = copy.deepcopy(kit["model"])
     strategy = FSDP2TrainStrategy(model, FSDP2Config(micro_batch_size=2, optimizer=OptimizerConfig(lr=1e-3)))
     hf_logp = HFInferStrategy(kit["model"]).compute_logprobs(ids, mask, vision=vision).logp_BT
-    torch.testing.assert_close(strategy.compute_logprobs(ids, mask, vision=vision).logp_BT, hf_logp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        strategy.compute_logprobs(ids, mask, vision=vision).logp_BT, hf_logp, atol=1e-5, rtol=0
+    )
     loss_mask = mask.clone()
     loss_mask[:, 0] = 0
     batch: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "loss_mask": loss_mask, **vision}
@@ -163,7 +180,7 @@ def test_vllm_request_carries_each_video_with_its_metadata() -> None:
     frames = _frames(RED, GREEN, BLUE)
     request = multimodal_prompt([1, 7, 7, 2, 8, 8, 8, 8, 3], [frames[0]], 7, [frames], 8)
     assert request["prompt_token_ids"] == [1, 7, 2, 8, 3]
-    (video, metadata), = request["multi_modal_data"]["video"]
+    ((video, metadata),) = request["multi_modal_data"]["video"]
     assert video.shape == (3, 32, 32, 3) and video.dtype == np.uint8 and tuple(video[2, 0, 0]) == BLUE
     assert metadata["total_num_frames"] == 3 and metadata["do_sample_frames"] is False
     assert len(request["multi_modal_data"]["image"]) == 1

@@ -16,7 +16,17 @@ from pydantic import Field, model_validator
 from roll.core.config.base import RollModel
 
 CanonicalField = Literal[
-    "prompt", "query", "response", "messages", "system", "chosen", "rejected", "ground_truth", "tag", "images", "videos"
+    "prompt",
+    "query",
+    "response",
+    "messages",
+    "system",
+    "chosen",
+    "rejected",
+    "ground_truth",
+    "tag",
+    "images",
+    "videos",
 ]
 CANONICAL_FIELDS: tuple[str, ...] = (
     "prompt",

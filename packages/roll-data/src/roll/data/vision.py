@@ -114,7 +114,13 @@ def place_vision_tokens(
 
 
 def place_spans(
-    messages: Sequence[Mapping[str, str]], n: int, marker: str, span: str, noun: str, *, row: int | None = None
+    messages: Sequence[Mapping[str, str]],
+    n: int,
+    marker: str,
+    span: str,
+    noun: str,
+    *,
+    row: int | None = None,
 ) -> list[dict[str, str]]:
     """Each ``marker`` replaced by ``span``; without markers, ``n`` spans lead the first user turn. A marker count
     that is neither 0 nor ``n`` raises naming the row and both counts."""
@@ -295,7 +301,10 @@ def collate_videos(
 
 
 def _cat_rows(
-    pixels: Sequence[torch.Tensor | None], grids: Sequence[torch.Tensor | None], pixels_key: str, grid_key: str
+    pixels: Sequence[torch.Tensor | None],
+    grids: Sequence[torch.Tensor | None],
+    pixels_key: str,
+    grid_key: str,
 ) -> dict[str, torch.Tensor]:
     import torch
 

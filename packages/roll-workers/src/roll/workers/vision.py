@@ -35,7 +35,9 @@ def vision_of(batch: Mapping[str, Any]) -> dict[str, list[Any]]:
 
 def has_media(vision: Vision | None) -> bool:
     """Whether any row of per-row vision columns has an image or a video."""
-    return any(p is not None for k in (C.PIXEL_VALUES, C.PIXEL_VALUES_VIDEOS) for p in (vision or {}).get(k, ()))
+    return any(
+        p is not None for k in (C.PIXEL_VALUES, C.PIXEL_VALUES_VIDEOS) for p in (vision or {}).get(k, ())
+    )
 
 
 def take_vision(vision: Vision | None, index: Sequence[int]) -> dict[str, list[Any]]:
@@ -84,7 +86,9 @@ def vision_inputs(
         attention_mask=attention_mask,
     )
     dtype = next(model.parameters()).dtype
-    pixels = {k: v.to(device=device, dtype=dtype) for k, v in {**images, **videos}.items() if k.startswith("pixel")}
+    pixels = {
+        k: v.to(device=device, dtype=dtype) for k, v in {**images, **videos}.items() if k.startswith("pixel")
+    }
     return {**pixels, **grids, "position_ids": position_ids}
 
 

@@ -155,7 +155,12 @@ class ShapesTask:
         key = f"{self.question}:{self.size}:{scenes}:{text}"
         frames = tuple(draw(scene, self.size) for scene in scenes)
         return Problem(
-            prompt=f"<video>{text}", answer=answer, ground_truth=answer, tag=self.tag, key=key, videos=(frames,)
+            prompt=f"<video>{text}",
+            answer=answer,
+            ground_truth=answer,
+            tag=self.tag,
+            key=key,
+            videos=(frames,),
         )
 
     def _single(self, rng: random.Random) -> tuple[list[Shape], str, str]:
