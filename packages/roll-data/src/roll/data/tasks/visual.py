@@ -15,8 +15,8 @@ level  question                                                     image     an
 ====== ============================================================ ========= ==========================
 
 Levels 4 and 5 are videos (a row's ``videos``, :mod:`roll.data.video`): one shape over 2 to ``frames`` frames.
-At level 4 it moves and changes colour every frame (never the same colour twice in a row), so the first frames
-name a wrong colour; at level 5 it keeps its colour and moves a few pixels a frame in one direction, which no
+At level 4 it moves and changes colour every frame (never the same colour twice in a row), so the frame before
+the last always names a wrong colour; at level 5 it keeps its colour and moves a few pixels a frame in one direction, which no
 single frame shows.
 
 Sizes are multiples of 16 (the tiny kit's patch 8 times merge 2), so no image is resized. A problem's key is its
