@@ -91,14 +91,16 @@ def test_a_repeated_frame_is_its_image_encoding_and_frames_keep_their_patches(im
 
 
 def test_videos_load_from_lists_folders_and_gifs(tmp_path: Path) -> None:
+    folder = tmp_path / "frames"
+    folder.mkdir()
     for i, colour in enumerate((RED, GREEN, BLUE)):
-        _frame(colour).save(tmp_path / f"f{i}.png")
-    (tmp_path / "notes.txt").write_text("not a frame")
+        _frame(colour).save(folder / f"f{i}.png")
+    (folder / "notes.txt").write_text("not a frame")
     gif = tmp_path / "clip.gif"
     _frame(RED).save(gif, save_all=True, append_images=[_frame(BLUE)], duration=100)
     for video, colours in [
-        ([tmp_path / "f0.png", _frame(GREEN)], [RED, GREEN]),
-        (str(tmp_path), [RED, GREEN, BLUE]),
+        ([folder / "f0.png", _frame(GREEN)], [RED, GREEN]),
+        (str(folder), [RED, GREEN, BLUE]),
         (gif, [RED, BLUE]),
     ]:
         frames = load_video(video)
