@@ -157,10 +157,10 @@ class _NLL:
 
 
 def test_fsdp2_scores_video_rows_like_hf_and_trains_the_vision_tower(kit: dict[str, Any]) -> None:
-    rows = [_row(kit, _frames(RED, c)) for c in (RED, GREEN, BLUE, GREEN)]
+    rows = [_row(kit, _frames(RED, c)) for c in (GREEN, BLUE)]
     ids, mask, vision = _padded(rows, kit["tokenizer"].pad_token_id)
     model = copy.deepcopy(kit["model"])
-    strategy = FSDP2TrainStrategy(model, FSDP2Config(micro_batch_size=2, optimizer=OptimizerConfig(lr=1e-3)))
+    strategy = FSDP2TrainStrategy(model, FSDP2Config(micro_batch_size=1, optimizer=OptimizerConfig(lr=1e-3)))
     hf_logp = HFInferStrategy(kit["model"]).compute_logprobs(ids, mask, vision=vision).logp_BT
     torch.testing.assert_close(
         strategy.compute_logprobs(ids, mask, vision=vision).logp_BT, hf_logp, atol=1e-5, rtol=0
@@ -169,7 +169,7 @@ def test_fsdp2_scores_video_rows_like_hf_and_trains_the_vision_tower(kit: dict[s
     loss_mask[:, 0] = 0
     batch: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "loss_mask": loss_mask, **vision}
     patch = model.model.visual.patch_embed.proj.weight.detach().clone()
-    losses = [strategy.train_step(batch, _NLL()).loss for _ in range(3)]
+    losses = [strategy.train_step(batch, _NLL()).loss for _ in range(2)]
     assert losses[-1] < losses[0], losses
     assert not torch.equal(patch, model.model.visual.patch_embed.proj.weight)
 
