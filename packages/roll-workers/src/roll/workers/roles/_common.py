@@ -77,7 +77,9 @@ def micro_batch(batch: Batch) -> dict[str, torch.Tensor]:
 def vision_columns(batch: Batch) -> dict[str, list[Any]]:
     """The batch's per-row image and video columns (``{}`` without either): strategies take them as ``vision=``,
     and only then, so text batches reach strategies without image support unchanged."""
-    columns = {k: list(batch.non_tensors[k]) for k in C.VISION_COLUMNS if k in batch.non_tensors}
+    columns: dict[str, list[Any]] = {
+        k: list(batch.non_tensors[k]) for k in C.VISION_COLUMNS if k in batch.non_tensors
+    }
     if not has_media(columns):
         return {}
     for raw in (C.IMAGES, C.VIDEOS):  # the raw media, for engines that process them themselves (vLLM)
