@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from _roles_helpers import TokenSumNLL
+from _vl_helpers import load_kit, padded
 from PIL import Image
 
 from roll.core import columns as C
@@ -26,9 +28,6 @@ from roll.data.vision import IMAGE_SPAN, encode_images, expand_image_pads, token
 from roll.workers.config import FSDP2Config, HFInferConfig, OptimizerConfig, SamplingParams
 from roll.workers.fsdp2 import FSDP2TrainStrategy
 from roll.workers.hf_infer import HFInferStrategy
-from roll.workers.roles.config import ModelConfig
-from roll.workers.roles.model import load_causal_lm
-from roll.workers.types import ForwardOutput, MicroBatch
 from roll.workers.vision import multimodal_prompt, vision_inputs, vision_token_ids
 
 RED, GREEN, BLUE = (230, 40, 40), (40, 200, 60), (60, 90, 240)
@@ -36,16 +35,7 @@ RED, GREEN, BLUE = (230, 40, 40), (40, 200, 60), (60, 90, 240)
 
 @pytest.fixture(scope="module")
 def kit() -> dict[str, Any]:
-    from transformers import AutoTokenizer
-
-    from roll.data.tiny_vl import load_image_processor, tiny_vl_model_path
-
-    path = tiny_vl_model_path("tiny-vl-1m")
-    return {
-        "model": load_causal_lm(ModelConfig(path=str(path)), "test"),
-        "tokenizer": AutoTokenizer.from_pretrained(path),
-        "processor": load_image_processor(str(path)),
-    }
+    return load_kit()
 
 
 def _frames(*colours: tuple[int, int, int]) -> list[Image.Image]:
@@ -74,13 +64,7 @@ def _row(kit: dict[str, Any], frames: list[Image.Image], image: Image.Image | No
 
 
 def _padded(rows: list[dict[str, Any]], pad: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[Any]]]:
-    T = max(len(r["ids"]) for r in rows)
-    ids = torch.full((len(rows), T), pad)
-    mask = torch.zeros((len(rows), T), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r["ids"])] = torch.tensor(r["ids"])
-        mask[i, : len(r["ids"])] = 1
-    return ids, mask, {k: [r[k] for r in rows] for k in C.VISION_COLUMNS}
+    return padded(rows, pad, C.VISION_COLUMNS)
 
 
 def test_a_different_last_frame_changes_the_logprobs(kit: dict[str, Any]) -> None:
@@ -144,18 +128,6 @@ def test_an_image_and_a_video_in_one_row_get_their_own_grids(kit: dict[str, Any]
         vision_inputs(model, ids2, mask2, vision2)
 
 
-class _NLL:
-    needs_entropy = False
-
-    def __call__(
-        self, output: ForwardOutput, micro_batch: MicroBatch
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        return -(output.logp_BT * micro_batch["loss_mask"]).sum(), {}
-
-    def count_units(self, micro_batch: MicroBatch) -> float:
-        return float(micro_batch["loss_mask"].sum())
-
-
 def test_fsdp2_scores_video_rows_like_hf_and_trains_the_vision_tower(kit: dict[str, Any]) -> None:
     rows = [_row(kit, _frames(RED, c)) for c in (GREEN, BLUE)]
     ids, mask, vision = _padded(rows, kit["tokenizer"].pad_token_id)
@@ -167,9 +139,9 @@ def test_fsdp2_scores_video_rows_like_hf_and_trains_the_vision_tower(kit: dict[s
     )
     loss_mask = mask.clone()
     loss_mask[:, 0] = 0
-    batch: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "loss_mask": loss_mask, **vision}
+    batch: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, C.RESPONSE_MASK: loss_mask, **vision}
     patch = model.model.visual.patch_embed.proj.weight.detach().clone()
-    losses = [strategy.train_step(batch, _NLL()).loss for _ in range(2)]
+    losses = [strategy.train_step(batch, TokenSumNLL()).loss for _ in range(2)]
     assert losses[-1] < losses[0], losses
     assert not torch.equal(patch, model.model.visual.patch_embed.proj.weight)
 

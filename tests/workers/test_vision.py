@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from _vl_helpers import load_kit, padded
 from PIL import Image
 
 from roll.core import columns as C
@@ -30,17 +31,7 @@ from roll.workers.vision import collapse_image_pads, multimodal_prompt, vision_t
 
 @pytest.fixture(scope="module")
 def kit() -> dict[str, Any]:
-    from transformers import AutoTokenizer
-
-    from roll.data.tiny_vl import load_image_processor, tiny_vl_model_path
-
-    path = tiny_vl_model_path("tiny-vl-1m")
-    return {
-        "path": str(path),
-        "model": load_causal_lm(ModelConfig(path=str(path)), "test"),
-        "tokenizer": AutoTokenizer.from_pretrained(path),
-        "processor": load_image_processor(str(path)),
-    }
+    return load_kit()
 
 
 def _row(
@@ -57,14 +48,7 @@ def _row(
 
 
 def _padded(rows: list[dict[str, Any]], pad: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[Any]]]:
-    T = max(len(r["ids"]) for r in rows)
-    ids = torch.full((len(rows), T), pad)
-    mask = torch.zeros((len(rows), T), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r["ids"])] = torch.tensor(r["ids"])
-        mask[i, : len(r["ids"])] = 1
-    vision = {k: [r[k] for r in rows] for k in C.IMAGE_COLUMNS}
-    return ids, mask, vision
+    return padded(rows, pad, C.IMAGE_COLUMNS)
 
 
 def test_a_different_image_changes_the_logprobs(kit: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ Canonical field names are roll's vocabulary for a row (``prompt``, ``response``,
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -28,19 +28,7 @@ CanonicalField = Literal[
     "images",
     "videos",
 ]
-CANONICAL_FIELDS: tuple[str, ...] = (
-    "prompt",
-    "query",
-    "response",
-    "messages",
-    "system",
-    "chosen",
-    "rejected",
-    "ground_truth",
-    "tag",
-    "images",
-    "videos",
-)
+CANONICAL_FIELDS: tuple[str, ...] = get_args(CanonicalField)
 
 SourceFormat = Literal[
     "auto", "jsonl", "json", "parquet", "csv", "arrow", "disk", "hub", "builtin", "reasoning_gym"
