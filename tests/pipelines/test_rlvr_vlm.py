@@ -50,7 +50,7 @@ def test_the_training_view_keeps_the_rows_images() -> None:
         {C.PIXEL_VALUES: pixels, C.IMAGE_GRID_THW: grids, "text": ["a", "b"]},
     )
     view = training_view(batch, (C.INPUT_IDS,))
-    assert set(view.tensors) == {C.INPUT_IDS} and set(view.non_tensors) == set(C.VISION_COLUMNS)
+    assert set(view.tensors) == {C.INPUT_IDS} and set(view.non_tensors) == set(C.IMAGE_COLUMNS)
     assert torch.equal(view.non_tensors[C.PIXEL_VALUES][0], pixels[0])
     assert not training_view(Batch({C.INPUT_IDS: torch.zeros(2, 3)}), (C.INPUT_IDS,)).non_tensors
 

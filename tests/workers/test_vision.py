@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from _vl_helpers import load_kit, padded
 from PIL import Image
 
 from roll.core import columns as C
@@ -30,17 +31,7 @@ from roll.workers.vision import collapse_image_pads, multimodal_prompt, vision_t
 
 @pytest.fixture(scope="module")
 def kit() -> dict[str, Any]:
-    from transformers import AutoTokenizer
-
-    from roll.data.tiny_vl import load_image_processor, tiny_vl_model_path
-
-    path = tiny_vl_model_path("tiny-vl-1m")
-    return {
-        "path": str(path),
-        "model": load_causal_lm(ModelConfig(path=str(path)), "test"),
-        "tokenizer": AutoTokenizer.from_pretrained(path),
-        "processor": load_image_processor(str(path)),
-    }
+    return load_kit()
 
 
 def _row(
@@ -57,14 +48,7 @@ def _row(
 
 
 def _padded(rows: list[dict[str, Any]], pad: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[Any]]]:
-    T = max(len(r["ids"]) for r in rows)
-    ids = torch.full((len(rows), T), pad)
-    mask = torch.zeros((len(rows), T), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r["ids"])] = torch.tensor(r["ids"])
-        mask[i, : len(r["ids"])] = 1
-    vision = {k: [r[k] for r in rows] for k in C.VISION_COLUMNS}
-    return ids, mask, vision
+    return padded(rows, pad, C.IMAGE_COLUMNS)
 
 
 def test_a_different_image_changes_the_logprobs(kit: dict[str, Any]) -> None:
@@ -87,7 +71,7 @@ def test_greedy_decode_matches_transformers_generate(kit: dict[str, Any]) -> Non
     row = _row(kit, (40, 200, 60))
     hf = HFInferStrategy(model, HFInferConfig())
     params = SamplingParams(n=1, temperature=0.0, max_new_tokens=6, ignore_eos=True)
-    vision = {k: [row[k]] for k in C.VISION_COLUMNS}
+    vision = {k: [row[k]] for k in C.IMAGE_COLUMNS}
     ours = hf.generate([row["ids"]], params, vision=vision)[0].token_ids
     ids = torch.tensor([row["ids"]])
     mm = (ids == model.config.image_token_id).int()
@@ -115,7 +99,7 @@ def test_decode_never_samples_a_vision_marker(kit: dict[str, Any]) -> None:
     hook = model.lm_head.register_forward_hook(favour_the_pad)
     try:
         params = SamplingParams(n=4, temperature=1.0, max_new_tokens=4, ignore_eos=True)
-        vision = {k: [row[k]] for k in C.VISION_COLUMNS}
+        vision = {k: [row[k]] for k in C.IMAGE_COLUMNS}
         samples = HFInferStrategy(model, HFInferConfig()).generate([row["ids"]], params, vision=vision)
     finally:
         hook.remove()

@@ -102,10 +102,13 @@ TEXT: Final = "text"
 SUCCESS: Final = "success"
 """Agentic: whether the episode reached the env's goal."""
 
-# ---- images (vision-language rows; ragged per row, so non-tensor columns) --------------------------------------
+# ---- images and videos (vision-language rows; ragged per row, so non-tensor columns) ---------------------------
 IMAGES: Final = "images"
 """A row's images as given (PIL images, paths, bytes or ``{"bytes", "path"}`` dicts): what vLLM's
 ``multi_modal_data`` receives."""
+VIDEOS: Final = "videos"
+"""A row's videos as given: a list of videos, each a list of frames (any form :data:`IMAGES` takes) or the path
+of a folder of frames or of an animated image (GIF); see :mod:`roll.data.video`."""
 PIXEL_VALUES: Final = "pixel_values"
 """A row's image patches, all its images concatenated: a float tensor ``[patches, channels * patch area]`` as
 the image processor flattens them (``None`` for a row without images). A model's ``pixel_values`` argument is
@@ -113,5 +116,14 @@ the concatenation over the rows of a micro-batch (:func:`roll.data.vision.collat
 IMAGE_GRID_THW: Final = "image_grid_thw"
 """A row's patch grid per image: a long tensor ``[images, 3]`` (temporal, height, width; ``None`` without
 images). It fixes how many ``<|image_pad|>`` tokens each image fills and the 3-D rotary positions."""
-VISION_COLUMNS: Final = (PIXEL_VALUES, IMAGE_GRID_THW)
-"""The per-row columns a vision-language forward needs beside the token columns."""
+PIXEL_VALUES_VIDEOS: Final = "pixel_values_videos"
+"""A row's video patches, all its videos concatenated: a float tensor ``[patches, channels * temporal patch *
+patch area]`` (``None`` for a row without videos); the model's ``pixel_values_videos`` argument."""
+VIDEO_GRID_THW: Final = "video_grid_thw"
+"""A row's patch grid per video: a long tensor ``[videos, 3]`` (``t`` = frames / temporal patch size, height,
+width; ``None`` without videos). It fixes how many ``<|video_pad|>`` tokens each video fills."""
+IMAGE_COLUMNS: Final = (PIXEL_VALUES, IMAGE_GRID_THW)
+VIDEO_COLUMNS: Final = (PIXEL_VALUES_VIDEOS, VIDEO_GRID_THW)
+VISION_COLUMNS: Final = IMAGE_COLUMNS + VIDEO_COLUMNS
+"""The per-row columns a vision-language forward needs beside the token columns. A batch may hold only the image
+pair (rows from a source without videos); readers treat a missing pair as ``None`` in every row."""

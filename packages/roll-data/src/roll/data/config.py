@@ -9,16 +9,13 @@ Canonical field names are roll's vocabulary for a row (``prompt``, ``response``,
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, model_validator
 
 from roll.core.config.base import RollModel
 
 CanonicalField = Literal[
-    "prompt", "query", "response", "messages", "system", "chosen", "rejected", "ground_truth", "tag", "images"
-]
-CANONICAL_FIELDS: tuple[str, ...] = (
     "prompt",
     "query",
     "response",
@@ -29,7 +26,9 @@ CANONICAL_FIELDS: tuple[str, ...] = (
     "ground_truth",
     "tag",
     "images",
-)
+    "videos",
+]
+CANONICAL_FIELDS: tuple[str, ...] = get_args(CanonicalField)
 
 SourceFormat = Literal[
     "auto", "jsonl", "json", "parquet", "csv", "arrow", "disk", "hub", "builtin", "reasoning_gym"

@@ -312,7 +312,7 @@ def _json_kind(value: Any) -> type:
     return float if type(value) is int else type(value)  # 3 and 3.5 load as one float column
 
 
-_ROW_OPTIONAL = frozenset({"system", "images", "tag"})
+_ROW_OPTIONAL = frozenset({"system", "images", "videos", "tag"})
 """Canonical fields a row may leave out while others have them; every other loaded field is required per row."""
 
 

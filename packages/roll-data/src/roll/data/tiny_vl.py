@@ -185,7 +185,8 @@ def _save(spec: TinyVLPreset, seed: int, folder: Path) -> None:
 def load_image_processor(path: str) -> Any:
     """The image processor of a model folder or hub id (``AutoImageProcessor``; a tiny preset name resolves to its
     folder first). Not ``AutoProcessor``: for Qwen2-VL that also builds the video processor, which needs
-    torchvision; images need only this and the tokenizer."""
+    torchvision; images need only this and the tokenizer, and so do videos, whose frames this processor encodes
+    (:mod:`roll.data.video`)."""
     from transformers import AutoImageProcessor
 
     from roll.data.tiny import resolve_model_path

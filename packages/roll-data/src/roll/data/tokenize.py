@@ -35,7 +35,7 @@ from roll.core.errors import DataError
 from roll.data.config import TokenizeConfig
 from roll.data.loading import AnyDataset, ensure_not_empty, require_columns
 from roll.data.templates import Message, render, row_messages, segments
-from roll.data.vision import place_image_tokens, row_images
+from roll.data.vision import place_vision_tokens
 
 log = logging.getLogger(__name__)
 
@@ -183,10 +183,8 @@ def encode_sft(batch: Batch, indices: Sequence[int], *, tokenizer: Any, cfg: Tok
 
 
 def _messages(row: Mapping[str, Any], index: int, *, with_response: bool) -> list[Message]:
-    """The row's conversation; with images, their vision tokens in place (see :mod:`roll.data.vision`)."""
-    messages = row_messages(row, with_response=with_response)
-    images = row_images(row)
-    return place_image_tokens(messages, len(images), row=index) if images else messages
+    """The row's conversation; with images or videos, their vision tokens in place (see :mod:`roll.data.vision`)."""
+    return place_vision_tokens(row_messages(row, with_response=with_response), row, index=index)
 
 
 def _append(out: Batch, **values: Any) -> None:

@@ -16,12 +16,17 @@ marker, the images go at the start of the first user turn. Three pure steps turn
 :data:`roll.core.columns.PIXEL_VALUES` and :data:`~roll.core.columns.IMAGE_GRID_THW`), so any row split (data
 parallel, micro-batches) keeps each row's images with it; :func:`collate_vision` concatenates the rows of one
 forward. Errors name the row, the image and the file.
+
+Videos (a row's ``videos``, ``<video>`` markers) take the same three steps with ``<|video_pad|>`` and the columns
+:data:`~roll.core.columns.PIXEL_VALUES_VIDEOS` / :data:`~roll.core.columns.VIDEO_GRID_THW`
+(:func:`place_vision_tokens`, :func:`roll.data.video.encode_videos`, :func:`attach_vision`,
+:func:`collate_videos`); :mod:`roll.data.video` says how frames become patches.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,11 +53,12 @@ def row_images(row: Mapping[str, Any]) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def load_image(value: Any, *, row: int | None = None, index: int = 0) -> Image:
-    """An RGB PIL image from a PIL image, a path, bytes or a ``{"bytes", "path"}`` dict; errors name the file."""
+def load_image(value: Any, *, row: int | None = None, index: int = 0, field: str = "images") -> Image:
+    """An RGB PIL image from a PIL image, a path, bytes or a ``{"bytes", "path"}`` dict; errors name the row, the
+    ``field`` (``images``, or a video's ``videos[v].frames``) with the index, and the file."""
     from PIL import Image as PILImage
 
-    where = f"row {row}: images[{index}]" if row is not None else f"images[{index}]"
+    where = f"row {row}: {field}[{index}]" if row is not None else f"{field}[{index}]"
     if isinstance(value, PILImage.Image):
         return value.convert("RGB")
     if isinstance(value, Mapping):
@@ -89,21 +95,48 @@ def place_image_tokens(
 ) -> list[dict[str, str]]:
     """``messages`` with each ``<image>`` replaced by the vision span; images without markers lead the first user
     turn. More markers than images, or fewer (but some), raise naming the row."""
-    count = sum(m["content"].count(IMAGE_PLACEHOLDER) for m in messages)
+    return place_spans(messages, num_images, IMAGE_PLACEHOLDER, IMAGE_SPAN, "image", row=row)
+
+
+def place_vision_tokens(
+    messages: Sequence[Mapping[str, str]], row: Mapping[str, Any], *, index: int | None = None
+) -> list[dict[str, str]]:
+    """``messages`` with the row's image and video spans in place: unmarked images lead the first user turn, then
+    unmarked videos. Videos are placed whenever the row has a ``videos`` column (even an empty one), so a
+    ``<video>`` marker without its video is an error; images only when the row has some, as before."""
+    from roll.data.video import VIDEO_PLACEHOLDER, VIDEO_SPAN, row_videos
+
+    out = [dict(m) for m in messages]
+    if C.VIDEOS in row:
+        out = place_spans(out, len(row_videos(row)), VIDEO_PLACEHOLDER, VIDEO_SPAN, "video", row=index)
+    images = row_images(row)
+    return place_image_tokens(out, len(images), row=index) if images else out
+
+
+def place_spans(
+    messages: Sequence[Mapping[str, str]],
+    n: int,
+    marker: str,
+    span: str,
+    noun: str,
+    *,
+    row: int | None = None,
+) -> list[dict[str, str]]:
+    """Each ``marker`` replaced by ``span``; without markers, ``n`` spans lead the first user turn. A marker count
+    that is neither 0 nor ``n`` raises naming the row and both counts."""
+    count = sum(m["content"].count(marker) for m in messages)
     where = f"row {row}" if row is not None else "a row"
-    if count > num_images or 0 < count < num_images:
+    if count > n or 0 < count < n:
         raise DataError(
-            f"{where}: the text has {count} {IMAGE_PLACEHOLDER} placeholder(s) but the row has {num_images} "
-            f"image(s); give one image per placeholder (or no placeholders: images then lead the first user turn)"
+            f"{where}: the text has {count} {marker} placeholder(s) but the row has {n} {noun}(s); give one "
+            f"{noun} per placeholder (or no placeholders: {noun}s then lead the first user turn)"
         )
-    out = [
-        {"role": m["role"], "content": m["content"].replace(IMAGE_PLACEHOLDER, IMAGE_SPAN)} for m in messages
-    ]
-    if count == 0 and num_images:
+    out = [{"role": m["role"], "content": m["content"].replace(marker, span)} for m in messages]
+    if count == 0 and n:
         first_user = next((i for i, m in enumerate(out) if m["role"] == "user"), None)
         if first_user is None:
-            raise DataError(f"{where}: {num_images} image(s) but no user turn to put them in")
-        out[first_user]["content"] = IMAGE_SPAN * num_images + out[first_user]["content"]
+            raise DataError(f"{where}: {n} {noun}(s) but no user turn to put them in")
+        out[first_user]["content"] = span * n + out[first_user]["content"]
     return out
 
 
@@ -119,15 +152,16 @@ def expand_image_pads(
     labels: Sequence[int] | None = None,
     *,
     row: int | None = None,
+    noun: str = "image",
 ) -> tuple[list[int], list[int] | None]:
     """Each ``pad_id`` of ``ids`` repeated ``counts[i]`` times (labels there: -100). The number of pads must equal
-    the number of images; otherwise the error names the row and both counts."""
+    the number of images (``noun``: or videos); otherwise the error names the row and both counts."""
     found = sum(1 for t in ids if t == pad_id)
     if found != len(counts):
         where = f"row {row}" if row is not None else "a row"
         raise DataError(
-            f"{where}: the tokenized prompt has {found} image placeholder token(s) but the row has {len(counts)} "
-            "image(s) (was it truncated, or did the text hold <|image_pad|> itself?)"
+            f"{where}: the tokenized prompt has {found} {noun} placeholder token(s) but the row has {len(counts)} "
+            f"{noun}(s) (was it truncated, or did the text hold <|{noun}_pad|> itself?)"
         )
     out_ids: list[int] = []
     out_labels: list[int] | None = [] if labels is not None else None
@@ -147,56 +181,105 @@ def encode_images(images: Sequence[Image], image_processor: Any) -> tuple[torch.
 
 
 def attach_vision(
-    rows: Sequence[dict[str, Any]], image_processor: Any, *, image_pad_id: int, source: str = "data"
+    rows: Sequence[dict[str, Any]],
+    image_processor: Any,
+    *,
+    image_pad_id: int,
+    video_pad_id: int | None = None,
+    source: str = "data",
 ) -> list[dict[str, Any]]:
-    """Tokenized rows with their images encoded: ``pixel_values`` and ``image_grid_thw`` per row, the image pads of
-    ``prompt_ids`` (prompt rows) or ``input_ids``/``labels`` (SFT rows) expanded, ``length`` updated.
+    """Tokenized rows with their images and videos encoded: ``pixel_values``/``image_grid_thw`` and
+    ``pixel_values_videos``/``video_grid_thw`` per row, the pads of ``prompt_ids`` (prompt rows) or
+    ``input_ids``/``labels`` (SFT rows) expanded, ``length`` updated.
 
-    Rows without images get ``None`` in both columns. ``source`` names the data in errors.
+    Rows without images (videos) get ``None`` in that pair. Videos need ``video_pad_id`` (their frames are encoded
+    by :func:`roll.data.video.encode_videos` with the same image processor). ``source`` names the data in errors.
     """
+    from roll.data.video import encode_row_videos, row_videos
+
     merge = int(getattr(image_processor, "merge_size", 1) or 1)
     out = []
     for index, row in enumerate(rows):
-        images = row_images(row)
         new = dict(row)
-        new[C.PIXEL_VALUES], new[C.IMAGE_GRID_THW] = None, None
-        if images:
-            try:
-                loaded = [load_image(v, row=index, index=i) for i, v in enumerate(images)]
-            except DataError as err:
-                raise DataError(f"{source}: {err}", row=index) from err
-            pixels, grid = encode_images(loaded, image_processor)
-            _expand_row(new, tokens_per_image(grid, merge), image_pad_id, index, source)
-            new[C.PIXEL_VALUES], new[C.IMAGE_GRID_THW] = pixels, grid
-        elif any(t == image_pad_id for t in _ids_of(new)):
-            raise DataError(f"{source}: row {index} has image placeholder tokens but no images", row=index)
+        videos = row_videos(row)
+        if videos and video_pad_id is None:
+            raise DataError(f"{source}: row {index} has videos but no video pad id was given", row=index)
+        image_pair = _encoded(row_images(row), index, source, encode_row_images, image_processor)
+        _attach_one(new, index, source, "image", image_pad_id, merge, C.IMAGE_COLUMNS, image_pair)
+        video_pair = _encoded(videos, index, source, encode_row_videos, image_processor)
+        _attach_one(new, index, source, "video", video_pad_id, merge, C.VIDEO_COLUMNS, video_pair)
         out.append(new)
     return out
+
+
+Encoded = tuple["torch.Tensor", "torch.Tensor"]
+
+
+def encode_row_images(images: Sequence[Any], image_processor: Any, *, row: int) -> Encoded:
+    """Load (errors name the row, the image and the file) and encode one row's images."""
+    return encode_images([load_image(v, row=row, index=i) for i, v in enumerate(images)], image_processor)
+
+
+def _encoded(
+    items: Sequence[Any], index: int, source: str, encode: Callable[..., Encoded], image_processor: Any
+) -> Encoded | None:
+    if not items:
+        return None
+    try:
+        return encode(items, image_processor, row=index)
+    except DataError as err:
+        raise DataError(f"{source}: {err}", row=index) from err
+
+
+def _attach_one(
+    row: dict[str, Any],
+    index: int,
+    source: str,
+    noun: str,
+    pad_id: int | None,
+    merge: int,
+    columns: tuple[str, str],
+    encoded: Encoded | None,
+) -> None:
+    """One modality of :func:`attach_vision`: its two columns (``None`` without items) and its pads expanded."""
+    pixels_col, grid_col = columns
+    row[pixels_col], row[grid_col] = None, None
+    if encoded is not None and pad_id is not None:
+        pixels, grid = encoded
+        _expand_row(row, tokens_per_image(grid, merge), pad_id, index, source, noun)
+        row[pixels_col], row[grid_col] = pixels, grid
+    elif pad_id is not None and any(t == pad_id for t in _ids_of(row)):
+        raise DataError(f"{source}: row {index} has {noun} placeholder tokens but no {noun}s", row=index)
 
 
 def _ids_of(row: Mapping[str, Any]) -> list[int]:
     return list(row.get("prompt_ids") or row.get("input_ids") or [])
 
 
-def _expand_row(row: dict[str, Any], counts: list[int], pad_id: int, index: int, source: str) -> None:
+def _expand_row(
+    row: dict[str, Any], counts: list[int], pad_id: int, index: int, source: str, noun: str = "image"
+) -> None:
     try:
         if "prompt_ids" in row:
-            row["prompt_ids"], _ = expand_image_pads(row["prompt_ids"], counts, pad_id, row=index)
+            row["prompt_ids"], _ = expand_image_pads(row["prompt_ids"], counts, pad_id, row=index, noun=noun)
             row["length"] = len(row["prompt_ids"])
         else:
-            ids, labels = expand_image_pads(row["input_ids"], counts, pad_id, row["labels"], row=index)
+            ids, labels = expand_image_pads(
+                row["input_ids"], counts, pad_id, row["labels"], row=index, noun=noun
+            )
             row["input_ids"], row["labels"], row["length"] = ids, labels, len(ids)
     except DataError as err:
         raise DataError(f"{source}: {err}", row=index) from err
 
 
 def has_vision(rows: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether any row carries encoded images."""
-    return any(r.get(C.PIXEL_VALUES) is not None for r in rows)
+    """Whether any row carries encoded images or videos."""
+    return any(r.get(C.PIXEL_VALUES) is not None or r.get(C.PIXEL_VALUES_VIDEOS) is not None for r in rows)
 
 
 def vision_columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """The per-row vision columns of ``rows`` (for a Batch's non-tensor columns); empty when no row has images."""
+    """The per-row vision columns of ``rows`` (for a Batch's non-tensor columns); empty when no row has images or
+    videos."""
     if not has_vision(rows):
         return {}
     return {name: [r.get(name) for r in rows] for name in C.VISION_COLUMNS}
@@ -207,10 +290,25 @@ def collate_vision(
 ) -> dict[str, torch.Tensor]:
     """A forward's ``pixel_values`` ``[sum patches, D]`` and ``image_grid_thw`` ``[sum images, 3]`` from per-row
     values (in row order, rows without images skipped); ``{}`` when no row has images."""
+    return _cat_rows(pixel_values, image_grid_thw, "pixel_values", "image_grid_thw")
+
+
+def collate_videos(
+    pixel_values_videos: Sequence[torch.Tensor | None], video_grid_thw: Sequence[torch.Tensor | None]
+) -> dict[str, torch.Tensor]:
+    """:func:`collate_vision` for videos: ``pixel_values_videos`` and ``video_grid_thw``."""
+    return _cat_rows(pixel_values_videos, video_grid_thw, "pixel_values_videos", "video_grid_thw")
+
+
+def _cat_rows(
+    pixels: Sequence[torch.Tensor | None],
+    grids: Sequence[torch.Tensor | None],
+    pixels_key: str,
+    grid_key: str,
+) -> dict[str, torch.Tensor]:
     import torch
 
-    pixels = [p for p in pixel_values if p is not None]
-    grids = [g for g in image_grid_thw if g is not None]
-    if not pixels:
+    kept = [p for p in pixels if p is not None]
+    if not kept:
         return {}
-    return {"pixel_values": torch.cat(pixels), "image_grid_thw": torch.cat(grids)}
+    return {pixels_key: torch.cat(kept), grid_key: torch.cat([g for g in grids if g is not None])}

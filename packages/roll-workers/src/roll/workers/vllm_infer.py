@@ -225,8 +225,8 @@ class VLLMInferStrategy:
         left out. Sample ``s`` of prompt ``p`` is one request with vLLM seed ``derive_seed(seeds[p], s)`` (without
         ``seeds``: ``derive_seed(derive_seed(params.seed, p), s)``, or the engine's RNG when unseeded).
 
-        ``vision``: per-prompt image columns; the raw ``images`` go to vLLM as ``multi_modal_data`` (see
-        :func:`roll.workers.vision.multimodal_prompt`)."""
+        ``vision``: per-prompt image and video columns; the raw ``images`` and ``videos`` go to vLLM as
+        ``multi_modal_data`` (see :func:`roll.workers.vision.multimodal_prompt`)."""
         if params.stop_strings and self.config.skip_tokenizer_init:
             raise DataError("stop_strings need the tokenizer; set skip_tokenizer_init: false")
         if seeds is not None and len(seeds) != len(prompts):
@@ -235,6 +235,7 @@ class VLLMInferStrategy:
             )
         call = next(self._calls)
         images = list((vision or {}).get(C.IMAGES) or [None] * len(prompts))
+        videos = list((vision or {}).get(C.VIDEOS) or [None] * len(prompts))
         coros = [
             self._generate_one(
                 list(prompt),
@@ -244,6 +245,7 @@ class VLLMInferStrategy:
                 sample_index=s,
                 seed=sample_seed(params.seed, None if seeds is None else seeds[p], p, s),
                 images=images[p],
+                videos=videos[p],
             )
             for p, prompt in enumerate(prompts)
             for s in range(params.n)
@@ -251,13 +253,15 @@ class VLLMInferStrategy:
         results = self._run(_gather(coros), f"generate ({len(coros)} samples)")
         return [r for r in results if r is not None]
 
-    def _image_token_id(self) -> int | None:
-        """The model's ``image_token_id`` (read from its config once, when the first image prompt comes)."""
-        if not hasattr(self, "_image_token"):
+    def _token_id(self, name: str) -> int | None:
+        """The model's ``image_token_id`` or ``video_token_id`` (read from its config once, when the first image or
+        video prompt comes)."""
+        if not hasattr(self, "_media_tokens"):
             from transformers import AutoConfig
 
-            self._image_token = getattr(AutoConfig.from_pretrained(self.model_path), "image_token_id", None)
-        return self._image_token
+            config = AutoConfig.from_pretrained(self.model_path)
+            self._media_tokens = {n: getattr(config, n, None) for n in ("image_token_id", "video_token_id")}
+        return self._media_tokens.get(name)
 
     def submit(
         self,
@@ -297,11 +301,18 @@ class VLLMInferStrategy:
         sample_index: int,
         seed: int | None,
         images: Sequence[Any] | None = None,
+        videos: Sequence[Any] | None = None,
     ) -> GeneratedSample | None:
         vllm_params = to_vllm_params(params, seed=seed, detokenize=not self.config.skip_tokenizer_init)
         version = self._policy_version
         final = None
-        request = multimodal_prompt(prompt, images, self._image_token_id() if images else None)
+        request = multimodal_prompt(
+            prompt,
+            images,
+            self._token_id("image_token_id") if images else None,
+            videos,
+            self._token_id("video_token_id") if videos else None,
+        )
         async for out in self.engine.generate(request, vllm_params, request_id, lora_request=self._lora):
             final = out
         if final is None or not final.outputs:

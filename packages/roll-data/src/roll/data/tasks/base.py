@@ -34,7 +34,8 @@ class Problem:
 
     ``ground_truth`` is what a verifier receives (for arithmetic the same as ``answer``); ``key`` identifies the
     problem for de-duplication and splitting; ``tag`` routes it to a reward worker by domain. ``images`` (PIL
-    images) go with the prompt, each where its ``<image>`` marker is (visual tasks).
+    images) go with the prompt, each where its ``<image>`` marker is (visual tasks); ``videos`` (each a tuple of
+    PIL frames) where their ``<video>`` markers are.
     """
 
     prompt: str
@@ -43,6 +44,7 @@ class Problem:
     tag: str
     key: str
     images: tuple[Any, ...] = ()
+    videos: tuple[tuple[Any, ...], ...] = ()
 
 
 @runtime_checkable
@@ -121,6 +123,8 @@ def _base_row(problem: Problem) -> dict[str, Any]:
     row: dict[str, Any] = {"ground_truth": problem.ground_truth, "tag": problem.tag}
     if problem.images:
         row["images"] = list(problem.images)
+    if problem.videos:
+        row["videos"] = [list(frames) for frames in problem.videos]
     return row
 
 

@@ -30,7 +30,8 @@ from roll.data.collate import collate_sft
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.data.loading import AnyDataset, load_data
 from roll.data.tokenize import IGNORE_INDEX, Kind, LengthReport, tokenize_dataset
-from roll.data.vision import IMAGE_PAD, attach_vision, row_images, vision_columns
+from roll.data.video import row_videos
+from roll.data.vision import IMAGE_PAD, VIDEO_PAD, attach_vision, row_images, vision_columns
 
 logger = logging.getLogger(__name__)
 
@@ -80,15 +81,16 @@ def prepare_data(
 
 
 def _with_images(rows: list[Row], image_processor: Any, tokenizer: Any, source: str) -> list[Row]:
-    if not any(row_images(r) for r in rows):
+    with_images = any(row_images(r) for r in rows)
+    if not with_images and not any(row_videos(r) for r in rows):
         return rows
     if image_processor is None:
         raise DataError(
-            f"{source}: rows carry images but the model is not a vision-language model (no image processor); "
-            "use a VLM (a tiny-vl-* preset, a Qwen2-VL / Qwen2.5-VL folder or hub id)"
+            f"{source}: rows carry {'images' if with_images else 'videos'} but the model is not a vision-language "
+            "model (no image processor); use a VLM (a tiny-vl-* preset, a Qwen2-VL / Qwen2.5-VL folder or hub id)"
         )
-    pad_id = tokenizer.convert_tokens_to_ids(IMAGE_PAD)
-    return attach_vision(rows, image_processor, image_pad_id=pad_id, source=source)
+    pad_id, video_pad_id = (tokenizer.convert_tokens_to_ids(t) for t in (IMAGE_PAD, VIDEO_PAD))
+    return attach_vision(rows, image_processor, image_pad_id=pad_id, video_pad_id=video_pad_id, source=source)
 
 
 def load_image_processor_for(model_path: str) -> Any:

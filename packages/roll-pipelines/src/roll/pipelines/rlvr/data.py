@@ -21,8 +21,8 @@ from roll.data.vision import vision_columns
 Row = dict[str, Any]
 PROMPT_COLUMNS = (C.PROMPT, C.GROUND_TRUTH, C.TAG)
 CARRY_COLUMNS = PROMPT_COLUMNS
-IMAGE_COLUMNS = (*C.VISION_COLUMNS, C.IMAGES)
-"""What image prompts also carry into their samples (patches for training, raw images for vLLM)."""
+IMAGE_COLUMNS = (*C.VISION_COLUMNS, C.IMAGES, C.VIDEOS)
+"""What image and video prompts also carry into their samples (patches for training, raw media for vLLM)."""
 
 
 def prompt_batch(rows: Sequence[Row]) -> Batch:
@@ -34,6 +34,7 @@ def prompt_batch(rows: Sequence[Row]) -> Batch:
     if images:
         columns.update(images)
         columns[C.IMAGES] = [r.get(C.IMAGES) for r in rows]
+        columns[C.VIDEOS] = [r.get(C.VIDEOS) for r in rows]
     return Batch({}, columns)
 
 

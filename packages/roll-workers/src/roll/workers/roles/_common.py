@@ -21,6 +21,7 @@ from roll.workers.types import (
     ScoringStrategy,
     TrainStrategy,
 )
+from roll.workers.vision import has_media
 
 
 def strategy_spec(name: str, kind: str, role: str) -> StrategySpec:
@@ -74,15 +75,16 @@ def micro_batch(batch: Batch) -> dict[str, torch.Tensor]:
 
 
 def vision_columns(batch: Batch) -> dict[str, list[Any]]:
-    """The batch's per-row image columns (``{}`` without images): strategies take them as ``vision=``, and only
-    then, so text batches reach strategies without image support unchanged."""
-    if not all(k in batch.non_tensors for k in C.VISION_COLUMNS):
+    """The batch's per-row image and video columns (``{}`` without either): strategies take them as ``vision=``,
+    and only then, so text batches reach strategies without image support unchanged."""
+    columns: dict[str, list[Any]] = {
+        k: list(batch.non_tensors[k]) for k in C.VISION_COLUMNS if k in batch.non_tensors
+    }
+    if not has_media(columns):
         return {}
-    columns = {k: list(batch.non_tensors[k]) for k in C.VISION_COLUMNS}
-    if all(p is None for p in columns[C.PIXEL_VALUES]):
-        return {}
-    if C.IMAGES in batch.non_tensors:  # the raw images, for engines that process them themselves (vLLM)
-        columns[C.IMAGES] = list(batch.non_tensors[C.IMAGES])
+    for raw in (C.IMAGES, C.VIDEOS):  # the raw media, for engines that process them themselves (vLLM)
+        if raw in batch.non_tensors:
+            columns[raw] = list(batch.non_tensors[raw])
     return columns
 
 
