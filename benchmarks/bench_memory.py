@@ -4,15 +4,17 @@ Runs `roll train` as a subprocess and samples, every 0.2 s, the resident memory 
 (the driver, Ray's GCS, raylet and helpers, every worker actor, named by its Ray process title). Prints each
 process's peak, the sum of those peaks, and the peak of the sum (what the memory goal counts); then start-up
 (launch until the first step began: the wall time when step 1's metrics appeared, less that step's own
-``time/step_s``, read from ``metrics.jsonl``), the median step time, the train accuracy of the last tenth of the
-steps and the 1-minute load average at the start.
+``time/step_s``, read from ``metrics.jsonl``), the median step time, the median of every ``time/*`` metric
+(the step's phases: generation, scoring, training, weight sync...), the train accuracy of the last tenth of the
+steps (when the pipeline logs one), the 1-minute load average at the start and the run's output folder (its
+``metrics.jsonl`` stays there).
 
 RSS counts a page in every process that maps it, so the sum counts each torch process's ~250 MiB of shared
 library pages (libtorch, the CUDA libraries of PyPI's CUDA wheel) once per process; the summed PSS (from
 ``/proc/<pid>/smaps_rollup``, shared pages split among their processes) is the memory the run actually holds,
 printed beside it. The memory goal counts the RSS sum.
 
-    uv run python benchmarks/bench_memory.py [--config examples/quickstart.yaml] [overrides...]
+    uv run python benchmarks/bench_memory.py [--config examples/quickstart.yaml] [--output-dir DIR] [overrides...]
 
 Set ``OMP_WAIT_POLICY=PASSIVE`` (roll's Ray sets it for its workers; this script sets it for the driver too).
 """
@@ -77,11 +79,18 @@ def _first_step_at(metrics: Path) -> bool:
     return metrics.exists() and any(json.loads(line)["step"] > 0 for line in metrics.read_text().splitlines())
 
 
-def run(config: Path, overrides: list[str]) -> dict[str, object]:
-    out = Path(tempfile.mkdtemp(prefix="roll-memory-"))
+def _no_plot(config: Path) -> list[str]:
+    """``plot=false`` where the pipeline draws one (rlvr); other pipelines' configs have no such key."""
+    from roll.core.cli import load_run_config
+
+    return ["plot=false"] if "plot" in type(load_run_config(config, [])[1]).model_fields else []
+
+
+def run(config: Path, overrides: list[str], out: Path | None = None) -> dict[str, object]:
+    out = out or Path(tempfile.mkdtemp(prefix="roll-memory-"))
     cmd = [
         sys.executable, "-m", "roll.core.cli", "train", str(config), f"output_dir={out}",
-        "tracking.progress=false", "plot=false", *overrides,
+        "tracking.progress=false", *_no_plot(config), *overrides,
     ]  # fmt: skip
     env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     load = os.getloadavg()[0]
@@ -101,20 +110,31 @@ def run(config: Path, overrides: list[str]) -> dict[str, object]:
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rl = [r["metrics"] for r in rows if r["step"] > 0]
     tenth = max(1, len(rl) // 10)
+    acc = [r["reward/accuracy"] for r in rl[-tenth:] if "reward/accuracy" in r]
     return {
         "load": load, "wall_s": wall, "peak_sum": peak_sum, "peaks": peaks, "peak_pss": max(pss),
         "startup_s": (first_seen or wall) - rl[0]["time/step_s"],
         "step1_s": rl[0]["time/step_s"],
         "step_s": statistics.median(r["time/step_s"] for r in rl[1:] or rl),
-        "acc_last": sum(r["reward/accuracy"] for r in rl[-tenth:]) / tenth,
+        "acc_last": sum(acc) / len(acc) if acc else float("nan"),
+        "phases": phase_medians(rl), "out": out,
     }  # fmt: skip
+
+
+def phase_medians(steps: list[dict[str, float]]) -> dict[str, float]:
+    """The median over the steps of each ``time/*`` metric (seconds), in the order they first appear."""
+    keys = dict.fromkeys(k for m in steps for k in m if k.startswith("time/"))
+    return {k: statistics.median(m[k] for m in steps if k in m) for k in keys}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=ROOT / "examples" / "quickstart.yaml")
+    parser.add_argument(
+        "--output-dir", type=Path, default=None, help="the run's output_dir (default: a temp dir)"
+    )
     args, overrides = parser.parse_known_args()
-    r = run(args.config, overrides)
+    r = run(args.config, overrides, args.output_dir)
     peaks: dict[int, tuple[str, int]] = r["peaks"]  # type: ignore[assignment]
     print(f"load (1 min) at start: {r['load']:.2f}; overrides: {' '.join(overrides) or '(none)'}")
     print("| process | pid | peak RSS MiB |")
@@ -136,6 +156,13 @@ def main() -> None:
         f"| {r['startup_s']:.1f} | {r['step1_s']:.2f} | {r['step_s']:.3f} | {r['wall_s']:.0f} "
         f"| {r['acc_last']:.3f} |"
     )
+    phases: dict[str, float] = r["phases"]  # type: ignore[assignment]
+    print()
+    print("| phase | median s over the steps |")
+    print("|---|---|")
+    for key, seconds in phases.items():
+        print(f"| {key} | {seconds:.3f} |")
+    print(f"\nmetrics: {r['out']}/metrics.jsonl")
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ def test_rgb_render_and_png(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert isinstance(frame, np.ndarray)
     assert frame.shape == (12, 20, 3) and frame.dtype == np.uint8
     assert not np.array_equal(frame[4:8, 4:8], frame[4:8, 8:12]), "player and box tiles differ"
-    assert render_rgb(env.level, 2).shape == (6, 10, 3)  # type: ignore[arg-type]
+    assert render_rgb(env.level, 3).shape == (9, 15, 3)  # type: ignore[arg-type]
     save_png(frame, str(tmp_path / "f.png"))
     assert (tmp_path / "f.png").stat().st_size > 0
     with pytest.raises(EnvError):

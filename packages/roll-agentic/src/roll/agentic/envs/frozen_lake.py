@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from roll.agentic.envs.grid_image import RGB, Cell, draw_grid
 from roll.agentic.types import (
     EXPERT_ACTION,
     IMAGE_MARKER,
@@ -45,8 +46,6 @@ from roll.agentic.types import (
 
 __all__ = ["FrozenLakeConfig", "FrozenLakeEnv", "draw_lake", "generate_map", "has_path"]
 
-Cell = tuple[int, int]
-
 DIRECTIONS: dict[str, Cell] = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
 _PERPENDICULAR: dict[str, tuple[str, str]] = {
     "Left": ("Up", "Down"),
@@ -55,13 +54,13 @@ _PERPENDICULAR: dict[str, tuple[str, str]] = {
     "Down": ("Left", "Right"),
 }
 FROZEN, HOLE, GOAL, START = "_", "O", "G", "S"
-_COLOURS: dict[str, tuple[int, int, int]] = {
+_COLOURS: dict[str, RGB] = {
     FROZEN: (220, 220, 220),
     START: (220, 220, 220),
     HOLE: (20, 40, 140),
     GOAL: (30, 170, 60),
 }
-PLAYER_COLOUR = (220, 30, 30)
+PLAYER_COLOUR: RGB = (220, 30, 30)
 IMAGE_TEXT = f"{IMAGE_MARKER}\nThe lake: grey ice, blue holes, green goal, red square you. Your move?"
 
 
@@ -76,7 +75,7 @@ class FrozenLakeConfig(EnvConfig):
     observation: Literal["text", "image"] = Field(
         default="text", description="text grid, or a picture of it (ImageObservation) for a VLM policy"
     )
-    cell_px: int = Field(default=16, ge=2, le=64, description="image observation: pixels per cell")
+    cell_px: int = Field(default=16, ge=3, le=64, description="image observation: pixels per cell")
 
 
 def generate_map(size: int, frozen_prob: float, rng: random.Random, max_tries: int = 10_000) -> list[str]:
@@ -253,23 +252,5 @@ class FrozenLakeEnv:
 
 def draw_lake(rows: list[str], player: Cell, cell_px: int) -> Any:
     """The map as an RGB PIL image, ``cell_px`` pixels a cell, the player a red square inset in its cell."""
-    from PIL import Image, ImageDraw
-
-    image = Image.new("RGB", (len(rows[0]) * cell_px, len(rows) * cell_px))
-    draw = ImageDraw.Draw(image)
-    for r, row in enumerate(rows):
-        for c, ch in enumerate(row):
-            box = (c * cell_px, r * cell_px, (c + 1) * cell_px - 1, (r + 1) * cell_px - 1)
-            draw.rectangle(box, fill=_COLOURS[ch])
-    inset = max(1, cell_px // 4)
-    r, c = player
-    draw.rectangle(
-        (
-            c * cell_px + inset,
-            r * cell_px + inset,
-            (c + 1) * cell_px - 1 - inset,
-            (r + 1) * cell_px - 1 - inset,
-        ),
-        fill=PLAYER_COLOUR,
-    )
-    return image
+    tiles_RC = [[_COLOURS[ch] for ch in row] for row in rows]
+    return draw_grid(tiles_RC, cell_px, {player: PLAYER_COLOUR}, inset_px=max(1, cell_px // 4))

@@ -1,4 +1,4 @@
-"""Sokoban as a text env: push every box onto a target.
+"""Sokoban as a text env (or an image one): push every box onto a target.
 
 Rules: the player moves Up/Down/Left/Right into free floor; moving into a box pushes it one cell if the cell
 beyond is free (no wall, no other box: boxes never push boxes); a blocked move leaves the state unchanged but
@@ -16,6 +16,12 @@ A one-box level solved in n pushes-and-moves returns ``-0.1 n + 1 + 10``.
 Text symbols: ``#`` wall, ``_`` floor, ``O`` target, ``X`` box, ``√`` box on target, ``P`` player, ``S`` player on
 target. Levels come from :func:`~roll.agentic.envs.sokoban_gen.generate_level` (solvable by construction) or from
 ``SokobanConfig.level`` (a fixed level in the text form).
+
+``observation: image`` shows the same state as a picture (for vision-language policies): an
+:class:`~roll.agentic.types.ImageObservation` whose image is the room drawn with PIL by :func:`draw_room`
+(``tile_size`` pixels a cell: brown wall, dark floor, red target tiles; inset squares for a box (yellow), a box
+on a target (green), the player (blue) and the player on a target (violet)) and whose text is a short line with
+the ``<image>`` marker. Levels, moves, rewards and expert actions are the text env's.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
+from roll.agentic.envs.grid_image import RGB, draw_grid
 from roll.agentic.envs.sokoban_gen import (
     DIRECTIONS,
     SokobanLevel,
@@ -32,15 +39,34 @@ from roll.agentic.envs.sokoban_gen import (
     expert_move,
     generate_level,
 )
-from roll.agentic.types import EXPERT_ACTION, EnvConfig, EnvError, Frame, Observation, RenderMode, StepResult
+from roll.agentic.types import (
+    EXPERT_ACTION,
+    IMAGE_MARKER,
+    EnvConfig,
+    EnvError,
+    Frame,
+    ImageObservation,
+    Observation,
+    RenderMode,
+    StepResult,
+)
 
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
+    from PIL.Image import Image
 
-__all__ = ["SokobanConfig", "SokobanEnv", "render_rgb", "save_png"]
+__all__ = ["SokobanConfig", "SokobanEnv", "draw_room", "render_rgb", "save_png"]
 
 ACTIONS = tuple(DIRECTIONS)
+IMAGE_TEXT = (
+    f"{IMAGE_MARKER}\nThe room: brown walls, red targets, yellow boxes (green on a target), blue square you. "
+    "Your move?"
+)
+IMAGE_LEGEND = (
+    "The room is a picture: brown walls, dark floor, red targets; a yellow square is a box, a green one a box "
+    "on a target, a blue one you, a violet one you on a target."
+)
 
 
 class SokobanConfig(EnvConfig):
@@ -58,7 +84,12 @@ class SokobanConfig(EnvConfig):
     box_on_reward: float = 1.0
     box_off_reward: float = -1.0
     win_reward: float = 10.0
-    tile_size: int = Field(default=16, ge=2, le=64, description="pixels per cell of render('rgb_array')")
+    observation: Literal["text", "image"] = Field(
+        default="text", description="text grid, or a picture of it (ImageObservation) for a VLM policy"
+    )
+    tile_size: int = Field(
+        default=16, ge=3, le=64, description="pixels per cell of the picture (observation: image, rgb_array)"
+    )
     expert: bool = Field(
         default=False,
         description="report info['expert_action'] after reset and each step: the first move of a shortest "
@@ -90,9 +121,14 @@ class SokobanEnv:
 
     @property
     def system_prompt(self) -> str:
+        legend = (
+            IMAGE_LEGEND
+            if self.config.observation == "image"
+            else "Symbols: # wall, _ floor, O target, X box, √ box on target, P you, S you on a target."
+        )
         return (
-            "You are solving Sokoban. Push every box onto a target. Symbols: # wall, _ floor, O target, "
-            "X box, √ box on target, P you, S you on a target. You move one cell per turn; walking into a box "
+            f"You are solving Sokoban. Push every box onto a target. {legend} "
+            "You move one cell per turn; walking into a box "
             "pushes it if the cell behind it is free. Boxes cannot be pulled and cannot push other boxes.\n"
             f"{self.action_space_text}. Answer with one action, e.g. <answer>Left</answer>."
         )
@@ -110,7 +146,7 @@ class SokobanEnv:
             rng = random.Random(seed)
             self.level = generate_level(cfg.height, cfg.width, cfg.num_boxes, rng, depth=cfg.search_depth)
         self._steps, self._done = 0, False
-        return self._text(), self._with_expert({"seed": seed, "boxes_on_target": self._on_target()})
+        return self._observe(), self._with_expert({"seed": seed, "boxes_on_target": self._on_target()})
 
     def step(self, action: str) -> StepResult:
         level = self._require_running()
@@ -130,7 +166,7 @@ class SokobanEnv:
             "success": won,
             "boxes_on_target": self._on_target(),
         }
-        return StepResult(self._text(), reward, won, truncated, self._with_expert(info))
+        return StepResult(self._observe(), reward, won, truncated, self._with_expert(info))
 
     def _with_expert(self, info: dict[str, Any]) -> dict[str, Any]:
         if self.config.expert and self.level is not None and not self._done:
@@ -149,8 +185,11 @@ class SokobanEnv:
             raise EnvError("step() called on a finished episode; call reset() first")
         return self.level
 
-    def _text(self) -> str:
-        return self._require_level().to_text()
+    def _observe(self) -> Observation:
+        level = self._require_level()
+        if self.config.observation == "image":
+            return ImageObservation(IMAGE_TEXT, (draw_room(level, self.config.tile_size),))
+        return level.to_text()
 
     def _require_level(self) -> SokobanLevel:
         if self.level is None:
@@ -173,39 +212,38 @@ class SokobanEnv:
         return None
 
 
-# Colours of render_rgb, RGB.
-_COLORS: dict[str, tuple[int, int, int]] = {
+# Colours of the picture (render_rgb, observation: image): tiles, then the pieces inset on them.
+_COLORS: dict[str, RGB] = {
     "wall": (110, 70, 50),
     "floor": (30, 30, 30),
     "target": (200, 50, 50),
     "box": (220, 180, 60),
     "box_on_target": (60, 200, 80),
     "player": (70, 130, 230),
+    "player_on_target": (170, 90, 220),
 }
 
 
+def draw_room(level: SokobanLevel, tile: int = 16) -> Image:
+    """The level as an RGB PIL image, ``tile`` pixels a cell: wall, floor or target tiles, and the boxes and
+    the player as squares inset by ``max(1, tile // 5)`` (their own colour on a target)."""
+    tiles_RC = [
+        [
+            _COLORS["wall" if (r, c) in level.walls else "target" if (r, c) in level.targets else "floor"]
+            for c in range(level.width)
+        ]
+        for r in range(level.height)
+    ]
+    pieces = {box: _COLORS["box_on_target" if box in level.targets else "box"] for box in level.boxes}
+    pieces[level.player] = _COLORS["player_on_target" if level.player in level.targets else "player"]
+    return draw_grid(tiles_RC, tile, pieces, inset_px=max(1, tile // 5))
+
+
 def render_rgb(level: SokobanLevel, tile: int = 16) -> NDArray[np.uint8]:
-    """An ``[H*tile, W*tile, 3]`` uint8 picture: flat tiles, an inset square for boxes and the player."""
+    """:func:`draw_room` as an ``[H*tile, W*tile, 3]`` uint8 array."""
     import numpy as np
 
-    frame = np.zeros((level.height * tile, level.width * tile, 3), dtype=np.uint8)
-    inset = max(1, tile // 5)
-    for r in range(level.height):
-        for c in range(level.width):
-            cell = (r, c)
-            ys, xs = slice(r * tile, (r + 1) * tile), slice(c * tile, (c + 1) * tile)
-            inner = (
-                slice(r * tile + inset, (r + 1) * tile - inset),
-                slice(c * tile + inset, (c + 1) * tile - inset),
-            )
-            frame[ys, xs] = _COLORS[
-                "wall" if cell in level.walls else "target" if cell in level.targets else "floor"
-            ]
-            if cell in level.boxes:
-                frame[inner] = _COLORS["box_on_target" if cell in level.targets else "box"]
-            elif cell == level.player:
-                frame[inner] = _COLORS["player"]
-    return frame
+    return np.array(draw_room(level, tile), dtype=np.uint8)
 
 
 def save_png(frame: NDArray[np.uint8], path: str) -> None:
