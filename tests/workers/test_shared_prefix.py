@@ -90,7 +90,7 @@ def test_strategy_steps_equal_with_less_work() -> None:
         strategy = FSDP2TrainStrategy(tiny_model(), config(micro_batch_size=8, shared_prefix=shared))
         seen: list[int] = []
         embed = strategy.model.get_input_embeddings()
-        embed.register_forward_hook(lambda m, args, out: seen.append(args[0].numel()))
+        embed.register_forward_hook(lambda m, args, out, seen=seen: seen.append(args[0].numel()))
         losses = [strategy.train_step(grouped_batch(seed=s), ScoredNLL()).loss for s in range(2)]
         runs[shared] = (losses, params_of(strategy), sum(seen))
     assert runs[True][0] == pytest.approx(runs[False][0], abs=1e-6)
