@@ -99,6 +99,11 @@ class FSDP2Config(RollModel):
     micro_batch_size: int | None = Field(None, ge=1)
     max_tokens_per_micro_batch: int | None = Field(None, ge=1)
     packed: bool = False
+    shared_prefix: bool = Field(
+        True,
+        description="run each distinct prompt of a micro-batch once (GRPO groups share it); same scores and "
+        "gradients, less work; padded, text-only micro-batches without gradient checkpointing",
+    )
     gradient_checkpointing: bool = False
     reshard_after_forward: bool = True
     lora: LoraConfig | None = None

@@ -41,6 +41,7 @@ from roll.workers.logprobs import forward_scores, split_micro_batches
 from roll.workers.lora import merge_weight, wire_name
 from roll.workers.metrics import UnitWeightedMeans
 from roll.workers.offload import StateOffloader, train_state_tensors
+from roll.workers.shared_prefix import shared_prefix_scores
 from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
 from roll.workers.vision import Vision, vision_of
 
@@ -198,6 +199,14 @@ class FSDP2TrainStrategy:
             )  # passed only with images, so custom forwards without image support still work
             extra: dict[str, Any] = {"vision": images} if images else {}
             return self._forward_fn(self.model, ids, mask, with_entropy, temperature, **extra)
+        vision = vision_of(mb)
+        score_mask = None if score_mask is None else score_mask.to(self.device)
+        if score_mask is not None and self._shares_prefixes() and not vision:
+            shared = shared_prefix_scores(
+                self.model, ids, mask, score_mask, temperature=temperature, with_entropy=with_entropy
+            )
+            if shared is not None:
+                return ForwardOutput(logp_BT=shared[0], entropy_BT=shared[1])
         logp_BT, ent_BT = forward_scores(
             self.model,
             ids,
@@ -205,10 +214,15 @@ class FSDP2TrainStrategy:
             temperature=temperature,
             with_entropy=with_entropy,
             packed=self.config.packed,
-            score_mask=None if score_mask is None else score_mask.to(self.device),
-            vision=vision_of(mb),
+            score_mask=score_mask,
+            vision=vision,
         )
         return ForwardOutput(logp_BT=logp_BT, entropy_BT=ent_BT)
+
+    def _shares_prefixes(self) -> bool:
+        # gradient checkpointing turns transformers' KV cache off, which the shared-prefix forward runs on
+        c = self.config
+        return c.shared_prefix and not c.packed and not c.gradient_checkpointing
 
     def optimizer_step(self) -> float:
         """Clip (when configured), step AdamW and the LR schedule, zero grads; returns the pre-clip grad norm.

@@ -157,16 +157,14 @@ def forward_scores(
         inputs.update(vision_inputs(model, input_ids, attention_mask, vision))
     has_prev_BT = has_prev_from_mask(attention_mask)
     if score_mask is not None:
-        return _scores_at(
-            model, inputs, input_ids, has_prev_BT & score_mask.bool(), temperature, with_entropy
-        )
+        return scores_at(model, inputs, input_ids, has_prev_BT & score_mask.bool(), temperature, with_entropy)
     logits_BTV = model(**inputs, use_cache=False).logits
     return shifted_scores(
         logits_BTV, input_ids, has_prev_BT, temperature=temperature, with_entropy=with_entropy
     )
 
 
-def _scores_at(
+def scores_at(
     model: torch.nn.Module,
     inputs: dict[str, torch.Tensor],
     ids_BT: torch.Tensor,
@@ -176,10 +174,11 @@ def _scores_at(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scores of ``ids_BT`` at ``scored_BT`` (each with a previous token), 0 elsewhere, projecting only the hidden
     states at the positions before them: a pre-hook on the output embeddings selects those rows (inside the model's
-    forward, so sharded parameters are gathered as usual and logit post-processing still applies)."""
+    forward, so sharded parameters are gathered as usual and logit post-processing still applies). ``inputs`` may
+    carry a KV cache and ``use_cache=True`` (:mod:`roll.workers.shared_prefix`); the default is no cache."""
     head = _output_head(model)
     if head is None:  # no separate output projection to narrow: score every position, keep the asked ones
-        logits_BTV = model(**inputs, use_cache=False).logits
+        logits_BTV = model(**{"use_cache": False, **inputs}).logits
         return shifted_scores(
             logits_BTV, ids_BT, scored_BT, temperature=temperature, with_entropy=with_entropy
         )
@@ -197,7 +196,7 @@ def _scores_at(
 
     handle = head.register_forward_pre_hook(select)
     try:
-        logits_1MV = model(**inputs, use_cache=False).logits
+        logits_1MV = model(**{"use_cache": False, **inputs}).logits
     finally:
         handle.remove()
     logp_M, ent_M = logprobs_from_logits(
@@ -233,7 +232,7 @@ def _packed_forward_scores(
         )
     else:
         scored_1N = (pos_1N > 0) & score_mask.bool()[valid_BT].unsqueeze(0)
-        logp_1N, ent_1N = _scores_at(model, inputs, ids_1N, scored_1N, temperature, with_entropy)
+        logp_1N, ent_1N = scores_at(model, inputs, ids_1N, scored_1N, temperature, with_entropy)
     logp_BT = torch.zeros(valid_BT.shape, dtype=torch.float32, device=input_ids.device)
     logp_BT = logp_BT.masked_scatter(valid_BT, logp_1N[0])
     if ent_1N is None:

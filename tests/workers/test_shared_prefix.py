@@ -1,0 +1,123 @@
+"""The shared-prefix training forward (:mod:`roll.workers.shared_prefix`) equals the plain one, and does less.
+
+Rows are GRPO-shaped: groups of samples that repeat one prompt, right-padded prompt + response, the loss on the
+response tokens only. Prompts and responses have different lengths, so the prompts' left padding, the cache
+expansion and the scatter back to row columns are all exercised.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from test_fsdp2 import ScoredNLL, _free_port, assert_params_close, config, params_of, tiny_model
+from torch.multiprocessing.spawn import start_processes
+
+from roll.workers.fsdp2 import FSDP2TrainStrategy
+from roll.workers.logprobs import forward_scores
+from roll.workers.shared_prefix import prefix_lengths, shared_prefix_scores
+
+
+def grouped_batch(groups: int = 4, samples: int = 4, seed: int = 0) -> dict[str, torch.Tensor]:
+    """``groups`` prompts of 3..8 tokens, each followed by ``samples`` responses of 1..6 tokens."""
+    g = torch.Generator().manual_seed(seed)
+    rows: list[tuple[list[int], list[int]]] = []
+    for _ in range(groups):
+        prompt = torch.randint(1, 128, (int(torch.randint(3, 9, (), generator=g)),), generator=g).tolist()
+        for _ in range(samples):
+            n = int(torch.randint(1, 7, (), generator=g))
+            rows.append((prompt, torch.randint(1, 128, (n,), generator=g).tolist()))
+    T = max(len(p) + len(r) for p, r in rows)
+    ids, mask, loss = (torch.zeros((len(rows), T), dtype=torch.long) for _ in range(3))
+    for b, (p, r) in enumerate(rows):
+        ids[b, : len(p) + len(r)] = torch.tensor(p + r)
+        mask[b, : len(p) + len(r)] = 1
+        loss[b, len(p) : len(p) + len(r)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "loss_mask": loss}
+
+
+def test_prefix_lengths_golden() -> None:
+    """Row 0 is scored from column 2, row 1 from column 1; row 2 has no scored column: its length (3)."""
+    scored = torch.tensor([[0, 0, 1, 1], [0, 1, 0, 1], [0, 0, 0, 0]])
+    lengths = torch.tensor([4, 4, 3])
+    assert prefix_lengths(scored, lengths).tolist() == [2, 1, 3]
+
+
+def test_scores_entropy_and_gradients_equal_the_plain_forward() -> None:
+    model = tiny_model()
+    batch = grouped_batch()
+    ids, mask, scored = batch["input_ids"], batch["attention_mask"], batch["loss_mask"].bool()
+    weights_BT = torch.randn(ids.shape, generator=torch.Generator().manual_seed(1))
+    outs = []
+    for shared in (False, True):
+        model.zero_grad()
+        if shared:
+            result = shared_prefix_scores(model, ids, mask, scored, temperature=0.7, with_entropy=True)
+            assert result is not None
+        else:
+            result = forward_scores(model, ids, mask, temperature=0.7, with_entropy=True, score_mask=scored)
+        logp_BT, ent_BT = result
+        assert ent_BT is not None
+        ((logp_BT + 0.1 * ent_BT) * weights_BT * scored).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        outs.append((logp_BT.detach(), ent_BT.detach(), grads))
+    (logp_a, ent_a, grads_a), (logp_b, ent_b, grads_b) = outs
+    assert bool((logp_b[~scored] == 0).all()) and bool((ent_b[~scored] == 0).all())
+    torch.testing.assert_close(logp_b, logp_a, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent_b, ent_a, atol=1e-5, rtol=0)
+    assert len(grads_a) == len(grads_b) == len(list(model.parameters()))
+    for ga, gb in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(gb, ga, atol=1e-5, rtol=1e-4)
+
+
+def test_falls_back_without_sharing_or_right_padding() -> None:
+    model = tiny_model()
+    distinct = grouped_batch(groups=8, samples=1)
+    ids, mask, scored = distinct["input_ids"], distinct["attention_mask"], distinct["loss_mask"]
+    assert shared_prefix_scores(model, ids, mask, scored) is None  # one row per prompt: nothing to share
+    grouped = grouped_batch()
+    left = grouped["attention_mask"].flip(-1)  # valid tokens at the right end: not the layout it reads
+    assert shared_prefix_scores(model, grouped["input_ids"], left, grouped["loss_mask"].flip(-1)) is None
+
+
+def test_strategy_steps_equal_with_less_work() -> None:
+    """Two steps with and without ``shared_prefix`` give the same losses and weights; the shared one embeds
+    fewer token positions (each prompt once per micro-batch instead of once per sample)."""
+    runs = {}
+    for shared in (False, True):
+        strategy = FSDP2TrainStrategy(tiny_model(), config(micro_batch_size=8, shared_prefix=shared))
+        seen: list[int] = []
+        embed = strategy.model.get_input_embeddings()
+        embed.register_forward_hook(lambda m, args, out, seen=seen: seen.append(args[0].numel()))
+        losses = [strategy.train_step(grouped_batch(seed=s), ScoredNLL()).loss for s in range(2)]
+        runs[shared] = (losses, params_of(strategy), sum(seen))
+    assert runs[True][0] == pytest.approx(runs[False][0], abs=1e-6)
+    assert_params_close(runs[True][1], runs[False][1], atol=1e-6)
+    assert runs[True][2] < 0.8 * runs[False][2]
+
+
+def _two_rank_worker(rank: int, port: int, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        strategy = FSDP2TrainStrategy(tiny_model(), config(micro_batch_size=4), total_steps=2)
+        for step in range(2):
+            batch = grouped_batch(seed=step)
+            strategy.train_step({k: v[rank * 8 : (rank + 1) * 8] for k, v in batch.items()}, ScoredNLL())
+        state = strategy.state_dict()
+        if rank == 0:
+            torch.save(state, Path(out_dir) / "two_ranks.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_with_shared_prefixes_equal_one_plain_rank(tmp_path: Path) -> None:
+    """Two forwards per micro-batch under FSDP2 (prompts, then responses on the cache) still reduce the right
+    gradients across ranks: 2 ranks x 8 rows with shared prefixes equal 1 rank x 16 rows without."""
+    start_processes(_two_rank_worker, args=(_free_port(), str(tmp_path)), nprocs=2, start_method="fork")  # type: ignore[no-untyped-call]
+    single = FSDP2TrainStrategy(tiny_model(), config(shared_prefix=False), total_steps=2)
+    for step in range(2):
+        single.train_step(grouped_batch(seed=step), ScoredNLL())
+    assert_params_close(torch.load(tmp_path / "two_ranks.pt"), params_of(single), atol=1e-5)
