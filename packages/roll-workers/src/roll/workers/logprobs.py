@@ -2,6 +2,9 @@
 
 Conventions (see :mod:`roll.workers.types`): ``logp_BT[b, t] = log p(ids[b, t] | ids[b, :t])`` under
 ``log_softmax(logits / temperature)``; positions without a prediction (padding, a sequence's first token) hold 0.
+For a vision-language model the softmax leaves out the tokens no sampler emits (its vision markers,
+:func:`roll.workers.vision.vision_token_ids`), as the decode loop does, so a sample's log-prob equals its score
+(the PPO ratio starts at 1); a label that is itself such a token (a prompt's image pads) keeps the full softmax.
 
 Memory and speed: the log-softmax is taken over row chunks of the flattened ``[B*T, V]`` logits, so the float
 temporaries are ``[chunk, V]`` instead of further ``[B, T, V]`` copies next to the logits the model already
@@ -37,12 +40,14 @@ def logprobs_from_logits(
     temperature: float = 1.0,
     with_entropy: bool = False,
     ignore_index: int = IGNORE_INDEX,
+    never_sampled: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of ``labels_N`` under ``log_softmax(logits_NV / temperature)``, and optionally the entropy.
 
     Computed in float32 over chunks of :data:`LOGIT_CHUNK_ROWS` rows; differentiable. Rows whose label is
     ``ignore_index`` get 0 (and no gradient). ``temperature`` must be > 0 (greedy decoding reports temperature-1
-    log-probs, so callers pass 1.0 for it).
+    log-probs, so callers pass 1.0 for it). ``never_sampled`` (token ids, ``[K]``): left out of the softmax (and
+    the entropy) of every row whose label is not one of them, see :func:`without_never_sampled`.
 
     Without entropy this is ``-cross_entropy(..., reduction="none")``: log-softmax and the pick in one op whose
     backward is one fused kernel, and no ``[rows, V]`` log-softmax is kept for the backward beyond the op's own.
@@ -57,6 +62,8 @@ def logprobs_from_logits(
         x_CV = x_CV.float()
         if temperature != 1.0:
             x_CV = x_CV / temperature
+        if never_sampled is not None:
+            x_CV = without_never_sampled(x_CV, labels_C, never_sampled)
         if with_entropy:
             logp_CV = x_CV.log_softmax(-1)
             logp_chunks.append(-F.nll_loss(logp_CV, labels_C, reduction="none", ignore_index=ignore_index))
@@ -72,6 +79,27 @@ def logprobs_from_logits(
     return logp_N, (ent_chunks[0] if len(ent_chunks) == 1 else torch.cat(ent_chunks))
 
 
+def without_never_sampled(x_CV: torch.Tensor, labels_C: torch.Tensor, ids_K: torch.Tensor) -> torch.Tensor:
+    """``x_CV`` with columns ``ids_K`` at the float minimum, on the rows whose label is not one of them.
+
+    The decode loop sets those logits to ``-inf`` before sampling, so its log-prob of a token is
+    ``x[tok] - logsumexp(x without ids_K)``; this gives the scorer the same value (``exp(min - max)`` is exactly 0,
+    and unlike ``-inf`` it keeps ``p * log p`` of the entropy at 0 instead of NaN). A row whose label is one of
+    them (the image pads of a prompt, never a sampled token) keeps its full-vocabulary logits: its score stays
+    finite, and no loss reads it.
+    """
+    keep_C1 = torch.isin(labels_C, ids_K)[:, None]
+    return torch.where(keep_C1, x_CV, x_CV.index_fill(1, ids_K, torch.finfo(x_CV.dtype).min))
+
+
+def never_sampled_ids(model: torch.nn.Module, device: torch.device) -> torch.Tensor | None:
+    """The ids ``model``'s samplers never emit, on ``device`` (None for a text model: its path is unchanged)."""
+    from roll.workers.vision import vision_token_ids
+
+    ids = vision_token_ids(model)
+    return torch.tensor(ids, dtype=torch.long, device=device) if ids else None
+
+
 def shifted_scores(
     logits_BTV: torch.Tensor,
     ids_BT: torch.Tensor,
@@ -79,8 +107,10 @@ def shifted_scores(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    never_sampled: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Score ``ids[:, t]`` with the logits at ``t - 1``; 0 wherever ``has_prev_BT`` is false.
+    """Score ``ids[:, t]`` with the logits at ``t - 1``; 0 wherever ``has_prev_BT`` is false (``never_sampled``:
+    see :func:`logprobs_from_logits`).
 
     The labels are rolled left instead of slicing the logits, so the flattened logits stay a view (no copy);
     positions without a prediction get the ignore label, so the fused cross-entropy gives them 0 directly.
@@ -93,6 +123,7 @@ def shifted_scores(
         labels_BT.reshape(-1),
         temperature=temperature,
         with_entropy=with_entropy,
+        never_sampled=never_sampled,
     )
     # the score of ids[:, t] sits at t - 1: shift right by one, column 0 (no previous token) is 0
     logp_BT = F.pad(logp_N.view(B, T)[:, :-1], (1, 0))
@@ -133,6 +164,9 @@ def forward_scores(
     ``score_mask`` (``[B, T]``, optional) names the only positions the caller reads (e.g. an SFT loss's label
     tokens): the output projection (``get_output_embeddings()``) then runs on just the hidden states that predict
     them, and every other position holds 0. The scores there are the same as without it.
+
+    A vision-language model's scores leave its vision markers out of the softmax (:func:`never_sampled_ids`), as
+    its samplers do; a text model's are untouched.
     """
     if packed and not vision:
         return _packed_forward_scores(model, input_ids, attention_mask, temperature, with_entropy, score_mask)
@@ -162,8 +196,9 @@ def forward_scores(
         )
     logits_BTV = model(**inputs, use_cache=False).logits
     return shifted_scores(
-        logits_BTV, input_ids, has_prev_BT, temperature=temperature, with_entropy=with_entropy
-    )
+        logits_BTV, input_ids, has_prev_BT, temperature=temperature, with_entropy=with_entropy,
+        never_sampled=never_sampled_ids(model, input_ids.device),
+    )  # fmt: skip
 
 
 def _scores_at(
@@ -178,11 +213,13 @@ def _scores_at(
     states at the positions before them: a pre-hook on the output embeddings selects those rows (inside the model's
     forward, so sharded parameters are gathered as usual and logit post-processing still applies)."""
     head = _output_head(model)
+    never_sampled = never_sampled_ids(model, ids_BT.device)
     if head is None:  # no separate output projection to narrow: score every position, keep the asked ones
         logits_BTV = model(**inputs, use_cache=False).logits
         return shifted_scores(
-            logits_BTV, ids_BT, scored_BT, temperature=temperature, with_entropy=with_entropy
-        )
+            logits_BTV, ids_BT, scored_BT, temperature=temperature, with_entropy=with_entropy,
+            never_sampled=never_sampled,
+        )  # fmt: skip
     # the hidden state at t - 1 predicts ids[:, t]; column 0 is never scored, so the roll wraps nothing in
     prev_BT = torch.roll(scored_BT, shifts=-1, dims=1)
 
@@ -201,8 +238,9 @@ def _scores_at(
     finally:
         handle.remove()
     logp_M, ent_M = logprobs_from_logits(
-        logits_1MV[0], ids_BT[scored_BT], temperature=temperature, with_entropy=with_entropy
-    )
+        logits_1MV[0], ids_BT[scored_BT], temperature=temperature, with_entropy=with_entropy,
+        never_sampled=never_sampled,
+    )  # fmt: skip
     zeros_BT = torch.zeros(scored_BT.shape, dtype=torch.float32, device=ids_BT.device)
     logp_BT = zeros_BT.masked_scatter(scored_BT, logp_M)
     return logp_BT, (None if ent_M is None else zeros_BT.masked_scatter(scored_BT, ent_M))
@@ -229,8 +267,9 @@ def _packed_forward_scores(
     if score_mask is None:
         logits_1NV = model(**inputs, use_cache=False).logits
         logp_1N, ent_1N = shifted_scores(
-            logits_1NV, ids_1N, pos_1N > 0, temperature=temperature, with_entropy=with_entropy
-        )
+            logits_1NV, ids_1N, pos_1N > 0, temperature=temperature, with_entropy=with_entropy,
+            never_sampled=never_sampled_ids(model, input_ids.device),
+        )  # fmt: skip
     else:
         scored_1N = (pos_1N > 0) & score_mask.bool()[valid_BT].unsqueeze(0)
         logp_1N, ent_1N = _scores_at(model, inputs, ids_1N, scored_1N, temperature, with_entropy)
