@@ -72,7 +72,9 @@ def _logged(out: Path) -> dict[int, dict[str, float]]:
     return steps
 
 
-def test_distilling_a_vlm_teacher_lowers_the_kl_and_raises_the_accuracy(ray_local: Any, tmp_path: Path) -> None:
+def test_distilling_a_vlm_teacher_lowers_the_kl_and_raises_the_accuracy(
+    ray_local: Any, tmp_path: Path
+) -> None:
     """Measured (level 0, 32 held-out pictures): TODO."""
     pipe = VLM_SPEC.build(_config(tmp_path))
     assert isinstance(pipe, DistillPipeline)
@@ -80,7 +82,10 @@ def test_distilling_a_vlm_teacher_lowers_the_kl_and_raises_the_accuracy(ray_loca
         pipe.run()
         logged = _logged(tmp_path)
         before, after = logged[0], logged[STEPS]
-        kd, acc = (before["eval/kd"], after["eval/kd"]), (before["eval/answer_accuracy"], after["eval/answer_accuracy"])
+        kd, acc = (
+            (before["eval/kd"], after["eval/kd"]),
+            (before["eval/answer_accuracy"], after["eval/answer_accuracy"]),
+        )
         print(f"distill_vlm held-out kd {kd[0]:.4f} -> {kd[1]:.4f}, accuracy {acc[0]:.3f} -> {acc[1]:.3f}")
         assert kd[1] < 0.8 * kd[0], kd
         assert acc[1] >= acc[0] + ACCURACY_MARGIN, acc

@@ -51,9 +51,13 @@ def vlm() -> dict[str, Any]:
     path = tiny_vl_model_path("tiny-vl-1m")
     tok = AutoTokenizer.from_pretrained(path)
     msgs = [{"role": "user", "content": IMAGE_SPAN + "What colour is the shape?"}]
-    ids = tok(tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True), add_special_tokens=False)
+    ids = tok(
+        tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True), add_special_tokens=False
+    )
     pixels, grid = encode_images([Image.new("RGB", (32, 32), (230, 40, 40))], load_image_processor(str(path)))
-    prompt, _ = expand_image_pads(ids["input_ids"], tokens_per_image(grid, 2), tok.convert_tokens_to_ids("<|image_pad|>"))
+    prompt, _ = expand_image_pads(
+        ids["input_ids"], tokens_per_image(grid, 2), tok.convert_tokens_to_ids("<|image_pad|>")
+    )
     model = load_causal_lm(ModelConfig(path=str(path)), "test")
     return {"path": path, "model": model, "prompt": prompt, "pixels": pixels, "grid": grid}
 
@@ -113,7 +117,10 @@ def test_a_text_models_scores_are_unchanged_bitwise() -> None:
     with torch.no_grad():
         got, _ = forward_scores(model, ids_BT, mask_BT)
         logits = model(
-            input_ids=ids_BT, attention_mask=mask_BT, position_ids=position_ids_from_mask(mask_BT), use_cache=False
+            input_ids=ids_BT,
+            attention_mask=mask_BT,
+            position_ids=position_ids_from_mask(mask_BT),
+            use_cache=False,
         ).logits
     want, _ = shifted_scores(logits, ids_BT, has_prev_from_mask(mask_BT))  # the scorer without a ban
     assert torch.equal(got, want)
@@ -124,7 +131,9 @@ def test_the_ban_renormalizes_over_the_rest_and_keeps_banned_labels_whole() -> N
     ``ln 3/5`` and the entropy is ``-(2/5 ln 1/5 + 3/5 ln 3/5)``; label 3 itself (a prompt's image pad) keeps
     the full softmax, ``ln 1/6``, finite."""
     logits = torch.tensor([[0.0, 0.0, math.log(3), 0.0]] * 2, requires_grad=True)
-    logp, ent = logprobs_from_logits(logits, torch.tensor([2, 3]), with_entropy=True, never_sampled=torch.tensor([3]))
+    logp, ent = logprobs_from_logits(
+        logits, torch.tensor([2, 3]), with_entropy=True, never_sampled=torch.tensor([3])
+    )
     assert ent is not None
     torch.testing.assert_close(logp, torch.tensor([math.log(3 / 5), math.log(1 / 6)]))
     torch.testing.assert_close(ent[0], torch.tensor(-(2 / 5 * math.log(1 / 5) + 3 / 5 * math.log(3 / 5))))

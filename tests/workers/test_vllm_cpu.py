@@ -144,7 +144,11 @@ def _greedy(strategy: Any) -> list[tuple[list[int], list[float]]]:
 
 
 def _hf_logprobs(
-    state: dict[str, torch.Tensor], prompt: list[int], tokens: list[int], T: float, banned: list[int] | None = None
+    state: dict[str, torch.Tensor],
+    prompt: list[int],
+    tokens: list[int],
+    T: float,
+    banned: list[int] | None = None,
 ) -> torch.Tensor:
     from roll.data.tiny import build_tiny_model
 

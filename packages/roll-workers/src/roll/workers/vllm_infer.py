@@ -322,7 +322,10 @@ class VLLMInferStrategy:
         images: Sequence[Any] | None = None,
     ) -> GeneratedSample | None:
         vllm_params = to_vllm_params(
-            params, seed=seed, detokenize=not self.config.skip_tokenizer_init, never_sampled=self._never_sampled()
+            params,
+            seed=seed,
+            detokenize=not self.config.skip_tokenizer_init,
+            never_sampled=self._never_sampled(),
         )
         version = self._policy_version
         final = None

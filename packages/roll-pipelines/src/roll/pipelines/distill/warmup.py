@@ -129,7 +129,10 @@ def rows_digest(rows: Sequence[D.Row]) -> str:
 
 
 def _tensor_bytes(x: torch.Tensor) -> bytes:
-    return f"{x.dtype}{tuple(x.shape)}".encode() + x.detach().cpu().contiguous().flatten().view(torch.uint8).numpy().tobytes()
+    return (
+        f"{x.dtype}{tuple(x.shape)}".encode()
+        + x.detach().cpu().contiguous().flatten().view(torch.uint8).numpy().tobytes()
+    )
 
 
 def _train(
