@@ -1,7 +1,7 @@
 """``distill`` on image rows (``distill_vlm``): a warmed tiny-vl-10m teacher teaches a tiny-vl-1m student on the
 shapes task, both seeing the pictures. One run (``Pipeline.run``, eval at step 0 and at the end) checks:
 
-- the student's held-out KL to the teacher falls by a fifth;
+- the student's held-out KL to the teacher falls below a fifth;
 - the student's greedy answer accuracy on held-out pictures rises by a measured margin (see
   :func:`test_distilling_a_vlm_teacher_lowers_the_kl_and_raises_the_accuracy`);
 - the teacher's transferred top-k depend on the image: the same rows with other pictures give other top-k values
@@ -75,7 +75,17 @@ def _logged(out: Path) -> dict[int, dict[str, float]]:
 def test_distilling_a_vlm_teacher_lowers_the_kl_and_raises_the_accuracy(
     ray_local: Any, tmp_path: Path
 ) -> None:
-    """Measured (level 0, 32 held-out pictures): TODO."""
+    """Measured (this config, 32 held-out level-0 pictures, eval every 10 steps; the warmed teacher answers 1.0):
+
+    - seed 0: student accuracy 0.0 / 0.44 / 0.25 / 0.75 / 0.94 at steps 0 / 10 / 20 / 30 / 40, kd 4.12 -> 0.084;
+    - seed 1: 0.0 / 0.25 / 0.31 / 0.25 / 0.41, kd 4.12 -> 0.157;
+    - seed 2: 0.0 / 0.25 / 0.44 / 0.25 / 0.44, kd 4.12 -> 0.157.
+
+    The random student answers nothing (0.0: it has no answer format); distillation teaches the format and a
+    colour, and with seed 0 the picture too (0.94; three colours give 1/3 by chance). The margin,
+    0.25 (8 pictures), holds for every seed (the least rise is 0.41) and fails if the student learns nothing
+    from the teacher's top-k; the kd must fall below a fifth (measured: below a twentieth).
+    """
     pipe = VLM_SPEC.build(_config(tmp_path))
     assert isinstance(pipe, DistillPipeline)
     try:
@@ -87,7 +97,7 @@ def test_distilling_a_vlm_teacher_lowers_the_kl_and_raises_the_accuracy(
             (before["eval/answer_accuracy"], after["eval/answer_accuracy"]),
         )
         print(f"distill_vlm held-out kd {kd[0]:.4f} -> {kd[1]:.4f}, accuracy {acc[0]:.3f} -> {acc[1]:.3f}")
-        assert kd[1] < 0.8 * kd[0], kd
+        assert kd[1] < 0.2 * kd[0], kd
         assert acc[1] >= acc[0] + ACCURACY_MARGIN, acc
         _teacher_sees_the_pictures(pipe)
     finally:

@@ -157,7 +157,8 @@ def _hf_logprobs(
     ids = torch.tensor([prompt + tokens])
     with torch.no_grad():
         logits = hf(ids).logits[0, :-1].float()
-        logits[:, banned or []] = float("-inf")
+        if banned:
+            logits[:, banned] = float("-inf")
         logp = (logits / T).log_softmax(-1)
     return logp.gather(-1, ids[0, 1:, None]).squeeze(-1)[-len(tokens) :]
 
