@@ -16,6 +16,10 @@ What they prove, on a tiny-1m Qwen2 (head_dim 32; vLLM's CPU attention takes 32,
   and the reported log-probs are renormalized without them, as the trainer's scorer computes them;
 - an RLVR run with ``actor_infer.strategy.type: vllm`` whose accuracy rises after the SFT warm-up.
 
+No VLM here: vLLM's Qwen2-VL imports transformers' Qwen2-VL image processor, which imports torchvision, which
+this lane uninstalls (PyPI's fails beside the +cpu torch); the image path is tested on GPUs
+(``tests/workers/test_vision.py``, marked ``gpu``).
+
 Two engines are shared by the module (``served`` starts from the base weights with LoRA enabled, ``reference``
 from the merged weights); every test first puts into ``served`` the weights it needs, so none relies on another's
 history. An engine costs ~30 s to start on a quiet 2-core box (three processes import vLLM), far more under load.
