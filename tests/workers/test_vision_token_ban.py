@@ -1,7 +1,8 @@
 """The vision-token ban is on-policy: no sampler emits a VLM's vision markers (``<|vision_start|>``,
 ``<|vision_end|>``, ``<|image_pad|>``, ``<|video_pad|>``; :func:`roll.workers.vision.vision_token_ids`) and every
-scorer leaves them out of its softmax too, so the log-prob a sample carries equals its score and the PPO ratio
-starts at 1.
+scorer with ``score_without_vision_tokens: true`` (hf, fsdp2) leaves them out of its softmax too, so the log-prob a
+sample carries equals its score and the PPO ratio starts at 1. Off by default: turned on, the seeded GRPO run of
+``tests/pipelines/test_rlvr_vlm.py`` no longer learns to read the picture (0.354 -> 0.354 instead of -> 0.646).
 
 Without the scorers' half the ratio started off 1 by the banned mass: the decode loop reports
 ``logp_ban = logp_full - log(1 - p_banned)`` while a full-vocabulary scorer gives ``logp_full``. On a random
@@ -79,18 +80,25 @@ def test_a_vlm_samples_log_probs_equal_what_every_scorer_gives(vlm: dict[str, An
     model = vlm["model"]
     ids_BT, mask_BT, vision, sampled_BN = _sampled(vlm)
     response = slice(len(vlm["prompt"]), None)
-    hf = HFInferStrategy(model, HFInferConfig()).compute_logprobs(ids_BT, mask_BT, vision=vision).logp_BT
-    trainer = FSDP2TrainStrategy(copy.deepcopy(model), FSDP2Config(micro_batch_size=2))
+    on = {"score_without_vision_tokens": True}
+    hf = HFInferStrategy(model, HFInferConfig(**on)).compute_logprobs(ids_BT, mask_BT, vision=vision).logp_BT
+    trainer = FSDP2TrainStrategy(copy.deepcopy(model), FSDP2Config(micro_batch_size=2, **on))
     old = trainer.compute_logprobs(ids_BT, mask_BT, vision=vision).logp_BT
     score_mask = torch.zeros_like(mask_BT)
     score_mask[:, response] = 1
     with torch.no_grad():
-        loss_path, _ = forward_scores(model, ids_BT, mask_BT, score_mask=score_mask, vision=vision)
+        loss_path, _ = forward_scores(
+            model, ids_BT, mask_BT, score_mask=score_mask, vision=vision, without_vision_tokens=True
+        )
     for scores in (hf, old, loss_path):
         torch.testing.assert_close(scores[:, response], sampled_BN)
     full_BN, banned_BN = _full_vocabulary(model, ids_BT, mask_BT, vision)
     assert banned_BN.min() > 1e-3, banned_BN  # else the ban could not show
     torch.testing.assert_close(sampled_BN, (full_BN - torch.log1p(-banned_BN))[:, response.start - 1 : -1])
+    off = HFInferStrategy(model, HFInferConfig()).compute_logprobs(ids_BT, mask_BT, vision=vision).logp_BT
+    torch.testing.assert_close(
+        off[:, response], full_BN[:, response.start - 1 : -1]
+    )  # the default: full vocab
 
 
 def _full_vocabulary(
@@ -115,7 +123,7 @@ def test_a_text_models_scores_are_unchanged_bitwise() -> None:
     mask_BT = torch.ones_like(ids_BT)
     mask_BT[1, :4] = 0
     with torch.no_grad():
-        got, _ = forward_scores(model, ids_BT, mask_BT)
+        got, _ = forward_scores(model, ids_BT, mask_BT, without_vision_tokens=True)
         logits = model(
             input_ids=ids_BT,
             attention_mask=mask_BT,

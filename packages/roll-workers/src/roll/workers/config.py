@@ -46,6 +46,9 @@ class HFInferConfig(RollModel):
         16384, ge=1, description="padded tokens per forward in compute_logprobs"
     )
     generation_batch_size: int = Field(256, ge=1, description="sequences decoded together at most")
+    score_without_vision_tokens: bool = Field(
+        False, description="a VLM's scores renormalized without its never-sampled vision markers (on-policy)"
+    )
 
 
 class OptimizerConfig(RollModel):
@@ -99,6 +102,9 @@ class FSDP2Config(RollModel):
     micro_batch_size: int | None = Field(None, ge=1)
     max_tokens_per_micro_batch: int | None = Field(None, ge=1)
     packed: bool = False
+    score_without_vision_tokens: bool = Field(
+        False, description="a VLM's scores renormalized without its never-sampled vision markers (on-policy)"
+    )
     gradient_checkpointing: bool = False
     reshard_after_forward: bool = True
     lora: LoraConfig | None = None

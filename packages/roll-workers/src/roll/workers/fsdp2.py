@@ -207,6 +207,7 @@ class FSDP2TrainStrategy:
             packed=self.config.packed,
             score_mask=None if score_mask is None else score_mask.to(self.device),
             vision=vision_of(mb),
+            without_vision_tokens=self.config.score_without_vision_tokens,
         )
         return ForwardOutput(logp_BT=logp_BT, entropy_BT=ent_BT)
 

@@ -2,7 +2,8 @@
 
 Conventions (see :mod:`roll.workers.types`): ``logp_BT[b, t] = log p(ids[b, t] | ids[b, :t])`` under
 ``log_softmax(logits / temperature)``; positions without a prediction (padding, a sequence's first token) hold 0.
-For a vision-language model the softmax leaves out the tokens no sampler emits (its vision markers,
+With ``without_vision_tokens`` (the hf and fsdp2 strategies' ``score_without_vision_tokens``, off by default) a
+vision-language model's softmax leaves out the tokens no sampler emits (its vision markers,
 :func:`roll.workers.vision.vision_token_ids`), as the decode loop does, so a sample's log-prob equals its score
 (the PPO ratio starts at 1); a label that is itself such a token (a prompt's image pads) keeps the full softmax.
 
@@ -150,6 +151,7 @@ def forward_scores(
     packed: bool = False,
     score_mask: torch.Tensor | None = None,
     vision: Mapping[str, Any] | None = None,
+    without_vision_tokens: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run ``model`` on one padded micro-batch ``[B, T]`` and return ``(logp_BT, entropy_BT | None)``.
 
@@ -165,11 +167,15 @@ def forward_scores(
     tokens): the output projection (``get_output_embeddings()``) then runs on just the hidden states that predict
     them, and every other position holds 0. The scores there are the same as without it.
 
-    A vision-language model's scores leave its vision markers out of the softmax (:func:`never_sampled_ids`), as
-    its samplers do; a text model's are untouched.
+    ``without_vision_tokens``: a vision-language model's scores leave its vision markers out of the softmax
+    (:func:`never_sampled_ids`), as its samplers do (the strategies' ``score_without_vision_tokens``); a text
+    model's are untouched either way.
     """
+    never = never_sampled_ids(model, input_ids.device) if without_vision_tokens else None
     if packed and not vision:
-        return _packed_forward_scores(model, input_ids, attention_mask, temperature, with_entropy, score_mask)
+        return _packed_forward_scores(
+            model, input_ids, attention_mask, temperature, with_entropy, score_mask, never
+        )
     T = attention_mask.shape[1]
     lo, hi = _valid_columns(attention_mask)
     if hi - lo < T:  # columns that are padding in every row: run without them, put zeros back
@@ -181,6 +187,7 @@ def forward_scores(
             with_entropy=with_entropy,
             score_mask=None if score_mask is None else score_mask[:, lo:hi],
             vision=vision,
+            without_vision_tokens=without_vision_tokens,
         )
         return F.pad(logp_BT, (lo, T - hi)), (None if ent_BT is None else F.pad(ent_BT, (lo, T - hi)))
     pos_BT = position_ids_from_mask(attention_mask)
@@ -192,12 +199,12 @@ def forward_scores(
     has_prev_BT = has_prev_from_mask(attention_mask)
     if score_mask is not None:
         return _scores_at(
-            model, inputs, input_ids, has_prev_BT & score_mask.bool(), temperature, with_entropy
+            model, inputs, input_ids, has_prev_BT & score_mask.bool(), temperature, with_entropy, never
         )
     logits_BTV = model(**inputs, use_cache=False).logits
     return shifted_scores(
         logits_BTV, input_ids, has_prev_BT, temperature=temperature, with_entropy=with_entropy,
-        never_sampled=never_sampled_ids(model, input_ids.device),
+        never_sampled=never,
     )  # fmt: skip
 
 
@@ -208,12 +215,12 @@ def _scores_at(
     scored_BT: torch.Tensor,
     temperature: float,
     with_entropy: bool,
+    never_sampled: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scores of ``ids_BT`` at ``scored_BT`` (each with a previous token), 0 elsewhere, projecting only the hidden
     states at the positions before them: a pre-hook on the output embeddings selects those rows (inside the model's
     forward, so sharded parameters are gathered as usual and logit post-processing still applies)."""
     head = _output_head(model)
-    never_sampled = never_sampled_ids(model, ids_BT.device)
     if head is None:  # no separate output projection to narrow: score every position, keep the asked ones
         logits_BTV = model(**inputs, use_cache=False).logits
         return shifted_scores(
@@ -259,6 +266,7 @@ def _packed_forward_scores(
     temperature: float,
     with_entropy: bool,
     score_mask: torch.Tensor | None = None,
+    never_sampled: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     valid_BT = attention_mask.bool()
     ids_1N = input_ids[valid_BT].unsqueeze(0)
@@ -268,11 +276,13 @@ def _packed_forward_scores(
         logits_1NV = model(**inputs, use_cache=False).logits
         logp_1N, ent_1N = shifted_scores(
             logits_1NV, ids_1N, pos_1N > 0, temperature=temperature, with_entropy=with_entropy,
-            never_sampled=never_sampled_ids(model, input_ids.device),
+            never_sampled=never_sampled,
         )  # fmt: skip
     else:
         scored_1N = (pos_1N > 0) & score_mask.bool()[valid_BT].unsqueeze(0)
-        logp_1N, ent_1N = _scores_at(model, inputs, ids_1N, scored_1N, temperature, with_entropy)
+        logp_1N, ent_1N = _scores_at(
+            model, inputs, ids_1N, scored_1N, temperature, with_entropy, never_sampled
+        )
     logp_BT = torch.zeros(valid_BT.shape, dtype=torch.float32, device=input_ids.device)
     logp_BT = logp_BT.masked_scatter(valid_BT, logp_1N[0])
     if ent_1N is None:

@@ -96,8 +96,9 @@ def vision_token_ids(model: torch.nn.Module) -> list[int]:
     """The ids of a vision-language model's image and video markers (``[]`` for a text model). A response must
     never hold them: a sampled ``<|image_pad|>`` has no picture behind it, so the trainer's forward could not place
     one (the image count no longer matches the grids). The one list of what is never sampled: the hf decode loop
-    and vLLM (``logit_bias``) ban these ids, and the scorers (:func:`roll.workers.logprobs.forward_scores`)
-    renormalize without them, so a sample's log-prob and its score agree."""
+    and vLLM (``logit_bias``) ban these ids, and with ``score_without_vision_tokens`` the scorers
+    (:func:`roll.workers.logprobs.forward_scores`) renormalize without them, so a sample's log-prob and its score
+    agree."""
     return config_vision_token_ids(getattr(model, "config", None))
 
 

@@ -27,7 +27,7 @@ Design:
 - **Vision markers are never sampled** (a VLM's ``<|image_pad|>`` ..., :func:`roll.workers.vision.vision_token_ids`,
   the list the hf decode loop bans): each request's ``logit_bias`` puts them at ``-inf``, which vLLM applies before
   it samples and before the ``processed_logprobs`` it reports, so the log-probs are those the trainer's scorer
-  computes (:func:`roll.workers.logprobs.forward_scores` renormalizes without the same ids).
+  computes with ``score_without_vision_tokens`` (:func:`roll.workers.logprobs.forward_scores`).
 """
 
 from __future__ import annotations
