@@ -158,7 +158,8 @@ def test_killed_run_resumes_to_the_same_metrics(
     finally:
         reference.shutdown()
     expected = _metrics(tmp_path / "reference")
-    assert sorted(expected) == list(range(1, RESUME_STEPS + 1)) and "eval/kd" in expected[RESUME_STEPS]
+    assert sorted(expected) == list(range(RESUME_STEPS + 1)) and "eval/kd" in expected[RESUME_STEPS]
+    assert set(expected[0]) == {"eval/kd", "eval/loss"}  # step 0: the student before distillation
     yaml = tmp_path / "resume.yaml"
     yaml.write_text(dump_yaml(resume_config(tmp_path / "unused", teacher)), encoding="utf-8")
     assert kill_and_resume(yaml, [], expected, tmp_path) < RESUME_STEPS

@@ -12,7 +12,13 @@ What they prove, on a tiny-1m Qwen2 (head_dim 32; vLLM's CPU attention takes 32,
   tokens and log-probs equal those of an engine started from the new (merged) weights, and samples carry the
   new policy version;
 - aborting a request by id;
+- banned ids (what the strategy sends for a VLM's vision markers: ``logit_bias`` at ``-inf``) are never sampled,
+  and the reported log-probs are renormalized without them, as the trainer's scorer computes them;
 - an RLVR run with ``actor_infer.strategy.type: vllm`` whose accuracy rises after the SFT warm-up.
+
+No VLM here: vLLM's Qwen2-VL imports transformers' Qwen2-VL image processor, which imports torchvision, which
+this lane uninstalls (PyPI's fails beside the +cpu torch); the image path is tested on GPUs
+(``tests/workers/test_vision.py``, marked ``gpu``).
 
 Two engines are shared by the module (``served`` starts from the base weights with LoRA enabled, ``reference``
 from the merged weights); every test first puts into ``served`` the weights it needs, so none relies on another's
@@ -142,7 +148,11 @@ def _greedy(strategy: Any) -> list[tuple[list[int], list[float]]]:
 
 
 def _hf_logprobs(
-    state: dict[str, torch.Tensor], prompt: list[int], tokens: list[int], T: float
+    state: dict[str, torch.Tensor],
+    prompt: list[int],
+    tokens: list[int],
+    T: float,
+    banned: list[int] | None = None,
 ) -> torch.Tensor:
     from roll.data.tiny import build_tiny_model
 
@@ -150,7 +160,10 @@ def _hf_logprobs(
     hf.load_state_dict(state)
     ids = torch.tensor([prompt + tokens])
     with torch.no_grad():
-        logp = (hf(ids).logits[0, :-1].float() / T).log_softmax(-1)
+        logits = hf(ids).logits[0, :-1].float()
+        if banned:
+            logits[:, banned] = float("-inf")
+        logp = (logits / T).log_softmax(-1)
     return logp.gather(-1, ids[0, 1:, None]).squeeze(-1)[-len(tokens) :]
 
 
@@ -203,6 +216,26 @@ def test_lora_update_serves_the_merged_model(served: Any, reference: Any, weight
     assert [tokens for tokens, _ in first] != [tokens for tokens, _ in expected], "second adapter not served"
     got = torch.tensor([s.logprobs for s in samples])
     torch.testing.assert_close(got, torch.tensor([lp for _, lp in expected]), atol=LORA_ATOL, rtol=0)
+
+
+def test_banned_ids_are_never_sampled_and_leave_the_logprobs(served: Any, weights: Weights) -> None:
+    """The ban a VLM's requests carry (its vision markers, read from its config), on this text engine: each
+    prompt's greedy first token is banned. The new greedy samples never hold a banned id, and each log-prob is the
+    fp32 forward's ``log_softmax`` without the banned ids (vLLM applies ``logit_bias`` before ``processed_logprobs``),
+    which is what :func:`roll.workers.logprobs.forward_scores` gives a VLM's sample."""
+    _serve_base(served, weights)
+    banned = sorted({tokens[0] for tokens, _ in _greedy(served)})
+    served._never_sampled_ids = banned  # what VLLMInferStrategy._never_sampled reads from a VLM's config
+    try:
+        samples = served.generate(PROMPTS, GREEDY)
+    finally:
+        served._never_sampled_ids = []
+    assert not {t for s in samples for t in s.token_ids} & set(banned)
+    got = torch.tensor([s.logprobs for s in samples])
+    want = torch.stack(
+        [_hf_logprobs(weights.base, PROMPTS[s.prompt_index], s.token_ids, 1.0, banned) for s in samples]
+    )
+    torch.testing.assert_close(got, want, atol=LOGP_ATOL, rtol=0)
 
 
 def test_abort_by_request_id(served: Any, weights: Weights) -> None:

@@ -46,6 +46,9 @@ class HFInferConfig(RollModel):
         16384, ge=1, description="padded tokens per forward in compute_logprobs"
     )
     generation_batch_size: int = Field(256, ge=1, description="sequences decoded together at most")
+    score_without_vision_tokens: bool = Field(
+        False, description="a VLM's scores renormalized without its never-sampled vision markers (on-policy)"
+    )
 
 
 class OptimizerConfig(RollModel):
@@ -103,6 +106,9 @@ class FSDP2Config(RollModel):
         True,
         description="run each distinct prompt of a micro-batch once (GRPO groups share it); same scores and "
         "gradients, less work; padded, text-only micro-batches without gradient checkpointing",
+    )
+    score_without_vision_tokens: bool = Field(
+        False, description="a VLM's scores renormalized without its never-sampled vision markers (on-policy)"
     )
     gradient_checkpointing: bool = False
     reshard_after_forward: bool = True

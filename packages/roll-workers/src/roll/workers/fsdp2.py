@@ -216,13 +216,20 @@ class FSDP2TrainStrategy:
             packed=self.config.packed,
             score_mask=score_mask,
             vision=vision,
+            without_vision_tokens=self.config.score_without_vision_tokens,
         )
         return ForwardOutput(logp_BT=logp_BT, entropy_BT=ent_BT)
 
     def _shares_prefixes(self) -> bool:
         # gradient checkpointing turns transformers' KV cache off, which the shared-prefix forward runs on
         c = self.config
-        return c.shared_prefix and not c.packed and not c.gradient_checkpointing
+        # and the shared path scores over the full vocabulary (no vision-token ban)
+        return (
+            c.shared_prefix
+            and not c.packed
+            and not c.gradient_checkpointing
+            and not c.score_without_vision_tokens
+        )
 
     def optimizer_step(self) -> float:
         """Clip (when configured), step AdamW and the LR schedule, zero grads; returns the pre-clip grad norm.

@@ -15,7 +15,9 @@ small models. The loop:
 Log-probs are those of the sampled token under ``log_softmax(logits / temperature)``, before top-k/top-p
 truncation (temperature 1 when greedy). That is the distribution a trainer can recompute exactly
 (``compute_logprobs(..., temperature=T)``); the truncated distribution would give ``-inf`` ratios for tokens
-outside the nucleus. vLLM calls this choice ``logprobs_mode="processed_logits"`` minus the truncation.
+outside the nucleus. vLLM calls this choice ``logprobs_mode="processed_logits"`` minus the truncation. A VLM's
+vision markers are never sampled (their logits are ``-inf``), so its log-probs are renormalized without them, as
+the scorers' are with ``score_without_vision_tokens`` (:func:`roll.workers.logprobs.forward_scores`).
 """
 
 from __future__ import annotations
@@ -327,6 +329,7 @@ class HFInferStrategy:
             temperature=temperature,
             with_entropy=with_entropy,
             vision=vision_of(mb),
+            without_vision_tokens=self.config.score_without_vision_tokens,
         )
         if cols_T.numel() == 0:
             return torch.zeros(mb["input_ids"].shape, device=self.device), None

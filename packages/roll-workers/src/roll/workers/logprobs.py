@@ -2,6 +2,10 @@
 
 Conventions (see :mod:`roll.workers.types`): ``logp_BT[b, t] = log p(ids[b, t] | ids[b, :t])`` under
 ``log_softmax(logits / temperature)``; positions without a prediction (padding, a sequence's first token) hold 0.
+With ``without_vision_tokens`` (the hf and fsdp2 strategies' ``score_without_vision_tokens``, off by default) a
+vision-language model's softmax leaves out the tokens no sampler emits (its vision markers,
+:func:`roll.workers.vision.vision_token_ids`), as the decode loop does, so a sample's log-prob equals its score
+(the PPO ratio starts at 1); a label that is itself such a token (a prompt's image pads) keeps the full softmax.
 
 Memory and speed: the log-softmax is taken over row chunks of the flattened ``[B*T, V]`` logits, so the float
 temporaries are ``[chunk, V]`` instead of further ``[B, T, V]`` copies next to the logits the model already
@@ -37,12 +41,14 @@ def logprobs_from_logits(
     temperature: float = 1.0,
     with_entropy: bool = False,
     ignore_index: int = IGNORE_INDEX,
+    never_sampled: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of ``labels_N`` under ``log_softmax(logits_NV / temperature)``, and optionally the entropy.
 
     Computed in float32 over chunks of :data:`LOGIT_CHUNK_ROWS` rows; differentiable. Rows whose label is
     ``ignore_index`` get 0 (and no gradient). ``temperature`` must be > 0 (greedy decoding reports temperature-1
-    log-probs, so callers pass 1.0 for it).
+    log-probs, so callers pass 1.0 for it). ``never_sampled`` (token ids, ``[K]``): left out of the softmax (and
+    the entropy) of every row whose label is not one of them, see :func:`without_never_sampled`.
 
     Without entropy this is ``-cross_entropy(..., reduction="none")``: log-softmax and the pick in one op whose
     backward is one fused kernel, and no ``[rows, V]`` log-softmax is kept for the backward beyond the op's own.
@@ -57,6 +63,8 @@ def logprobs_from_logits(
         x_CV = x_CV.float()
         if temperature != 1.0:
             x_CV = x_CV / temperature
+        if never_sampled is not None:
+            x_CV = without_never_sampled(x_CV, labels_C, never_sampled)
         if with_entropy:
             logp_CV = x_CV.log_softmax(-1)
             logp_chunks.append(-F.nll_loss(logp_CV, labels_C, reduction="none", ignore_index=ignore_index))
@@ -72,6 +80,27 @@ def logprobs_from_logits(
     return logp_N, (ent_chunks[0] if len(ent_chunks) == 1 else torch.cat(ent_chunks))
 
 
+def without_never_sampled(x_CV: torch.Tensor, labels_C: torch.Tensor, ids_K: torch.Tensor) -> torch.Tensor:
+    """``x_CV`` with columns ``ids_K`` at the float minimum, on the rows whose label is not one of them.
+
+    The decode loop sets those logits to ``-inf`` before sampling, so its log-prob of a token is
+    ``x[tok] - logsumexp(x without ids_K)``; this gives the scorer the same value (``exp(min - max)`` is exactly 0,
+    and unlike ``-inf`` it keeps ``p * log p`` of the entropy at 0 instead of NaN). A row whose label is one of
+    them (the image pads of a prompt, never a sampled token) keeps its full-vocabulary logits: its score stays
+    finite, and no loss reads it.
+    """
+    keep_C1 = torch.isin(labels_C, ids_K)[:, None]
+    return torch.where(keep_C1, x_CV, x_CV.index_fill(1, ids_K, torch.finfo(x_CV.dtype).min))
+
+
+def never_sampled_ids(model: torch.nn.Module, device: torch.device) -> torch.Tensor | None:
+    """The ids ``model``'s samplers never emit, on ``device`` (None for a text model: its path is unchanged)."""
+    from roll.workers.vision import vision_token_ids
+
+    ids = vision_token_ids(model)
+    return torch.tensor(ids, dtype=torch.long, device=device) if ids else None
+
+
 def shifted_scores(
     logits_BTV: torch.Tensor,
     ids_BT: torch.Tensor,
@@ -79,8 +108,10 @@ def shifted_scores(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    never_sampled: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Score ``ids[:, t]`` with the logits at ``t - 1``; 0 wherever ``has_prev_BT`` is false.
+    """Score ``ids[:, t]`` with the logits at ``t - 1``; 0 wherever ``has_prev_BT`` is false (``never_sampled``:
+    see :func:`logprobs_from_logits`).
 
     The labels are rolled left instead of slicing the logits, so the flattened logits stay a view (no copy);
     positions without a prediction get the ignore label, so the fused cross-entropy gives them 0 directly.
@@ -93,6 +124,7 @@ def shifted_scores(
         labels_BT.reshape(-1),
         temperature=temperature,
         with_entropy=with_entropy,
+        never_sampled=never_sampled,
     )
     # the score of ids[:, t] sits at t - 1: shift right by one, column 0 (no previous token) is 0
     logp_BT = F.pad(logp_N.view(B, T)[:, :-1], (1, 0))
@@ -119,6 +151,7 @@ def forward_scores(
     packed: bool = False,
     score_mask: torch.Tensor | None = None,
     vision: Mapping[str, Any] | None = None,
+    without_vision_tokens: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run ``model`` on one padded micro-batch ``[B, T]`` and return ``(logp_BT, entropy_BT | None)``.
 
@@ -133,9 +166,16 @@ def forward_scores(
     ``score_mask`` (``[B, T]``, optional) names the only positions the caller reads (e.g. an SFT loss's label
     tokens): the output projection (``get_output_embeddings()``) then runs on just the hidden states that predict
     them, and every other position holds 0. The scores there are the same as without it.
+
+    ``without_vision_tokens``: a vision-language model's scores leave its vision markers out of the softmax
+    (:func:`never_sampled_ids`), as its samplers do (the strategies' ``score_without_vision_tokens``); a text
+    model's are untouched either way.
     """
+    never = never_sampled_ids(model, input_ids.device) if without_vision_tokens else None
     if packed and not vision:
-        return _packed_forward_scores(model, input_ids, attention_mask, temperature, with_entropy, score_mask)
+        return _packed_forward_scores(
+            model, input_ids, attention_mask, temperature, with_entropy, score_mask, never
+        )
     T = attention_mask.shape[1]
     lo, hi = _valid_columns(attention_mask)
     if hi - lo < T:  # columns that are padding in every row: run without them, put zeros back
@@ -147,6 +187,7 @@ def forward_scores(
             with_entropy=with_entropy,
             score_mask=None if score_mask is None else score_mask[:, lo:hi],
             vision=vision,
+            without_vision_tokens=without_vision_tokens,
         )
         return F.pad(logp_BT, (lo, T - hi)), (None if ent_BT is None else F.pad(ent_BT, (lo, T - hi)))
     pos_BT = position_ids_from_mask(attention_mask)
@@ -157,11 +198,14 @@ def forward_scores(
         inputs.update(vision_inputs(model, input_ids, attention_mask, vision))
     has_prev_BT = has_prev_from_mask(attention_mask)
     if score_mask is not None:
-        return scores_at(model, inputs, input_ids, has_prev_BT & score_mask.bool(), temperature, with_entropy)
+        return scores_at(
+            model, inputs, input_ids, has_prev_BT & score_mask.bool(), temperature, with_entropy, never
+        )
     logits_BTV = model(**inputs, use_cache=False).logits
     return shifted_scores(
-        logits_BTV, input_ids, has_prev_BT, temperature=temperature, with_entropy=with_entropy
-    )
+        logits_BTV, input_ids, has_prev_BT, temperature=temperature, with_entropy=with_entropy,
+        never_sampled=never,
+    )  # fmt: skip
 
 
 def scores_at(
@@ -171,6 +215,7 @@ def scores_at(
     scored_BT: torch.Tensor,
     temperature: float,
     with_entropy: bool,
+    never_sampled: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scores of ``ids_BT`` at ``scored_BT`` (each with a previous token), 0 elsewhere, projecting only the hidden
     states at the positions before them: a pre-hook on the output embeddings selects those rows (inside the model's
@@ -180,8 +225,9 @@ def scores_at(
     if head is None:  # no separate output projection to narrow: score every position, keep the asked ones
         logits_BTV = model(**{"use_cache": False, **inputs}).logits
         return shifted_scores(
-            logits_BTV, ids_BT, scored_BT, temperature=temperature, with_entropy=with_entropy
-        )
+            logits_BTV, ids_BT, scored_BT, temperature=temperature, with_entropy=with_entropy,
+            never_sampled=never_sampled,
+        )  # fmt: skip
     # the hidden state at t - 1 predicts ids[:, t]; column 0 is never scored, so the roll wraps nothing in
     prev_BT = torch.roll(scored_BT, shifts=-1, dims=1)
 
@@ -200,8 +246,9 @@ def scores_at(
     finally:
         handle.remove()
     logp_M, ent_M = logprobs_from_logits(
-        logits_1MV[0], ids_BT[scored_BT], temperature=temperature, with_entropy=with_entropy
-    )
+        logits_1MV[0], ids_BT[scored_BT], temperature=temperature, with_entropy=with_entropy,
+        never_sampled=never_sampled,
+    )  # fmt: skip
     zeros_BT = torch.zeros(scored_BT.shape, dtype=torch.float32, device=ids_BT.device)
     logp_BT = zeros_BT.masked_scatter(scored_BT, logp_M)
     return logp_BT, (None if ent_M is None else zeros_BT.masked_scatter(scored_BT, ent_M))
@@ -220,6 +267,7 @@ def _packed_forward_scores(
     temperature: float,
     with_entropy: bool,
     score_mask: torch.Tensor | None = None,
+    never_sampled: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     valid_BT = attention_mask.bool()
     ids_1N = input_ids[valid_BT].unsqueeze(0)
@@ -228,11 +276,14 @@ def _packed_forward_scores(
     if score_mask is None:
         logits_1NV = model(**inputs, use_cache=False).logits
         logp_1N, ent_1N = shifted_scores(
-            logits_1NV, ids_1N, pos_1N > 0, temperature=temperature, with_entropy=with_entropy
-        )
+            logits_1NV, ids_1N, pos_1N > 0, temperature=temperature, with_entropy=with_entropy,
+            never_sampled=never_sampled,
+        )  # fmt: skip
     else:
         scored_1N = (pos_1N > 0) & score_mask.bool()[valid_BT].unsqueeze(0)
-        logp_1N, ent_1N = scores_at(model, inputs, ids_1N, scored_1N, temperature, with_entropy)
+        logp_1N, ent_1N = scores_at(
+            model, inputs, ids_1N, scored_1N, temperature, with_entropy, never_sampled
+        )
     logp_BT = torch.zeros(valid_BT.shape, dtype=torch.float32, device=input_ids.device)
     logp_BT = logp_BT.masked_scatter(valid_BT, logp_1N[0])
     if ent_1N is None:

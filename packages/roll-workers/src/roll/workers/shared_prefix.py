@@ -67,7 +67,9 @@ def shared_prefix_scores(
 
     cache = DynamicCache(config=getattr(model, "config", None))
     first_UV, pmask_UL = _prefill(model, prefixes, cache, input_ids.device)
-    cache.reorder_cache(cast("torch.LongTensor", inverse_B))  # [U, ...] -> [B, ...]; its backward sums the rows' gradients per prompt
+    cache.reorder_cache(
+        cast("torch.LongTensor", inverse_B)
+    )  # [U, ...] -> [B, ...]; its backward sums the rows' gradients per prompt
     return _suffix_scores(
         model, input_ids, score_mask.bool(), prefix_B, length_B, first_UV[inverse_B], pmask_UL[inverse_B],
         cache, temperature, with_entropy,

@@ -25,6 +25,8 @@ Map of the abstractions:
 Log-prob convention, shared by every strategy: ``logp_BT[b, t] = log p(ids[b, t] | ids[b, :t])`` under
 ``log_softmax(logits / temperature)`` (the temperature-scaled distribution, *before* top-k/top-p truncation);
 positions with no prediction (padding, the first token of a sequence) hold 0. Entropy is aligned the same way.
+With ``score_without_vision_tokens`` (off by default) a vision-language model's softmax leaves out its vision
+markers, which no sampler emits (:func:`roll.workers.vision.vision_token_ids`).
 """
 
 from __future__ import annotations

@@ -115,8 +115,15 @@ def _check_tokens(tokens_BT: torch.Tensor, grids: Sequence[Any] | None, merge: i
 def vision_token_ids(model: torch.nn.Module) -> list[int]:
     """The ids of a vision-language model's image and video markers (``[]`` for a text model). A response must
     never hold them: a sampled ``<|image_pad|>`` has no picture behind it, so the trainer's forward could not place
-    one (the image count no longer matches the grids), and the decode loop never samples them."""
-    config = getattr(model, "config", None)
+    one (the image count no longer matches the grids). The one list of what is never sampled: the hf decode loop
+    and vLLM (``logit_bias``) ban these ids, and with ``score_without_vision_tokens`` the scorers
+    (:func:`roll.workers.logprobs.forward_scores`) renormalize without them, so a sample's log-prob and its score
+    agree."""
+    return config_vision_token_ids(getattr(model, "config", None))
+
+
+def config_vision_token_ids(config: Any) -> list[int]:
+    """:func:`vision_token_ids` from a model's config (what the vllm strategy has: ``AutoConfig`` of its path)."""
     names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
     found = [getattr(config, n, None) for n in names]
     return [int(i) for i in found if i is not None] if getattr(config, "vision_config", None) else []

@@ -24,6 +24,10 @@ Design:
 - **LoRA**: a LoRA trainer's update carries the adapter only (:mod:`roll.workers.lora`); :meth:`VLLMInferStrategy.
   load_adapter` saves it as a peft folder and serves it through vLLM's ``LoRARequest`` (``enable_lora: true``),
   a new adapter id per policy version, the previous one removed.
+- **Vision markers are never sampled** (a VLM's ``<|image_pad|>`` ..., :func:`roll.workers.vision.vision_token_ids`,
+  the list the hf decode loop bans): each request's ``logit_bias`` puts them at ``-inf``, which vLLM applies before
+  it samples and before the ``processed_logprobs`` it reports, so the log-probs are those the trainer's scorer
+  computes with ``score_without_vision_tokens`` (:func:`roll.workers.logprobs.forward_scores`).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from roll.core.errors import DataError, PluginError, WorkerError, WorkerTimeoutE
 from roll.core.seeding import derive_seed
 from roll.workers.config import LoraConfig, SamplingParams
 from roll.workers.types import FinishReason, GeneratedSample, TokenScores
-from roll.workers.vision import multimodal_prompt
+from roll.workers.vision import config_vision_token_ids, multimodal_prompt
 from roll.workers.vllm_config import VLLMConfig
 
 INSTALL_HINT = "pip install 'roll-workers[vllm]'  (or: uv sync --extra vllm)"
@@ -123,8 +127,11 @@ def sleep_mode_available() -> bool:
     return bool(current_platform.is_sleep_mode_available())
 
 
-def to_vllm_params(params: SamplingParams, *, seed: int | None, detokenize: bool) -> Any:
-    """One sample's ``vllm.SamplingParams``: ``n=1``, final output only, the sampled token's log-prob."""
+def to_vllm_params(
+    params: SamplingParams, *, seed: int | None, detokenize: bool, never_sampled: Sequence[int] = ()
+) -> Any:
+    """One sample's ``vllm.SamplingParams``: ``n=1``, final output only, the sampled token's log-prob; the
+    ``never_sampled`` ids banned (:func:`never_sampled_bias`)."""
     from vllm import SamplingParams as VLLMSamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -142,7 +149,15 @@ def to_vllm_params(params: SamplingParams, *, seed: int | None, detokenize: bool
         detokenize=detokenize,
         skip_special_tokens=True,
         output_kind=RequestOutputKind.FINAL_ONLY,
+        logit_bias=never_sampled_bias(never_sampled),
     )
+
+
+def never_sampled_bias(ids: Sequence[int]) -> dict[int, float] | None:
+    """``{id: -inf}`` for ``logit_bias`` (None for none). vLLM's constructor keeps the value as given (only its
+    ``from_optional``, the OpenAI server's path, clamps to -100) and adds it to the logits before sampling and
+    before ``processed_logprobs``: the token gets probability 0, the rest are renormalized without it."""
+    return {int(i): float("-inf") for i in ids} or None
 
 
 def sample_seed(
@@ -253,6 +268,14 @@ class VLLMInferStrategy:
         results = self._run(_gather(coros), f"generate ({len(coros)} samples)")
         return [r for r in results if r is not None]
 
+    def _never_sampled(self) -> list[int]:
+        """The model's vision markers (``[]`` for a text model), read from its config once."""
+        if not hasattr(self, "_never_sampled_ids"):
+            from transformers import AutoConfig
+
+            self._never_sampled_ids = config_vision_token_ids(AutoConfig.from_pretrained(self.model_path))
+        return self._never_sampled_ids
+
     def _token_id(self, name: str) -> int | None:
         """The model's ``image_token_id`` or ``video_token_id`` (read from its config once, when the first image or
         video prompt comes)."""
@@ -303,7 +326,12 @@ class VLLMInferStrategy:
         images: Sequence[Any] | None = None,
         videos: Sequence[Any] | None = None,
     ) -> GeneratedSample | None:
-        vllm_params = to_vllm_params(params, seed=seed, detokenize=not self.config.skip_tokenizer_init)
+        vllm_params = to_vllm_params(
+            params,
+            seed=seed,
+            detokenize=not self.config.skip_tokenizer_init,
+            never_sampled=self._never_sampled(),
+        )
         version = self._policy_version
         final = None
         request = multimodal_prompt(

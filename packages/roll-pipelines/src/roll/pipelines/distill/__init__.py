@@ -71,7 +71,10 @@ class TeacherWarmupConfig(RollModel):
     """SFT of the teacher before distillation, ``steps`` steps of ``batch_size`` rows of ``data`` at ``lr``.
 
     ``data`` defaults to the run's ``data``. The result is exported to ``<output_dir>/teacher_warmup`` and used
-    as the teacher; a resumed run finds it there and skips the phase.
+    as the teacher; a resumed run finds it there and skips the phase. ``cache: true`` exports it to the user's
+    cache dir instead, keyed on the recipe (teacher role, these settings, the seed, the training rows' content;
+    see :mod:`.warmup`), so every later run of the same recipe skips the phase. The key names a teacher by its
+    path: leave ``cache`` off for a local folder whose weights change.
     """
 
     steps: int = Field(60, ge=1)
@@ -79,6 +82,7 @@ class TeacherWarmupConfig(RollModel):
     batch_size: int = Field(32, ge=1)
     micro_batch_samples: int | None = Field(None, ge=1, description="default: batch_size")
     data: DataConfig | None = None
+    cache: bool = False
 
 
 class DistillEvalConfig(EvalConfig):

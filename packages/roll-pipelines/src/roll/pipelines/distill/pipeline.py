@@ -186,6 +186,8 @@ class DistillPipeline(BasePipeline):
     # ------------------------------------------------------------------------------------------------ one step
 
     def train_step(self, step: int) -> Mapping[str, float]:
+        if step == 0 and self.config.eval_every:  # the curve's start: the student before distillation
+            self.tracker.log({f"eval/{k}": v for k, v in self.evaluate(0).items()}, 0)
         rows = D.select(self.data.train, self.feeder.next_indices())
         per_chunk = [
             self.distill(chunk, key=f"s{step}c{i}")

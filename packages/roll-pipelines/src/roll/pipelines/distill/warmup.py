@@ -2,22 +2,33 @@
 
 Shared by the off-policy and on-policy distillation pipelines. The export is atomic (a temp folder renamed, then a
 marker file), so a resumed run either finds a complete teacher and skips the phase or redoes it.
+
+With ``cache: true`` the export goes to the user's cache dir instead (``<cache>/warmups/<role>-<hash>``, built once
+under a file lock by :func:`roll.data._cache.build_once`), keyed on the recipe: the teacher's role config (model,
+strategy, workers), the warm-up's steps, lr and batch sizes, the run's seed and a digest of the training rows
+themselves (token ids, labels, pixels). Any later run, or test, with the same recipe reuses it without training.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.pipeline import BasePipeline
 from roll.core.tracking import reduce_metrics
+from roll.data._cache import build_once, cache_root, recipe_hash
 from roll.data.collate import collate_prompts
+from roll.data.vision import vision_columns
 from roll.pipelines.common import data as D
 from roll.pipelines.common.config import TrainRoleConfig
 from roll.pipelines.common.export import export_hf
@@ -31,6 +42,9 @@ from roll.workers.roles.config import ModelConfig
 logger = logging.getLogger(__name__)
 
 DONE_MARKER = "WARMUP_DONE"
+CACHE_KIND = "warmups"
+RECIPE_VERSION = 1
+"""Part of the cache key: bump it when the warm-up's training changes, so no run reads an old teacher."""
 
 Summary = Callable[[Cluster], dict[str, float]]
 """Extra metrics of the warmed-up teacher (e.g. its answer accuracy), computed before it is shut down."""
@@ -55,11 +69,10 @@ def warm_up_teacher(
     pad_id: int,
     summary: Summary | None = None,
 ) -> ModelConfig:
-    """SFT ``role``'s model on ``rows`` and export it to ``<output_dir>/<role>_warmup``; the model to use next."""
-    target = pipeline.output_dir / f"{role}_warmup"
-    if (target / DONE_MARKER).exists():
-        logger.info("%s warm-up: reusing %s", role, target)
-    else:
+    """SFT ``role``'s model on ``rows`` and export it to ``<output_dir>/<role>_warmup`` (or, with ``warm.cache``,
+    to the cache folder of its recipe); the model to use next."""
+
+    def run(export: Callable[[Cluster], object]) -> None:
         trainer = pipeline.make_cluster(
             role,
             SFTWorker,
@@ -69,10 +82,57 @@ def warm_up_teacher(
         metrics = _train(trainer, warm, rows, pad_id, seed=pipeline.config.seed + 1, role=role)
         metrics.update(summary(trainer) if summary is not None else {})
         pipeline.tracker.log({f"{role}_warmup/{k}": v for k, v in metrics.items()}, 0)
-        _export(trainer, target)
+        export(trainer)
         trainer.shutdown()  # its bundles go to the frozen teacher next
         pipeline.clusters.remove(trainer)
+
+    if warm.cache:
+        target = cache_folder(role, teacher, warm, rows, seed=pipeline.config.seed)
+        was_there = target.is_dir()
+        build_once(target, lambda tmp: run(lambda trainer: export_hf(trainer, tmp)))
+        logger.info("%s warm-up: %s %s", role, "reusing" if was_there else "cached", target)
+        target = target / "hf"
+    else:
+        target = pipeline.output_dir / f"{role}_warmup"
+        if (target / DONE_MARKER).exists():
+            logger.info("%s warm-up: reusing %s", role, target)
+        else:
+            run(lambda trainer: _export(trainer, target))
     return teacher.model.model_copy(update={"path": str(target), "tokenizer": None})
+
+
+def cache_folder(
+    role: str, teacher: TrainRoleConfig, warm: TeacherWarmupConfig, rows: Sequence[D.Row], *, seed: int
+) -> Path:
+    """``<cache>/warmups/<role>-<hash of the recipe>`` (see the module docstring for what the recipe holds)."""
+    recipe = {
+        "teacher": teacher.model_dump(mode="json"),
+        "warmup": warm.model_dump(mode="json", exclude={"data", "cache"}),
+        "rows": rows_digest(rows),
+        "seed": seed,
+        "v": RECIPE_VERSION,
+    }
+    return cache_root() / CACHE_KIND / f"{role}-{recipe_hash(recipe)}"
+
+
+def rows_digest(rows: Sequence[D.Row]) -> str:
+    """sha256 of what the warm-up trains on: every row's ``input_ids`` and ``labels``, in order, and the bytes of
+    its vision tensors (so other pictures, or other rows, make another key)."""
+    h = hashlib.sha256()
+    for row in rows:
+        h.update(json.dumps([list(row["input_ids"]), list(row["labels"])]).encode())
+    for name, values in sorted(vision_columns(rows).items()):
+        h.update(name.encode())
+        for value in values:
+            h.update(_tensor_bytes(value) if isinstance(value, torch.Tensor) else repr(value).encode())
+    return h.hexdigest()
+
+
+def _tensor_bytes(x: torch.Tensor) -> bytes:
+    return (
+        f"{x.dtype}{tuple(x.shape)}".encode()
+        + x.detach().cpu().contiguous().flatten().view(torch.uint8).numpy().tobytes()
+    )
 
 
 def _train(
