@@ -21,25 +21,30 @@ import torch
 
 
 def grpo_batch(tokenizer: object, seed: int, prompts: int = 32, samples: int = 8) -> dict[str, torch.Tensor]:
+    from roll.core import columns as C
+    from roll.core.batch import Batch
     from roll.data.tasks import builtin_dataset
+    from roll.workers.roles.sequences import to_sequences
 
     g = torch.Generator().manual_seed(seed)
     rows = builtin_dataset("arithmetic", "rl", prompts, options={"level": 0}, seed=seed)
-    pairs = []
+    prompt_ids, response_ids = [], []
     for r in rows:
         prompt = tokenizer.apply_chat_template(  # type: ignore[attr-defined]
             r["messages"], tokenize=True, add_generation_prompt=True, return_dict=False
         )
         for _ in range(samples):
             n = int(torch.randint(1, 13, (), generator=g))
-            pairs.append((list(prompt), torch.randint(10, len(tokenizer), (n,), generator=g).tolist()))
-    T = max(len(p) + len(r) for p, r in pairs)
-    ids, mask, loss = (torch.zeros((len(pairs), T), dtype=torch.long) for _ in range(3))
-    for b, (p, r) in enumerate(pairs):
-        ids[b, : len(p) + len(r)] = torch.tensor(p + r)
-        mask[b, : len(p) + len(r)] = 1
-        loss[b, len(p) : len(p) + len(r)] = 1
-    return {"input_ids": ids, "attention_mask": mask, "loss_mask": loss}
+            prompt_ids.append(list(prompt))
+            response_ids.append(torch.randint(10, len(tokenizer), (n,), generator=g).tolist())  # type: ignore[arg-type]
+    logps = [[0.0] * len(r) for r in response_ids]
+    columns = {C.PROMPT_IDS: prompt_ids, C.RESPONSE_IDS: response_ids, C.RESPONSE_LOGP: logps}
+    batch = to_sequences(Batch(non_tensors=columns), pad_token_id=0)  # the pipelines' own row layout
+    return {
+        "input_ids": batch[C.INPUT_IDS],
+        "attention_mask": batch[C.ATTENTION_MASK],
+        "loss_mask": batch[C.RESPONSE_MASK],
+    }
 
 
 class ResponseNLL:

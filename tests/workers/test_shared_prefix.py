@@ -15,27 +15,38 @@ import torch.distributed as dist
 from test_fsdp2 import ScoredNLL, _free_port, assert_params_close, config, params_of, tiny_model
 from torch.multiprocessing.spawn import start_processes
 
+from roll.core import columns as C
+from roll.core.batch import Batch
 from roll.workers.fsdp2 import FSDP2TrainStrategy
 from roll.workers.logprobs import forward_scores
+from roll.workers.roles.sequences import to_sequences
 from roll.workers.shared_prefix import prefix_lengths, shared_prefix_scores
 
 
 def grouped_batch(groups: int = 4, samples: int = 4, seed: int = 0) -> dict[str, torch.Tensor]:
-    """``groups`` prompts of 3..8 tokens, each followed by ``samples`` responses of 1..6 tokens."""
+    """``groups`` prompts of 3..8 tokens, each followed by ``samples`` responses of 1..6 tokens, laid out by the
+    pipelines' own :func:`~roll.workers.roles.sequences.to_sequences` (right-padded prompt + response)."""
     g = torch.Generator().manual_seed(seed)
-    rows: list[tuple[list[int], list[int]]] = []
+    prompts, responses = [], []
     for _ in range(groups):
         prompt = torch.randint(1, 128, (int(torch.randint(3, 9, (), generator=g)),), generator=g).tolist()
         for _ in range(samples):
             n = int(torch.randint(1, 7, (), generator=g))
-            rows.append((prompt, torch.randint(1, 128, (n,), generator=g).tolist()))
-    T = max(len(p) + len(r) for p, r in rows)
-    ids, mask, loss = (torch.zeros((len(rows), T), dtype=torch.long) for _ in range(3))
-    for b, (p, r) in enumerate(rows):
-        ids[b, : len(p) + len(r)] = torch.tensor(p + r)
-        mask[b, : len(p) + len(r)] = 1
-        loss[b, len(p) : len(p) + len(r)] = 1
-    return {"input_ids": ids, "attention_mask": mask, "loss_mask": loss}
+            prompts.append(prompt)
+            responses.append(torch.randint(1, 128, (n,), generator=g).tolist())
+    return as_training_rows(prompts, responses)
+
+
+def as_training_rows(prompts: list[list[int]], responses: list[list[int]]) -> dict[str, torch.Tensor]:
+    """``input_ids``/``attention_mask`` from ``to_sequences``, the loss on the response tokens (``loss_mask``)."""
+    logps = [[0.0] * len(r) for r in responses]
+    columns = {C.PROMPT_IDS: prompts, C.RESPONSE_IDS: responses, C.RESPONSE_LOGP: logps}
+    rows = to_sequences(Batch(non_tensors=columns), pad_token_id=0)
+    return {
+        "input_ids": rows[C.INPUT_IDS],
+        "attention_mask": rows[C.ATTENTION_MASK],
+        "loss_mask": rows[C.RESPONSE_MASK],
+    }
 
 
 def test_prefix_lengths_golden() -> None:
