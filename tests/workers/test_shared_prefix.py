@@ -18,7 +18,7 @@ from torch.multiprocessing.spawn import start_processes
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.workers.fsdp2 import FSDP2TrainStrategy
-from roll.workers.logprobs import forward_scores
+from roll.workers.logprobs import forward_scores, with_cache
 from roll.workers.roles.sequences import to_sequences
 from roll.workers.shared_prefix import prefix_lengths, shared_prefix_scores
 
@@ -132,3 +132,21 @@ def test_two_ranks_with_shared_prefixes_equal_one_plain_rank(tmp_path: Path) -> 
     for step in range(2):
         single.train_step(grouped_batch(seed=step), ScoredNLL())
     assert_params_close(torch.load(tmp_path / "two_ranks.pt"), params_of(single), atol=1e-5)
+
+
+def test_the_cache_goes_by_the_name_the_forward_takes() -> None:
+    """transformers renamed the forward's ``past_key_values`` to ``cache``; a wrong name lands in ``**kwargs`` and
+    is ignored, which left the responses without their prompt. The name is read off the signature."""
+
+    class Old(torch.nn.Module):
+        def forward(
+            self, input_ids: torch.Tensor, past_key_values: object = None, **kwargs: object
+        ) -> None: ...
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids: torch.Tensor, cache: object = None, **kwargs: object) -> None: ...
+
+    marker = object()
+    assert with_cache(Old(), marker) == {"past_key_values": marker}
+    assert with_cache(New(), marker) == {"cache": marker}
+    assert with_cache(tiny_model(), marker).keys() <= {"cache", "past_key_values"}

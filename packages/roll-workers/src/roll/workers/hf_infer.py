@@ -33,7 +33,7 @@ from transformers.cache_utils import DynamicLayer
 from roll.core.errors import DataError, WorkerError
 from roll.core.seeding import derive_seed
 from roll.workers.config import HFInferConfig, LoraConfig, SamplingParams
-from roll.workers.logprobs import forward_scores, left_pad, split_micro_batches, trim_padding
+from roll.workers.logprobs import forward_scores, left_pad, split_micro_batches, trim_padding, with_cache
 from roll.workers.lora import AdapterMerger
 from roll.workers.types import FinishReason, GeneratedSample, TokenScores
 from roll.workers.vision import (
@@ -191,7 +191,7 @@ class HFInferStrategy:
             input_ids=ids_PT,
             attention_mask=mask_PT,
             position_ids=pos_PT,
-            cache=cache,
+            **with_cache(self.model, cache),
             use_cache=True,
             logits_to_keep=1,
             **images,
@@ -217,7 +217,7 @@ class HFInferStrategy:
             input_ids=tok_B[:, None],
             attention_mask=state.mask_BK,
             position_ids=state.pos_B[:, None],
-            cache=state.cache,
+            **with_cache(self.model, state.cache),
             use_cache=True,
         )
         state.logits_BV = out.logits[:, -1].float()

@@ -14,6 +14,7 @@ returned; without entropy each chunk is one fused ``cross_entropy`` (log-softmax
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,20 @@ LOGIT_CHUNK_ROWS = 1024
 
 IGNORE_INDEX = -100
 """Label of a position without a prediction: :func:`logprobs_from_logits` gives it 0 and no gradient."""
+
+
+def with_cache(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
+    """The keyword argument that hands ``cache`` (a transformers ``Cache``) to ``model``'s forward.
+
+    transformers renamed it from ``past_key_values`` to ``cache`` (5.2x); a forward that takes neither name by
+    signature takes ``**kwargs``, where the old name silently does nothing on a new release and the new one on an
+    old release, so the name is read off the forward's own signature.
+    """
+    try:
+        names = set(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        names = set()
+    return {"cache" if "cache" in names else "past_key_values": cache}
 
 
 def position_ids_from_mask(mask_BT: torch.Tensor) -> torch.Tensor:

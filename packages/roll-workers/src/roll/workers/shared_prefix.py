@@ -11,17 +11,20 @@ to 12) that is about half.
 
 Where it does not apply the caller takes the plain path: images (the vision tower runs per row), rows that are not
 right-padded, too little sharing (fewer than 2 rows per distinct prompt on average), or a model whose forward
-returns no cache (gradient checkpointing turns the cache off).
+returns no cache (gradient checkpointing turns the cache off; checked after the prompts' forward, with a warning).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 
-from roll.workers.logprobs import logprobs_from_logits, position_ids_from_mask, scores_at
+from roll.workers.logprobs import logprobs_from_logits, position_ids_from_mask, scores_at, with_cache
+
+logger = logging.getLogger(__name__)
 
 MIN_ROWS_PER_PREFIX = 2.0
 """Average rows per distinct prompt below which the plain forward is cheaper than two forwards."""
@@ -67,6 +70,13 @@ def shared_prefix_scores(
 
     cache = DynamicCache(config=getattr(model, "config", None))
     first_UV, pmask_UL = _prefill(model, prefixes, cache, input_ids.device)
+    if (
+        cache.get_seq_length() != pmask_UL.shape[1]
+    ):  # the forward kept no cache: the responses would lose context
+        _warn_once(
+            f"{type(model).__name__} filled no KV cache; shared_prefix falls back to the plain forward"
+        )
+        return None
     cache.reorder_cache(
         cast("torch.LongTensor", inverse_B)
     )  # [U, ...] -> [B, ...]; its backward sums the rows' gradients per prompt
@@ -74,6 +84,15 @@ def shared_prefix_scores(
         model, input_ids, score_mask.bool(), prefix_B, length_B, first_UV[inverse_B], pmask_UL[inverse_B],
         cache, temperature, with_entropy,
     )  # fmt: skip
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logger.warning(message)
 
 
 def _right_padded(mask_BT: torch.Tensor, length_B: torch.Tensor) -> bool:
@@ -96,7 +115,7 @@ def _prefill(
         input_ids=ids_UL,
         attention_mask=mask_UL,
         position_ids=position_ids_from_mask(mask_UL),
-        cache=cache,
+        **with_cache(model, cache),
         use_cache=True,
         logits_to_keep=1,
     )
@@ -129,7 +148,7 @@ def _suffix_scores(
         "input_ids": sid_BS,
         "attention_mask": torch.cat([pmask_BL, in_row_BS.long()], dim=1),
         "position_ids": cols_BS,
-        "cache": cache,
+        **with_cache(model, cache),
         "use_cache": True,
     }
     rest_BS = sscored_BS.clone()
