@@ -17,19 +17,20 @@ from torch.multiprocessing.spawn import start_processes
 
 from roll.core import columns as C
 from roll.core.batch import Batch
+from roll.workers import shared_prefix
 from roll.workers.fsdp2 import FSDP2TrainStrategy
 from roll.workers.logprobs import forward_scores, with_cache
 from roll.workers.roles.sequences import to_sequences
 from roll.workers.shared_prefix import prefix_lengths, shared_prefix_scores
 
 
-def grouped_batch(groups: int = 4, samples: int = 4, seed: int = 0) -> dict[str, torch.Tensor]:
-    """``groups`` prompts of 3..8 tokens, each followed by ``samples`` responses of 1..6 tokens, laid out by the
+def grouped_batch(groups: int = 4, samples: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
+    """``groups`` prompts of 6..12 tokens, each followed by ``samples`` responses of 1..6 tokens, laid out by the
     pipelines' own :func:`~roll.workers.roles.sequences.to_sequences` (right-padded prompt + response)."""
     g = torch.Generator().manual_seed(seed)
     prompts, responses = [], []
     for _ in range(groups):
-        prompt = torch.randint(1, 128, (int(torch.randint(3, 9, (), generator=g)),), generator=g).tolist()
+        prompt = torch.randint(1, 128, (int(torch.randint(6, 13, (), generator=g)),), generator=g).tolist()
         for _ in range(samples):
             n = int(torch.randint(1, 7, (), generator=g))
             prompts.append(prompt)
@@ -93,6 +94,24 @@ def test_falls_back_without_sharing_or_right_padding() -> None:
     assert shared_prefix_scores(model, grouped["input_ids"], left, grouped["loss_mask"].flip(-1)) is None
 
 
+def test_runs_only_where_it_saves_enough_work() -> None:
+    """Two 4-token prompts. With 2 responses of 4 tokens each (DPO-shaped), the shared path embeds
+    ``U * Lp + B * Ls = 2 * 4 + 4 * 4 = 24`` positions against the plain ``B * T = 4 * 8 = 32``: 0.75 of the work,
+    above ``MAX_WORK_FRACTION`` (0.6), so the plain forward runs. With 4 one-token responses each it is
+    ``2 * 4 + 8 * 1 = 16`` against ``8 * 5 = 40`` (0.4): shared."""
+    model = tiny_model()
+    p, q = [5, 6, 7, 8], [9, 10, 11, 12]
+    pairs = as_training_rows([p, p, q, q], [[1, 2, 3, 4], [4, 3, 2, 1], [1, 1, 2, 2], [2, 2, 1, 1]])
+    groups = as_training_rows([p] * 4 + [q] * 4, [[t] for t in range(1, 9)])
+    assert shared_prefix.MAX_WORK_FRACTION == 0.6
+    for rows, shared in ((pairs, False), (groups, True)):
+        length_B = rows["attention_mask"].sum(-1)
+        prefix_B = prefix_lengths(rows["loss_mask"], length_B)
+        assert shared_prefix._work([p, q], prefix_B, length_B) == (16 if shared else 24)
+        out = shared_prefix_scores(model, rows["input_ids"], rows["attention_mask"], rows["loss_mask"])
+        assert (out is not None) == shared
+
+
 def test_strategy_steps_equal_with_less_work() -> None:
     """Two steps with and without ``shared_prefix`` give the same losses and weights; the shared one embeds
     fewer token positions (each prompt once per micro-batch instead of once per sample)."""
@@ -113,10 +132,17 @@ def _two_rank_worker(rank: int, port: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        strategy = FSDP2TrainStrategy(tiny_model(), config(micro_batch_size=4), total_steps=2)
+        strategy = FSDP2TrainStrategy(tiny_model(), config(micro_batch_size=8), total_steps=2)
+        seen: list[int] = []
+        strategy.model.get_input_embeddings().register_forward_hook(
+            lambda m, args, out: seen.append(args[0].numel())
+        )
+        plain = 0
         for step in range(2):
-            batch = grouped_batch(seed=step)
-            strategy.train_step({k: v[rank * 8 : (rank + 1) * 8] for k, v in batch.items()}, ScoredNLL())
+            batch = {k: v[rank * 8 : (rank + 1) * 8] for k, v in grouped_batch(groups=2, seed=step).items()}
+            strategy.train_step(batch, ScoredNLL())
+            plain += batch["input_ids"].numel()
+        assert sum(seen) < 0.8 * plain  # each rank's group ran its prompt once
         state = strategy.state_dict()
         if rank == 0:
             torch.save(state, Path(out_dir) / "two_ranks.pt")
@@ -130,7 +156,7 @@ def test_two_ranks_with_shared_prefixes_equal_one_plain_rank(tmp_path: Path) -> 
     start_processes(_two_rank_worker, args=(_free_port(), str(tmp_path)), nprocs=2, start_method="fork")  # type: ignore[no-untyped-call]
     single = FSDP2TrainStrategy(tiny_model(), config(shared_prefix=False), total_steps=2)
     for step in range(2):
-        single.train_step(grouped_batch(seed=step), ScoredNLL())
+        single.train_step(grouped_batch(groups=2, seed=step), ScoredNLL())
     assert_params_close(torch.load(tmp_path / "two_ranks.pt"), params_of(single), atol=1e-5)
 
 

@@ -29,6 +29,11 @@ logger = logging.getLogger(__name__)
 MIN_ROWS_PER_PREFIX = 2.0
 """Average rows per distinct prompt below which the plain forward is cheaper than two forwards."""
 
+MAX_WORK_FRACTION = 0.6
+"""The shared path runs only when its token positions (``U * Lp + B * Ls``) are at most this fraction of the
+plain forward's (``B * T``): its two forwards, the cache's expansion and the attention over a concatenated cache
+cost more per position than one forward. ``benchmarks/bench_shared_prefix.py --samples 2,4,8`` measures it."""
+
 
 def prefix_lengths(score_mask_BT: torch.Tensor, length_B: torch.Tensor) -> torch.Tensor:
     """Per row, the first scored column (the prompt ends before it); a row with none scored: its length."""
@@ -56,7 +61,7 @@ def shared_prefix_scores(
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """``(logp_BT, entropy_BT | None)`` at ``score_mask`` (0 elsewhere), each distinct prompt run once; ``None``
     when the batch does not qualify (see the module docstring), so the caller runs the plain forward."""
-    B = input_ids.shape[0]
+    B, T = input_ids.shape
     length_B = attention_mask.sum(-1)
     if not _right_padded(attention_mask, length_B):
         return None
@@ -64,7 +69,10 @@ def shared_prefix_scores(
     if bool((prefix_B < 1).any()):
         return None
     prefixes, inverse_B = distinct_prefixes(input_ids, prefix_B)
-    if MIN_ROWS_PER_PREFIX * len(prefixes) > B:
+    if (
+        MIN_ROWS_PER_PREFIX * len(prefixes) > B
+        or _work(prefixes, prefix_B, length_B) > MAX_WORK_FRACTION * B * T
+    ):
         return None
     from transformers import DynamicCache
 
@@ -84,6 +92,11 @@ def shared_prefix_scores(
         model, input_ids, score_mask.bool(), prefix_B, length_B, first_UV[inverse_B], pmask_UL[inverse_B],
         cache, temperature, with_entropy,
     )  # fmt: skip
+
+
+def _work(prefixes: list[list[int]], prefix_B: torch.Tensor, length_B: torch.Tensor) -> int:
+    """Token positions the shared path embeds: the distinct prompts left-padded, then every row's response."""
+    return len(prefixes) * max(len(p) for p in prefixes) + len(prefix_B) * int((length_B - prefix_B).max())
 
 
 _WARNED: set[str] = set()
