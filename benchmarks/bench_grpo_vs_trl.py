@@ -36,8 +36,8 @@ the same accuracy (0.30 vs 0.29 over the last 3 steps), so ``s/step`` compares e
 completion-length and hit-max rows before quoting ``s/step``; ``--seed`` reruns both sides on another seed.
 
 Run: ``uv run python benchmarks/bench_grpo_vs_trl.py --steps 10 [--rounds 2] [--placement hybrid]
-[--roll-set rollout.request_prompts=32]`` (the last: one generation request of all 32 prompts, 256 rows per
-decode batch instead of 64, which took ~25% less CPU per generated token in the hf strategy here).
+[--roll-set KEY=VALUE]`` (roll's side is the quickstart's config: since it sends all 32 prompts in one
+generation request, ``rollout.request_prompts=8`` is the earlier four requests of 64 rows).
 """
 
 from __future__ import annotations
