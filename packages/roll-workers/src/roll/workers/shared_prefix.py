@@ -10,7 +10,8 @@ forward's up to float rounding (the test checks both); the work drops from ``B *
 to 12) that is about half.
 
 Where it does not apply the caller takes the plain path: images (the vision tower runs per row), rows that are not
-right-padded, too little sharing (fewer than 2 rows per distinct prompt on average), or a model whose forward
+right-padded, too little sharing (fewer than 2 rows per distinct prompt on average, or more than
+``MAX_WORK_FRACTION`` of the plain forward's token positions: DPO's pairs), or a model whose forward
 returns no cache (gradient checkpointing turns the cache off; checked after the prompts' forward, with a warning).
 """
 
@@ -32,7 +33,7 @@ MIN_ROWS_PER_PREFIX = 2.0
 MAX_WORK_FRACTION = 0.6
 """The shared path runs only when its token positions (``U * Lp + B * Ls``) are at most this fraction of the
 plain forward's (``B * T``): its two forwards, the cache's expansion and the attention over a concatenated cache
-cost more per position than one forward. ``benchmarks/bench_shared_prefix.py --samples 2,4,8`` measures it."""
+cost more per position than one forward. ``benchmarks/bench_shared_prefix.py --samples 2,3,4,8`` measures it."""
 
 
 def prefix_lengths(score_mask_BT: torch.Tensor, length_B: torch.Tensor) -> torch.Tensor:
