@@ -140,3 +140,21 @@ def test_one_hybrid_cluster_serves_as_train_and_infer_cluster(clusters: dict[str
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
     with pytest.raises(WorkerError, match="in_process"):
         ModelUpdateGroup(hybrid, infer, mode="in_process")
+
+
+def test_hybrid_sends_its_trainers_weights_to_another_process(clusters: dict[str, Cluster]) -> None:
+    """A hybrid with a frozen reference (placement hybrid with KL): ``ModelUpdateGroup(hybrid, other)`` is an
+    object-store update like a plain trainer's, and what arrives is the trainer's new weights, not the weights the
+    hybrid's own generator still serves (it has not synced since the step)."""
+    hybrid, infer = clusters["hybrid"], clusters["infer"]
+    hybrid.train_step(sequences(rows=4, seed=3), TokenSumNLL())
+    served_before = hybrid.weights_checksum(side="infer")[0]
+    trained = hybrid.weights_checksum(side="train")[0]
+    assert served_before != trained
+    updater = ModelUpdateGroup(hybrid, infer)
+    assert updater.mode == "object_store"
+    report = updater.sync(7)
+    updater.verify()
+    assert report.buckets >= 1 and report.bytes > 0
+    assert infer.weights_checksum() == [trained, trained] and infer.policy_version() == [7, 7]
+    assert hybrid.weights_checksum(side="infer") == [served_before]

@@ -394,7 +394,8 @@ class UpdateReport:
 
 
 class ModelUpdateGroup:
-    """Pushes ``train`` (an :class:`~roll.workers.roles.ActorTrainWorker` Cluster) weights to ``infer`` (an
+    """Pushes ``train`` (an :class:`~roll.workers.roles.ActorTrainWorker` or hybrid Cluster: any
+    :class:`~roll.workers.roles.sender.WeightSender`) weights to ``infer`` (an
     :class:`~roll.workers.roles.ActorInferWorker` Cluster); see the module docstring for the transports.
 
     ``mode="auto"`` picks ``in_process`` when ``train`` and ``infer`` are one cluster (a
@@ -446,9 +447,11 @@ class ModelUpdateGroup:
     def verify(self) -> None:
         """Raise :class:`WorkerError` unless every inference worker serves ``self.version`` with weights
         bit-identical to the trainer's."""
-        sides = ({"side": "train"}, {"side": "infer"}) if self.mode == "in_process" else ({}, {})
-        want = self.train.weights_checksum(**sides[0])[0]
-        got = self.infer.weights_checksum(**sides[1])
+        # A hybrid cluster serves both ends of its own update; as a sender to another process (a reference) it
+        # is the trainer's weights that the receivers must hold, not its own generator's.
+        hybrid_sender = hasattr(self.train, "sync_weights")
+        want = self.train.weights_checksum(**({"side": "train"} if hybrid_sender else {}))[0]
+        got = self.infer.weights_checksum(**({"side": "infer"} if self.mode == "in_process" else {}))
         versions = self.infer.policy_version()
         bad = [r for r, (c, v) in enumerate(zip(got, versions)) if c != want or v != self.version]
         if bad:

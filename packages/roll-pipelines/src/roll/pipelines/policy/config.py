@@ -95,14 +95,6 @@ class PolicyRunConfig(RunConfig):
         issues = batch_issues(self.batch, self.actor_train, role_key="actor_train", pairs=False)
         issues += self.algorithm.check(self.batch.samples_per_prompt)
         issues += self._critic_issues()
-        if self.placement == "hybrid" and self.needs_reference:
-            message = (
-                "placement hybrid syncs weights inside one process; the reference is another process it cannot "
-                "feed yet"
-            )
-            issues.append(
-                ConfigIssue("placement", message, "use placement: separate, or algorithm.kl_mode: none")
-            )
         shared = self.actor_train.device_group is not None and (
             self.actor_train.device_group == self.actor_infer.device_group
         )

@@ -31,7 +31,9 @@ Registered methods (dispatch mode) by role:
   and of ``ActorInferWorker`` (``generate``, ``policy_version``) with the same signatures and dispatch;
   ``weights_checksum(dtype=None, side="infer")`` / ``offload(side=None)`` / ``reload(side=None)`` ALL (``side``
   picks one strategy; None: both); the model update is ``sync_weights(policy_version) -> list[int]`` ALL (in
-  process), which ``ModelUpdateGroup(hybrid, hybrid)`` uses (mode ``in_process``).
+  process), which ``ModelUpdateGroup(hybrid, hybrid)`` uses (mode ``in_process``); it also has the model-update
+  sender methods of ``ActorTrainWorker`` (:class:`~roll.workers.roles.sender.WeightSender`), so
+  ``ModelUpdateGroup(hybrid, reference)`` sends its trainer's weights to another process.
 - :class:`ReferenceWorker` ``(model, strategy=None, strategy_name="hf")``: ``setup()``,
   ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch`` DP, ``offload``/``reload``.
 - :class:`CriticWorker` ``(model, strategy: FSDP2Config, total_steps=1, strategy_name="fsdp2")``: ``setup()``,

@@ -5,37 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import ray
 import torch
 
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers import logits_transfer
-from roll.workers.config import LoraConfig
-from roll.workers.model_update import (
-    BucketMeta,
-    CollectiveGroup,
-    IPCHandles,
-    free_port,
-    pack_bucket,
-    plan_update,
-    send_weights,
-    share_bucket,
-    update_payload,
-    weights_checksum,
-)
+from roll.workers.model_update import CollectiveGroup, weights_checksum
 from roll.workers.offload import measured
 from roll.workers.roles import _common, checkpoint
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, copy_processor_files, load_causal_lm, load_tokenizer
+from roll.workers.roles.sender import WeightSender
 from roll.workers.types import LossFn, TrainStrategy
 
 LOSS_METRIC_PREFIX = "actor/"
 """The prefix of the loss's own metrics in :meth:`ActorTrainWorker.train_step`'s result."""
 
 
-class ActorTrainWorker(Worker):
+class ActorTrainWorker(WeightSender, Worker):
     """One data-parallel rank of the trained policy. Call :meth:`setup` on the cluster before anything else.
 
     ``strategy`` is the config model of ``strategy_name`` (``FSDP2Config`` for ``fsdp2``); ``total_steps`` sizes
@@ -58,11 +46,7 @@ class ActorTrainWorker(Worker):
         self.total_steps, self.strategy_name = total_steps, strategy_name
         self.strategy: TrainStrategy  # built by setup()
         self.tokenizer: Any = None
-        self._groups: dict[str, CollectiveGroup] = {}
-        self._staged: dict[str, torch.Tensor] = {}
-        self._staged_lora: LoraConfig | None = None
-        self._bucket_names: list[list[str]] = []
-        self._shared: list[torch.Tensor] = []  # CUDA IPC buckets, alive until release_weights
+        self._init_sender()
 
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:
@@ -75,6 +59,9 @@ class ActorTrainWorker(Worker):
         self.strategy = _common.build_train(
             spec, self.strategy_cfg, model, self.role, total_steps=self.total_steps
         )
+
+    def _sending_strategy(self) -> TrainStrategy:
+        return self.strategy
 
     @register(Dispatch.ONE_TO_ALL)
     def set_lr(self, lr: float) -> None:
@@ -146,58 +133,6 @@ class ActorTrainWorker(Worker):
         """SHA-256 of the full weights on rank 0 (``""`` on other ranks). Collective."""
         state = self.strategy.state_dict()
         return weights_checksum(state, getattr(torch, dtype) if dtype else None) if self.rank == 0 else ""
-
-    # ---- model update (see roll.workers.model_update) --------------------------------------------------------
-
-    @register(Dispatch.ONE_TO_ALL)
-    def stage_weights(self, bucket_mb: float, all_ranks: bool = False) -> int:
-        """Gather what to send (collective: the full weights, or the adapter alone under LoRA) and plan buckets;
-        returns the bucket count (0 off rank 0 unless ``all_ranks``: CUDA IPC, where each rank serves its GPU)."""
-        named, self._staged_lora = update_payload(self.strategy, all_ranks=all_ranks)
-        self._staged = named if self.rank == 0 or all_ranks else {}
-        self._bucket_names = plan_update(self._staged, bucket_mb, self._staged_lora)
-        return len(self._bucket_names)
-
-    @register(Dispatch.ONE_TO_ALL)
-    def share_weight_bucket(self, index: int) -> tuple[IPCHandles, BucketMeta, int]:
-        """Bucket ``index`` of the staged weights on this rank's GPU, as CUDA IPC handles (one per tensor) keyed by
-        GPU UUID, with its layout and size; the bucket stays alive until :meth:`release_weights`."""
-        bucket = pack_bucket({n: self._staged[n] for n in self._bucket_names[index]}, lora=self._staged_lora)
-        handles, flat_N = share_bucket(bucket)
-        self._shared.append(flat_N)
-        return handles, bucket.meta, bucket.meta.nbytes
-
-    @register(Dispatch.RANK_ZERO)
-    def weight_bucket(self, index: int) -> tuple[Any, int]:
-        """Bucket ``index`` of the staged weights, put into the object store: ``(ObjectRef, bytes)``."""
-        bucket = pack_bucket({n: self._staged[n] for n in self._bucket_names[index]}, lora=self._staged_lora)
-        return ray.put(bucket), bucket.meta.nbytes
-
-    @register(Dispatch.ONE_TO_ALL)
-    def release_weights(self) -> None:
-        self._staged, self._bucket_names, self._staged_lora, self._shared = {}, [], None, []
-
-    @register(Dispatch.RANK_ZERO)
-    def update_endpoint(self) -> tuple[str, int]:
-        """Address and a free port for a collective update group hosted by this rank."""
-        return self.node_ip, free_port()
-
-    @register(Dispatch.ONE_TO_ALL)
-    def join_update_group(
-        self, name: str, addr: str, port: int, world_size: int, rank_offset: int, backend: str
-    ) -> None:
-        """Rank 0 joins the update group ``name`` as its rank ``rank_offset``; other ranks only send via it."""
-        if self.rank == 0:
-            self._groups[name] = CollectiveGroup(addr, port, rank_offset, world_size, backend)
-
-    @register(Dispatch.ONE_TO_ALL)
-    def broadcast_weights(self, name: str, bucket_mb: float, policy_version: int) -> tuple[int, int] | None:
-        """Broadcast the weights (the adapter alone under LoRA) over group ``name`` (collective over this role
-        too). Rank 0: (buckets, bytes)."""
-        named, lora = update_payload(self.strategy)
-        if self.rank != 0:
-            return None
-        return send_weights(self._groups[name], named, bucket_mb, policy_version, lora=lora)
 
     # ---- logits transfer (distillation students; see roll.workers.logits_transfer) ----------------------------
 

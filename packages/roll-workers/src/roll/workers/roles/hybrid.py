@@ -15,7 +15,8 @@ cluster (``generate``, ``policy_version``), with the same signatures; ``offload`
 ``weights_checksum`` take an extra keyword ``side`` to pick one strategy. The model update is
 ``sync_weights``: ``ModelUpdateGroup(hybrid, hybrid)`` sees one cluster on both ends and uses it (mode
 ``in_process``). ``compute_logprobs`` scores with the trainer's weights, which equal the served ones after a
-sync.
+sync. To another process (a frozen reference that starts from the warmed-up weights) it sends like an
+``ActorTrainWorker`` (:class:`~roll.workers.roles.sender.WeightSender`): ``ModelUpdateGroup(hybrid, reference)``.
 
 On a GPU, ``offload(side="train")`` before generating and ``offload(side="infer")`` before training keep one
 side off the device while the other works.
@@ -43,12 +44,13 @@ from roll.workers.roles.infer import (
     served_weights,
 )
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
+from roll.workers.roles.sender import WeightSender
 from roll.workers.types import InferStrategy, LossFn, TrainStrategy
 
 Side = Literal["train", "infer"]
 
 
-class HybridActorWorker(Worker):
+class HybridActorWorker(WeightSender, Worker):
     """One rank of the policy holding both strategies. Call :meth:`setup` on the cluster first.
 
     ``strategy``: config of the train plugin ``strategy_name`` (``FSDP2Config``); ``infer``: config of the infer
@@ -74,6 +76,10 @@ class HybridActorWorker(Worker):
         self.train: TrainStrategy  # built by setup()
         self.infer: InferStrategy
         self.tokenizer: Any = None
+        self._init_sender()
+
+    def _sending_strategy(self) -> TrainStrategy:
+        return self.train
 
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:
