@@ -1,7 +1,8 @@
 """RLVR's async mode against its sync mode on the quickstart, side by side in one run (issue 16, goal 4).
 
-``sync``: the quickstart as it is (generation, then scoring, then training, in turn; each model worker may use
-both cores, ``cpu_threads: 2``). ``async``: ``rollout.async_generation_ratio=1`` (the next batch generates while
+``sync``: the quickstart with ``placement=separate`` (generation, then scoring, then training, in turn; each model
+worker may use both cores, ``cpu_threads: 2``); the quickstart's own ``hybrid`` placement holds trainer and generator
+in one actor, which cannot overlap them, so both sides run them as separate actors. ``async``: ``rollout.async_generation_ratio=1`` (the next batch generates while
 this one trains, at most one policy version stale) with ``cpu_threads=1``, since trainer and generator now run at
 once on the 2 cores. Both run the same seed, steps and learning rate; each side is one ``roll train`` subprocess
 (peak RSS summed over its process tree). Sides alternate over ``--rounds`` (sync first in odd rounds). Reported
@@ -30,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_placement import run_quickstart
 
 SIDES = {
-    "sync": [],
-    "async": ["rollout.async_generation_ratio=1", "cpu_threads=1"],
+    "sync": ["placement=separate"],
+    "async": ["placement=separate", "rollout.async_generation_ratio=1", "cpu_threads=1"],
 }
 
 

@@ -16,7 +16,8 @@ in this driver, and the Ray that roll starts passes ``OMP_WAIT_POLICY=PASSIVE`` 
 
 Differences that remain, by design: roll runs generation, training and rewards in separate Ray actors (so its
 peak RSS counts every process of the run, summed with psutil over the process tree), TRL in one process with
-``model.generate``; ``--placement hybrid`` puts roll's trainer and generator in one actor. Reported per side: the
+``model.generate``; roll's trainer and generator share one actor (``--placement hybrid``, the quickstart's and the
+default here) or run as two (``--placement separate``). Reported per side: the
 median seconds per step (after the first, which includes start-up), the median of per-step generated tokens/s,
 peak RSS, accuracy over the last 3 steps and at step 1, the completion length and the share of completions that
 hit the token limit at step 1 (the check that both sides generate the same work: the same model samples them) and
@@ -35,7 +36,7 @@ the same lengths (seed 0, quiet box: mean completion length 7.52 roll vs 7.27 TR
 the same accuracy (0.30 vs 0.29 over the last 3 steps), so ``s/step`` compares equal work. Check the mean
 completion-length and hit-max rows before quoting ``s/step``; ``--seed`` reruns both sides on another seed.
 
-Run: ``uv run python benchmarks/bench_grpo_vs_trl.py --steps 10 [--rounds 2] [--placement hybrid]
+Run: ``uv run python benchmarks/bench_grpo_vs_trl.py --steps 10 [--rounds 2] [--placement separate]
 [--roll-set KEY=VALUE]`` (roll's side is the quickstart's config: since it sends all 32 prompts in one
 generation request, ``rollout.request_prompts=8`` is the earlier four requests of 64 rows).
 """
@@ -251,7 +252,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="both sides' run seed (sampling, data order)")
     parser.add_argument("--warmup-steps", type=int, default=240)
     parser.add_argument("--rounds", type=int, default=1, help="alternate the sides this many times")
-    parser.add_argument("--placement", choices=["separate", "hybrid"], default="separate")
+    parser.add_argument("--placement", choices=["separate", "hybrid"], default="hybrid")
     parser.add_argument(
         "--roll-set", action="append", default=[], metavar="KEY=VALUE",
         help="an extra override for roll's side (repeatable), e.g. rollout.request_prompts=32",

@@ -1,5 +1,5 @@
-"""The quickstart with ``placement=separate`` (trainer and generator in their own Ray actors, the default) against
-``placement=hybrid`` (one actor holds both; weights sync in process), side by side in one run.
+"""The quickstart with ``placement=separate`` (trainer and generator in their own Ray actors) against
+``placement=hybrid`` (one actor holds both; weights sync in process; the quickstart's), side by side in one run.
 
 Each side runs `roll train examples/quickstart.yaml` as a subprocess, with the same overrides, and the script
 samples the summed resident memory of its whole process tree. It prints wall time, peak RSS, the median RL step

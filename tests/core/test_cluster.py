@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,6 +154,33 @@ def test_workers_of_a_ray_roll_started_wait_passively(echo: Cluster) -> None:
         "OMP_WAIT_POLICY"
     ]  # set by init_ray when it started Ray, unless the user had set it
     assert echo.env("OMP_WAIT_POLICY") == [expected, expected]
+
+
+def _processes_of(session_dir: str) -> list[str]:
+    """The command lines of this machine's processes that name Ray session ``session_dir``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # the process ended while we looked
+            continue
+        if session_dir in args:
+            found.append(args)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads process command lines from /proc")
+def test_a_ray_roll_started_has_no_autoscaler_monitor(ray_local: Any) -> None:
+    """One local node never scales: the start skips the autoscaler's monitor process (see cluster.runtime), and
+    keeps the log monitor that brings the actors' output to the driver."""
+    import ray
+
+    assert ray_local.started_here  # address="local": the session's own Ray
+
+    session_dir = ray._private.worker.global_worker.node.get_session_dir_path()
+    processes = _processes_of(session_dir)
+    assert any("log_monitor.py" in p for p in processes), processes
+    assert not any("autoscaler/_private/monitor.py" in p for p in processes), processes
 
 
 def test_worker_info_and_rendezvous(echo: Cluster) -> None:

@@ -149,7 +149,7 @@ PY"
   fi
   if has ray && has vllm; then
     row "rlvr vllm+fsdp2 colocated" 300 bash -c "
-      rm -rf outputs/gpu_rlvr && ${PY[*]} -m roll.core.cli train examples/quickstart.yaml max_steps=4 \
+      rm -rf outputs/gpu_rlvr && ${PY[*]} -m roll.core.cli train examples/quickstart.yaml max_steps=4 placement=separate \
         warmup.steps=10 eval_every=0 ray.num_cpus=8 ray.num_gpus=1 actor_train.gpus_per_worker=1 \
         actor_train.device_group=gpu0 actor_infer.gpus_per_worker=1 actor_infer.device_group=gpu0 \
         actor_infer.strategy.type=vllm actor_infer.strategy.gpu_memory_utilization=0.3 \

@@ -121,13 +121,15 @@ def test_reward_rises_on_arithmetic(ray_local: Any, tmp_path: Path, export_match
 
 @pytest.mark.slow
 def test_hybrid_placement_trains_and_generates_in_one_process(ray_local: Any, tmp_path: Path) -> None:
-    """``placement=hybrid``: one actor holds the fsdp2 trainer and the hf generator, weights sync in process.
+    """``placement=hybrid`` (the quickstart's): one actor holds the fsdp2 trainer and the hf generator, weights
+    sync in process; with KL in the loss, a separate reference gets the warmed-up weights from the hybrid.
     Three GRPO steps after a short warm-up: no ``actor_infer`` role is placed, every step trains on samples of
-    the current policy version (lag 0), the version advances once per step, and held-out evaluation runs."""
+    the current policy version (lag 0), the version advances once per step, held-out evaluation runs, and the
+    KL to the reference is ~0 at step 1 (the policy is still the warmed-up model the reference was sent) and grows
+    once the policy trains; a reference left at the untrained preset would start far from it."""
     cfg = load(
         [
             f"output_dir={tmp_path}",
-            "placement=hybrid",
             "max_steps=3",
             "warmup.steps=10",
             "eval_every=3",
@@ -136,10 +138,13 @@ def test_hybrid_placement_trains_and_generates_in_one_process(ray_local: Any, tm
             "tracking.progress=false",
             "ray.address=auto",
             "ray.num_cpus=null",
+            "algorithm.kl_mode=loss",
+            "algorithm.kl_coef=0.05",
         ]
     )
+    assert cfg.placement == "hybrid"
     pipeline = SPEC.build(cfg)
-    assert "actor_infer" not in pipeline.roles()
+    assert "actor_infer" not in pipeline.roles() and "reference" in pipeline.roles()
     try:
         pipeline.run()
     finally:
@@ -150,5 +155,5 @@ def test_hybrid_placement_trains_and_generates_in_one_process(ray_local: Any, tm
     assert [steps[k]["policy_version"] for k in (1, 2, 3)] == [2.0, 3.0, 4.0]  # warm-up sync is version 1
     assert all(steps[k]["rollout/version_lag_max"] == 0 for k in steps)
     assert 0.0 <= steps[3]["eval/accuracy"] <= 1.0 and "actor/loss" in steps[3]
-    with pytest.raises(ConfigError, match="placement hybrid"):
-        load(["placement=hybrid", "algorithm.kl_mode=loss", "algorithm.kl_coef=0.05"])
+    kl = [steps[k]["actor/kl"] for k in (1, 2, 3)]
+    assert abs(kl[0]) < 1e-5 < kl[2], f"KL to the reference per step: {kl}"

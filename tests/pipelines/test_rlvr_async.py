@@ -34,6 +34,7 @@ def test_async_and_dynamic_sampling(ray_local: Any, tmp_path: Path) -> None:
         f"batch.prompts_per_step={P}",
         f"batch.samples_per_prompt={G}",
         f"batch.micro_batch_samples={P * G}",
+        "placement=separate",  # async overlaps two actors; the quickstart's hybrid holds one
         "rollout.async_generation_ratio=1",
         "rollout.max_rounds=2",
         "rollout.request_prompts=4",
@@ -83,6 +84,7 @@ def test_step_ahead_async_resumes_exactly_after_sigkill(
         f"batch.prompts_per_step={P}",
         f"batch.samples_per_prompt={G}",
         f"batch.micro_batch_samples={P * G}",
+        "placement=separate",  # async overlaps two actors; the quickstart's hybrid holds one
         "rollout.async_generation_ratio=1",
         "rollout.async_mode=step_ahead",
         "cpu_threads=1",

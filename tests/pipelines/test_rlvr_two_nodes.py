@@ -54,7 +54,7 @@ def test_quickstart_on_two_nodes(tmp_path: Path) -> None:
     overrides = [
         f"output_dir={tmp_path / 'out'}", "max_steps=2", "eval_every=0", "warmup.steps=2", "warmup.batch_size=8",
         "batch.prompts_per_step=4", "batch.samples_per_prompt=4", "batch.micro_batch_samples=16",
-        "rollout.request_prompts=4",
+        "rollout.request_prompts=4", "placement=separate",  # the generator is its own actor, on the other node
         "tracking.backends=[jsonl]", "actor_train.node=trainer_node", "actor_infer.node=rollout_node",
         "rewards.arithmetic.workers.node=rollout_node",
     ]  # fmt: skip

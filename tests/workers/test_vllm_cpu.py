@@ -283,6 +283,7 @@ def test_rlvr_with_vllm_rollouts_raises_the_reward(ray_local: Any, tmp_path: Pat
         "tracking.backends=[jsonl]",
         "ray.address=auto",
         "ray.num_cpus=null",
+        "placement=separate",  # the vLLM engine in its own actor, as the lane's margin was measured
         "actor_infer.strategy.type=vllm",
         "actor_infer.strategy.dtype=float32",
         "actor_infer.strategy.enforce_eager=true",
