@@ -37,6 +37,26 @@ def test_quickstart_config_validates() -> None:
     assert not cfg.needs_reference and cfg.warmup is not None
 
 
+def test_hybrid_rejects_the_generator_keys_it_would_ignore() -> None:
+    """Under placement hybrid the generator lives in actor_train's actors: an ``actor_infer`` size, node or model
+    other than actor_train's would be silently unused, so each is an error with its key path; values equal to
+    actor_train's, and ``cpus_per_worker`` (actor_train's apply), are accepted; placement separate takes them."""
+    with pytest.raises(ConfigError) as err:
+        load(["actor_infer.num_workers=2", "actor_infer.node=rollout", "actor_infer.model.path=tiny-10m"])
+    text = str(err.value)
+    assert (
+        "actor_infer.num_workers is 2, but placement hybrid" in text and "actor_train.num_workers (1)" in text
+    )
+    assert "actor_infer.node is 'rollout'" in text and "actor_infer.model is 'tiny-10m'" in text
+    assert "use placement: separate" in text and "3 problems" in text
+    load(["actor_infer.num_workers=1", "actor_infer.cpus_per_worker=0.5"])
+    cfg = load(["placement=separate", "actor_infer.num_workers=2"])
+    assert cfg.policy_roles()["actor_infer"].num_workers == 2
+    assert (
+        "actor_infer" not in load([]).policy_roles()
+    )  # the quickstart's hybrid places no generator of its own
+
+
 def test_group_estimator_needs_groups() -> None:
     with pytest.raises(ConfigError, match="samples_per_prompt"):
         load(["batch.samples_per_prompt=1", "batch.micro_batch_samples=16"])

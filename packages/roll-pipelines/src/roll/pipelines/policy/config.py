@@ -40,6 +40,13 @@ MOVED_KEYS = {
 """Keys of the old two-regime layout and where they live now (a config that uses one gets the path as hint)."""
 
 
+HYBRID_SHARED = ("num_workers", "gpus_per_worker", "device_group", "node", "model")
+"""``actor_infer`` keys whose value placement hybrid takes from ``actor_train`` (its generator runs inside
+actor_train's actors): an ``actor_infer`` value that differs would be silently unused. ``cpus_per_worker`` and
+``call_timeout_s`` are not among them: actor_train's apply, and a config written for separate actors keeps working
+with ``placement=hybrid``."""
+
+
 class PolicyRunConfig(RunConfig):
     """See the module docstring. ``reference`` runs when ``algorithm.kl_mode`` is not ``none``, ``critic`` when
     ``algorithm.use_critic``; their ``model`` defaults to ``actor_train``'s (before any warm-up)."""
@@ -95,12 +102,31 @@ class PolicyRunConfig(RunConfig):
         issues = batch_issues(self.batch, self.actor_train, role_key="actor_train", pairs=False)
         issues += self.algorithm.check(self.batch.samples_per_prompt)
         issues += self._critic_issues()
+        if self.placement == "hybrid":
+            issues += self._hybrid_issues()
         shared = self.actor_train.device_group is not None and (
             self.actor_train.device_group == self.actor_infer.device_group
         )
         if async_ratio > 0 and (shared or self.placement == "hybrid"):
             message = "async generation overlaps generation with training, but actor_train and actor_infer share devices"
             issues.append(ConfigIssue(async_key, message, "set it to 0, or give actor_infer its own devices"))
+        return issues
+
+    def _hybrid_issues(self) -> list[ConfigIssue]:
+        """``actor_infer`` values that placement hybrid cannot honour (see :data:`HYBRID_SHARED`)."""
+        issues = []
+        for key in HYBRID_SHARED:
+            mine, theirs = getattr(self.actor_infer, key), getattr(self.actor_train, key)
+            if key not in self.actor_infer.model_fields_set or mine is None or mine == theirs:
+                continue
+            message = (
+                f"actor_infer.{key} is {_shown(mine)}, but placement hybrid runs the generator inside "
+                f"actor_train's actors, so it takes actor_train.{key} ({_shown(theirs)})"
+            )
+            hint = (
+                f"remove actor_infer.{key}, or use placement: separate to give the generator its own actors"
+            )
+            issues.append(ConfigIssue(f"actor_infer.{key}", message, hint))
         return issues
 
     def _critic_issues(self) -> list[ConfigIssue]:
@@ -129,3 +155,8 @@ class PolicyRunConfig(RunConfig):
             message = f"critic_warmup_steps = {self.critic_warmup_steps} >= max_steps = {self.max_steps}: the actor never trains"
             issues.append(ConfigIssue("critic_warmup_steps", message, "set it below max_steps"))
         return issues
+
+
+def _shown(value: object) -> str:
+    path = getattr(value, "path", None)  # a ModelConfig: its path says which model
+    return repr(path if path is not None else value)
