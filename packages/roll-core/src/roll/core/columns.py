@@ -44,6 +44,10 @@ OLD_VALUES: Final = "old_values_BT"
 RETURNS: Final = "returns_BT"
 """The critic's regression targets."""
 ADVANTAGES: Final = "advantages_BT"
+CARRIED_UNITS: Final = "carried_units_B"
+"""Loss units (tokens or rows) of rows left out of a training batch because their gradient is exactly zero (every
+advantage 0, no KL or entropy term), spread over the rows that stay: a loss adds them to its ``count_units``, so
+the step is normalized as if those rows had been trained on."""
 TOKEN_REWARDS: Final = "rewards_BT"
 """A row's reward placed on its last trained token, 0 elsewhere."""
 TOPK_VALUES: Final = "topk_values_BTK"

@@ -67,10 +67,28 @@ class PolicyLoss:
         )
 
     def count_units(self, micro_batch: MicroBatch) -> float:
+        """Response tokens (``token-mean``) or rows, plus the :data:`~roll.core.columns.CARRIED_UNITS` of rows
+        left out as :meth:`inert_rows`."""
         mask_BT = micro_batch[C.RESPONSE_MASK]
-        if self.algo.loss_agg_mode == "token-mean":
-            return float(mask_BT.sum())
-        return float(mask_BT.shape[0])
+        units = float(mask_BT.sum()) if self.algo.loss_agg_mode == "token-mean" else float(mask_BT.shape[0])
+        carried_B = micro_batch.get(C.CARRIED_UNITS)
+        return units if carried_B is None else units + float(carried_B.sum())
+
+    def inert_rows(self, micro_batch: MicroBatch) -> torch.Tensor | None:
+        """``bool [B]``: rows whose contribution to the gradient is exactly zero, or None when no row can be.
+
+        Every surrogate here (PPO, GSPO, CISPO, TOPR, with or without TIS) is the advantage times a factor, so a row
+        whose advantages are 0 on all its response tokens (a GRPO group whose samples all scored the same) adds
+        0 to the loss and to every gradient; only its units count, through the normalizer. A KL loss or an
+        entropy bonus pulls on every row, so with either no row is inert. ``skip_zero_advantage: false`` turns
+        the check off.
+        """
+        a = self.algo
+        if not a.skip_zero_advantage or a.kl_mode == "loss" or a.entropy_coef > 0:
+            return None
+        live_BT = (micro_batch[C.ADVANTAGES] != 0) & micro_batch[C.RESPONSE_MASK].bool()
+        inert_B: torch.Tensor = ~live_BT.any(dim=-1)
+        return inert_B
 
     def score_mask(self, micro_batch: MicroBatch) -> torch.Tensor:
         """The only positions the loss reads (the response tokens): the strategy projects and scores just these,

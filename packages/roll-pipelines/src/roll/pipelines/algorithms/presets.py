@@ -122,6 +122,12 @@ class AlgorithmConfig(RollModel):
         None, gt=0, description="Dr. GRPO's constant; None: the rollout's max new tokens"
     )
     entropy_coef: float = Field(0.0, ge=0)
+    skip_zero_advantage: bool = Field(
+        True,
+        description="leave rows whose advantages are all 0 out of the training forward when their gradient is "
+        "exactly 0 (no KL loss, no entropy bonus); the update is the same, only entropy/clip metrics then cover "
+        "the trained rows alone",
+    )
     value_clip: float | None = Field(0.2, gt=0, description="critic value clipping range")
     # KL to the reference policy
     kl_mode: KLMode = "none"

@@ -41,7 +41,7 @@ from roll.pipelines.algorithms.losses import ValueLoss
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.policy.config import Placement, PolicyRunConfig
 from roll.pipelines.policy.critic import Critic
-from roll.pipelines.policy.views import training_view
+from roll.pipelines.policy.views import training_view, without_inert_rows
 from roll.workers.model_update import ModelUpdateGroup
 from roll.workers.roles.actor import ActorTrainWorker
 from roll.workers.roles.config import InferRoleConfig, ModelConfig, TrainRoleConfig, with_micro_batches
@@ -259,10 +259,13 @@ class PolicyGroup:
         metrics: dict[str, float] = {}
         if train_actor:
             per_rank: list[dict[str, float]] = []
-            view = tuple(columns)
+            view, skipped = tuple(columns), 0
             for part in parts:
-                per_rank += self.actor.train_step(training_view(part, view), loss, temperature)
+                trained, left_out = without_inert_rows(training_view(part, view), loss)
+                per_rank += self.actor.train_step(trained, loss, temperature)
+                skipped += left_out
             metrics = reduce_metrics(per_rank, how={"tokens": "sum"})
+            metrics["rows_skipped"] = skipped / len(batch)
         if self.critic is not None:
             metrics.update(self.critic.collect())
         return metrics

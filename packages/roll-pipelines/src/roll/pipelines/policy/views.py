@@ -1,9 +1,11 @@
-"""Column views of a batch: what goes to a worker is only the columns it reads."""
+"""Views of a batch: what goes to a worker is only the columns it reads, and only the rows that move its gradient."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+import torch
 
 from roll.core import columns as C
 from roll.core.batch import Batch
@@ -15,3 +17,40 @@ def training_view(batch: Batch, columns: Sequence[str]) -> Batch:
     the image placeholder embeddings, so log-probs and gradients ignore the picture the rollout was sampled from."""
     vision: dict[str, Any] = {c: batch.non_tensors[c] for c in C.VISION_COLUMNS if c in batch.non_tensors}
     return Batch({c: batch.tensors[c] for c in columns if c in batch.tensors}, vision)
+
+
+def without_inert_rows(batch: Batch, loss: object) -> tuple[Batch, int]:
+    """``batch`` less the rows whose gradient under ``loss`` is exactly zero (the loss's optional ``inert_rows``,
+    e.g. a GRPO group whose samples all scored the same), and how many rows were left out.
+
+    The left-out rows' loss units travel in :data:`~roll.core.columns.CARRIED_UNITS` on the rows that stay
+    (whole units per row where they are whole), so the step's normalizer, and with it the gradient, the clipped
+    gradient norm and the optimizer step, are those of the whole batch; only less forward and backward work is
+    done. One row always stays: a step whose rows are all inert still takes its optimizer step (Adam's moments
+    move the weights even with a zero gradient), as it would have.
+    """
+    find = getattr(loss, "inert_rows", None)
+    inert_B = find(batch.tensors) if find is not None else None
+    if inert_B is None or not bool(inert_B.any()):
+        return batch, 0
+    keep_B = ~inert_B
+    if not bool(keep_B.any()):
+        keep_B[0] = True
+        inert_B = ~keep_B
+    kept, left = batch.select(keep_B.nonzero().reshape(-1)), batch.select(inert_B.nonzero().reshape(-1))
+    carried = float(loss.count_units(left.tensors))  # type: ignore[attr-defined]
+    carried_B = _spread(carried, len(kept))
+    if C.CARRIED_UNITS in kept.tensors:
+        carried_B = carried_B + kept.tensors[C.CARRIED_UNITS]
+    kept[C.CARRIED_UNITS] = carried_B
+    return kept, len(left)
+
+
+def _spread(units: float, rows: int) -> torch.Tensor:
+    """``units`` over ``rows`` rows, summing to ``units`` exactly: whole units where ``units`` is whole."""
+    if not units.is_integer():
+        return torch.full((rows,), units / rows, dtype=torch.float64)
+    base, extra = divmod(int(units), rows)
+    spread_B = torch.full((rows,), float(base), dtype=torch.float64)
+    spread_B[:extra] += 1
+    return spread_B
