@@ -1,14 +1,15 @@
 """RLVR's async mode against its sync mode on the quickstart, side by side in one run (issue 16, goal 4).
 
-``sync``: the quickstart with ``placement=separate`` (generation, then scoring, then training, in turn; each model
-worker may use both cores, ``cpu_threads: 2``); the quickstart's own ``hybrid`` placement holds trainer and generator
-in one actor, which cannot overlap them, so both sides run them as separate actors. ``async``: ``rollout.async_generation_ratio=1`` (the next batch generates while
+``sync``: the quickstart with ``placement=separate`` (generation, then scoring, then
+training, in turn; each model worker may use both cores, ``cpu_threads: 2``): async needs the generator in its own
+actor, so this is the same layout without the overlap. ``sync-hybrid``: the quickstart as it is (one actor trains
+and generates, in turn, and cannot overlap them), the fastest sync layout on CPU. ``async``: ``rollout.async_generation_ratio=1`` (the next batch generates while
 this one trains, at most one policy version stale) with ``cpu_threads=1``, since trainer and generator now run at
-once on the 2 cores. Both run the same seed, steps and learning rate; each side is one ``roll train`` subprocess
+once on the 2 cores. The sides run the same seed, steps and learning rate; each side is one ``roll train`` subprocess
 (peak RSS summed over its process tree). Sides alternate over ``--rounds`` (sync first in odd rounds). Reported
 per side and round: the median ``time/step_s`` after the first ``--skip`` RL steps (start-up and the first
 generation excluded), the train accuracy of the last tenth of the steps, wall time, peak RSS, and the 1-minute
-load average seen while the side ran (min-max). The ratio is sync's median step time over async's (each the median of
+load average seen while the side ran (min-max). The ratios are each sync side's median step time over async's (each the median of
 the side's per-round medians). Quote it only when the load column stays under 1.5 on 2 cores.
 
 Why the ceiling is low on this box: overlapping generation with training hides at most the shorter of the two
@@ -32,6 +33,7 @@ from bench_placement import run_quickstart
 
 SIDES = {
     "sync": ["placement=separate"],
+    "sync-hybrid": ["placement=hybrid"],
     "async": ["placement=separate", "rollout.async_generation_ratio=1", "cpu_threads=1"],
 }
 
@@ -58,7 +60,8 @@ def main() -> None:
             f"| {r['peak_gib']:.2f} | {r['step_s']:.3f} | {r['acc_last']:.3f} |"
         )
     med = {s: statistics.median(r["step_s"] for side, _, r in rows if side == s) for s in SIDES}
-    print(f"sync / async median step time: {med['sync'] / med['async']:.2f}x (above 1: async is faster)")
+    for sync in ("sync", "sync-hybrid"):
+        print(f"{sync} / async median step time: {med[sync] / med['async']:.2f}x (above 1: async is faster)")
 
 
 if __name__ == "__main__":
