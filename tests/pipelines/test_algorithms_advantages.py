@@ -211,3 +211,21 @@ def test_clipping() -> None:
     assert_close(clip_advantages(x, max_abs=2.5), torch.tensor([-2.5, 0.5, 2.0]))
     with pytest.raises(ConfigError):
         clip_rewards(x, max_abs=0.0)
+
+
+@pytest.mark.parametrize("G", [3, 6, 7, 8, 12])
+@pytest.mark.parametrize("value", [0.1, 0.3, 0.9, -0.2])
+def test_a_group_of_equal_rewards_gets_exactly_zero_advantage(G: int, value: float) -> None:
+    """The float32 mean of G rewards of 0.3 is not 0.3 (for G = 8 it is 3e-8 off), and ``/ (std + 1e-6)`` made
+    that rounding an advantage of +-0.03; a group that carries no signal must give 0, exactly. A mixed group
+    beside it keeps its usual values."""
+    rewards_PG = torch.tensor([[value] * G, [0.0] * (G - 1) + [1.0]])
+    ids_B = torch.arange(2).repeat_interleave(G)
+    for adv_PG in (
+        grpo_advantages(rewards_PG),
+        rloo_advantages(rewards_PG),
+        group_normalize(rewards_PG.reshape(-1), ids_B).reshape(2, G),
+        group_normalize(rewards_PG.reshape(-1), ids_B, norm_by_std=False).reshape(2, G),
+    ):
+        assert torch.equal(adv_PG[0], torch.zeros(G))
+        assert adv_PG[1, -1] > 0 > adv_PG[1, 0]

@@ -82,9 +82,25 @@ def outcome_to_token_rewards(scores_B: torch.Tensor, mask_BT: torch.Tensor) -> t
     return rewards_BT
 
 
+def _centered(rewards_PG: torch.Tensor) -> torch.Tensor:
+    """``r - mean_G(r)``, exactly 0 in a group whose rewards are all equal.
+
+    ``mean`` rounds: eight rewards of 0.3 have a float32 mean 3e-8 off 0.3, and GRPO's ``/ (std + 1e-6)`` would
+    turn that into advantages of +-0.03 for a group that carries no signal (a gradient from rounding, which also
+    keeps such rows from being left out of the training forward as inert).
+    """
+    centered_PG = rewards_PG - rewards_PG.mean(dim=-1, keepdim=True)
+    return centered_PG.masked_fill(_constant_groups(rewards_PG), 0.0)
+
+
+def _constant_groups(rewards_PG: torch.Tensor) -> torch.Tensor:
+    """``bool [P, 1]``: groups whose rewards are all equal (compared exactly, no mean involved)."""
+    return rewards_PG.amax(dim=-1, keepdim=True) == rewards_PG.amin(dim=-1, keepdim=True)
+
+
 def _group_std(rewards_PG: torch.Tensor, *, unbiased: bool) -> torch.Tensor:
     G = rewards_PG.shape[-1]
-    centered_PG = rewards_PG - rewards_PG.mean(dim=-1, keepdim=True)
+    centered_PG = _centered(rewards_PG)
     denom = max(G - 1, 1) if unbiased else G
     return (centered_PG.pow(2).sum(dim=-1, keepdim=True) / denom).sqrt()
 
@@ -113,7 +129,7 @@ def grpo_advantages(
 
     Returns ``advantages_PG``. A group whose rewards are all equal gets advantage 0.
     """
-    centered_PG = _as_groups(rewards_PG) - rewards_PG.mean(dim=-1, keepdim=True)
+    centered_PG = _centered(_as_groups(rewards_PG))
     if not norm_by_std:
         return centered_PG
     return centered_PG / _safe_denominator(_group_std(rewards_PG, unbiased=unbiased), eps)
@@ -133,7 +149,7 @@ def rloo_advantages(rewards_PG: torch.Tensor) -> torch.Tensor:
     if G < 2:
         raise ConfigError(f"RLOO needs at least 2 samples per prompt for a leave-one-out baseline, got G={G}")
     baseline_PG = (rewards_PG.sum(dim=-1, keepdim=True) - rewards_PG) / (G - 1)
-    return rewards_PG - baseline_PG
+    return (rewards_PG - baseline_PG).masked_fill(_constant_groups(rewards_PG), 0.0)  # see _centered
 
 
 def reinforce_pp_baseline_advantages(
@@ -143,7 +159,7 @@ def reinforce_pp_baseline_advantages(
 
     ``mask_BT`` has ``B = P * G`` rows, prompt-major. Returns ``advantages_BT``.
     """
-    centered_B = (_as_groups(rewards_PG) - rewards_PG.mean(dim=-1, keepdim=True)).reshape(-1)
+    centered_B = _centered(_as_groups(rewards_PG)).reshape(-1)
     return masked_whiten(expand_to_tokens(centered_B, mask_BT), mask_BT, eps=eps)
 
 
@@ -221,13 +237,18 @@ def group_index(group_ids_B: torch.Tensor) -> tuple[torch.Tensor, int]:
 def group_mean_std(
     scores_B: torch.Tensor, group_ids_B: torch.Tensor, *, unbiased: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each element's group mean and group std, shape ``[B]`` each (a group of one has std 0)."""
+    """Each element's group mean and group std, shape ``[B]`` each (a group of one has std 0).
+
+    In a group whose scores are all equal the mean is that score exactly and the std 0 (see :func:`_centered`).
+    """
     index_B, n = group_index(group_ids_B)
     count_N = torch.zeros(n, dtype=scores_B.dtype, device=scores_B.device).index_add_(
         0, index_B, torch.ones_like(scores_B)
     )
     sum_N = torch.zeros_like(count_N).index_add_(0, index_B, scores_B)
-    mean_B = (sum_N / count_N)[index_B]
+    low_N = torch.zeros_like(count_N).scatter_reduce(0, index_B, scores_B, "amin", include_self=False)
+    high_N = torch.zeros_like(count_N).scatter_reduce(0, index_B, scores_B, "amax", include_self=False)
+    mean_B = torch.where((low_N == high_N)[index_B], scores_B, (sum_N / count_N)[index_B])
     sq_N = torch.zeros_like(count_N).index_add_(0, index_B, (scores_B - mean_B) ** 2)
     denom_N = (count_N - 1).clamp(min=1) if unbiased else count_N
     return mean_B, (sq_N / denom_N).sqrt()[index_B]
