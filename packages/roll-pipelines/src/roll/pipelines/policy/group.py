@@ -249,7 +249,9 @@ class PolicyGroup:
         train_actor: bool = True,
     ) -> dict[str, float]:
         """One optimizer step per mini-batch (with several, a shuffle seeded by ``(seed, step)`` into near-equal
-        parts); the critic trains on the same mini-batches meanwhile. ``train_actor=False``: the critic alone."""
+        parts); the critic trains on the same mini-batches meanwhile. ``train_actor=False``: the critic alone.
+        Rows whose gradient under ``loss`` is exactly zero stay out of the actor's forward, their loss units carried
+        (:func:`~roll.pipelines.policy.views.without_inert_rows`); ``rows_skipped`` is their share of ``batch``."""
         parts = [batch]
         if optimizer_steps > 1:
             order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(self.spec.seed + step))
