@@ -103,6 +103,11 @@ FINISH_REASON: Final = "finish_reason"
 """``"stop"`` or ``"length"``."""
 TEXT: Final = "text"
 """The decoded response (``None`` without a tokenizer)."""
+REWARD_ERROR_REPORT: Final = "reward_error_report"
+"""A :class:`~roll.core.failures.ErrorReport` where the reward could not score the row (``reward_error_B`` 1),
+else ``None``; the driver shows the first of each kind with its traceback."""
+PROMPT_TRUNCATED: Final = "prompt_truncated"
+"""True where the prompt was longer than ``tokenize.max_prompt_length`` (or ``max_length``) and was cut."""
 SUCCESS: Final = "success"
 """Agentic: whether the episode reached the env's goal."""
 

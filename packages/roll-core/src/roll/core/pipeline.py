@@ -6,6 +6,10 @@ Ctrl-C or SIGTERM, a checkpoint before exiting on a preemption signal, and recov
 :mod:`roll.core.recovery`). Subclasses implement the abstract methods; the loop in :meth:`BasePipeline.run` reads top to
 bottom as named steps.
 
+Stop conditions: after every step its metrics go to :class:`~roll.core.failures.FailureGuard`, which raises
+:class:`~roll.core.failures.RunStopped` for a run that cannot learn (error rates of user code, a non-finite loss
+or gradient, steps without updates); pipelines hand it the error reports of their user-code calls to show.
+
 Step numbering: ``self.step`` is the number of completed training steps. ``train_step(step)`` receives the index of
 the step it runs (0-based), so after it returns ``self.step == step + 1``; a checkpoint named ``step_000004`` holds
 the state after four completed steps, and a resumed run continues with ``train_step(4)``.
@@ -27,6 +31,7 @@ from roll.core.cluster import Cluster, RayHandle, ResourceManager, Worker, init_
 from roll.core.config.loader import dump_yaml
 from roll.core.config.sections import RoleConfig, RunConfig
 from roll.core.errors import ConfigError, ConfigIssue, PluginError
+from roll.core.failures import FailureGuard, RunStopped
 from roll.core.recovery import LostWorker, Preempted, StopSignals, find_lost_worker
 from roll.core.tracking import MultiTracker, Progress
 from roll.core.types import Tracker
@@ -48,6 +53,9 @@ class BasePipeline(ABC):
             pipeline_name=name,
         )
         self.tracker: Tracker = build_trackers(config, self.output_dir)
+        self.failures = FailureGuard(config.failures)
+        """Shows user-code errors once and stops a run that cannot learn (:mod:`roll.core.failures`); a step's
+        metrics are checked after they are logged, so the step that tripped a limit is in the records."""
         self.ray: RayHandle | None = None
         self.resources: ResourceManager | None = None
         self.clusters: list[Cluster] = []
@@ -127,6 +135,7 @@ class BasePipeline(ABC):
             stop.reinstall()
             while not self._attempt(stop):
                 pass
+            self.failures.finish(self.step)
             self._final_checkpoint()
             if self.config.checkpoint.export_hf:
                 self.export(self.output_dir)
@@ -229,10 +238,17 @@ class BasePipeline(ABC):
             metrics["restarts"] = float(self.restarts)
         if self.config.eval_every and self.step % self.config.eval_every == 0:
             metrics.update({f"eval/{k}": v for k, v in self.evaluate(self.step).items()})
-        if self.step % self.config.tracking.log_every == 0 or self.step == self.config.max_steps:
+        logged = self.step % self.config.tracking.log_every == 0 or self.step == self.config.max_steps
+        if logged:
             self.tracker.log(metrics, self.step)
         self.last_metrics = metrics
         progress.update(self.step, metrics)
+        try:
+            self.failures.observe(self.step, metrics)
+        except RunStopped:
+            if not logged:  # the step that stopped the run belongs in the records
+                self.tracker.log(metrics, self.step)
+            raise
         every = self.config.checkpoint.every_n_steps
         if every and self.step % every == 0:
             self.save_checkpoint()

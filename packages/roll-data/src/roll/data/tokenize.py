@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import datasets
 
+from roll.core import columns as C
 from roll.core.errors import DataError
 from roll.data.config import TokenizeConfig
 from roll.data.loading import AnyDataset, ensure_not_empty, require_columns
@@ -256,11 +257,13 @@ def encode_prompt(batch: Batch, indices: Sequence[int], *, tokenizer: Any, cfg: 
         )
         for r, i in zip(_rows(batch), indices)
     ]
-    out: Batch = {"prompt_ids": [], "length": [], STATUS: []}
+    out: Batch = {"prompt_ids": [], "length": [], STATUS: [], C.PROMPT_TRUNCATED: []}
     limit = cfg.max_prompt_length or cfg.max_length
     for ids, index in zip(_encode(tokenizer, texts), indices):
         ids, status = limit_prompt(ids, limit, cfg.length_policy, index)
-        _append(out, prompt_ids=ids, length=len(ids), **{STATUS: status})
+        _append(
+            out, prompt_ids=ids, length=len(ids), **{STATUS: status, C.PROMPT_TRUNCATED: status == TRUNCATED}
+        )
     return out
 
 
@@ -298,11 +301,24 @@ def tokenize_dataset(
     )
     counts = Counter(mapped[STATUS])
     report.kept, report.truncated, report.dropped = counts[KEPT], counts[TRUNCATED], counts[DROPPED]
-    log.info("%s", report)
+    _log_report(report, kind)
     if report.dropped:
         mapped = mapped.filter(lambda s: s != DROPPED, input_columns=STATUS, num_proc=cfg.num_proc)
         ensure_not_empty(mapped, step=f"the length filter ({report})", source=f"{kind} tokenization")
     return mapped.remove_columns(STATUS), report
+
+
+def _log_report(report: LengthReport, kind: str) -> None:
+    """At WARNING when rows were cut or dropped (a prompt cut to its last tokens changes the task; the user must
+    see it, once, not at a level that is hidden), else at INFO."""
+    if report.truncated or report.dropped:
+        log.warning(
+            "%s data: %d of %d rows were longer than the limit: %s. Raise tokenize.max_length (or "
+            "max_prompt_length), or set tokenize.length_policy",
+            kind, report.truncated + report.dropped, report.total, report,
+        )  # fmt: skip
+    else:
+        log.info("%s", report)
 
 
 def _tokenize_streaming(
@@ -310,8 +326,11 @@ def _tokenize_streaming(
 ) -> datasets.IterableDataset:
     def counted(batch: Batch, indices: Sequence[int]) -> Batch:
         out = encode(batch, indices)
+        first = not (report.truncated or report.dropped)
         for status in out[STATUS]:
             report.add(status)
+        if first and (report.truncated or report.dropped):  # streaming: said once, at the first cut row
+            log.warning("streamed data: rows longer than the limit are cut or dropped (%s so far)", report)
         return out
 
     mapped = ds.map(counted, batched=True, batch_size=batch_size, with_indices=True)

@@ -42,7 +42,9 @@ def rlvr_preflight(config: Any) -> list[ConfigIssue]:
 
 def tag_issues(peeks: list[Peek], rewards: dict[str, Any]) -> list[ConfigIssue]:
     """Rows whose tag no reward domain takes. With one domain an untagged row is fine: it goes there."""
-    routes = {tag: name for name, domain in rewards.items() for tag in domain.tags}
+    routes = {tag: name for name, domain in rewards.items() for tag in domain.tags or []}
+    if any(domain.tags is None for domain in rewards.values()):
+        return []  # the default domain (no `tags`) takes every row no other domain routes
     issues = []
     for peek in peeks:
         tags = [str(row.get("tag") or "") for row in peek.rows]

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from roll.agentic.env_manager.chat import ChatEncoder, EncodedImages, Message, merge_images
 from roll.agentic.types import Observation, split_observation
+from roll.core.failures import ErrorReport
 
 __all__ = ["Episode", "EpisodeStatus", "Sample", "Turn", "anchor_id", "step_samples", "trajectory_sample"]
 
@@ -93,6 +94,8 @@ class Episode:
     status: EpisodeStatus = "running"
     success: bool = False
     error: str | None = None
+    report: ErrorReport | None = None
+    """What failed, for the driver to show (its first of each kind) and count: an env that raised or timed out."""
     finished_turn: int | None = None
     turns: list[Turn] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)

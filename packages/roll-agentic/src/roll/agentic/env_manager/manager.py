@@ -35,6 +35,7 @@ from roll.agentic.env_manager.config import EnvManagerConfig
 from roll.agentic.env_manager.episode import Episode, Sample, Turn, step_samples, trajectory_sample
 from roll.agentic.env_manager.slots import ResetOutcome, ResetRequest, StepOutcome, StepRequest
 from roll.agentic.parsing import parse_action
+from roll.core.failures import ErrorReport
 
 __all__ = ["EnvPool", "GenerateFn", "Generation", "Rollout", "RolloutManager", "group_plan"]
 
@@ -86,6 +87,11 @@ class Rollout:
 
     def metrics(self) -> dict[str, float]:
         return rollout_metrics(self)
+
+    @property
+    def errors(self) -> list[ErrorReport]:
+        """The reports of every started episode that an env error or timeout ended (shown once per kind)."""
+        return [e.report for e in self.started if e.report is not None]
 
 
 def group_plan(
@@ -152,7 +158,7 @@ class RolloutManager:
         tag = self.config.envs[entry].name
         episode = Episode(index, group, entry, tag, seed, outcome.system_prompt, outcome.valid_actions)
         if outcome.error is not None:
-            episode.finish("timeout" if outcome.error.startswith("timeout") else "error", 0, outcome.error)
+            _failed(episode, outcome.error, outcome.traceback, 0, "reset")
         else:
             episode.start(self.encoder, outcome.observation)
         return episode
@@ -202,8 +208,15 @@ class RolloutManager:
     def _apply(self, episode: Episode, turn: Turn, outcome: StepOutcome, turn_index: int) -> None:
         if outcome.result is None:
             episode.turns.append(turn)
-            timed_out = (outcome.error or "").startswith("timeout")
-            episode.finish("timeout" if timed_out else "error", turn_index + 1, outcome.error)
+            shown = turn.action or turn.text
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            _failed(
+                episode,
+                outcome.error or "unknown error",
+                outcome.traceback,
+                turn_index + 1,
+                f"step({shown!r})",
+            )
             return
         result = outcome.result
         turn.format_ok = turn.format_ok and bool(result.info.get("format_ok", True))
@@ -215,6 +228,15 @@ class RolloutManager:
             episode.finish("done", turn_index + 1)
         else:
             episode.add_observation(self.encoder, result.observation)
+
+
+def _failed(episode: Episode, error: str, trace: str | None, turn: int, call: str) -> None:
+    """End ``episode`` on an env that raised or timed out, with the report the driver shows and counts."""
+    timed_out = error.startswith("timeout")
+    episode.finish("timeout" if timed_out else "error", turn, error)
+    kind = "timeout" if timed_out else error.split(":", 1)[0]
+    where = f"{call} at turn {turn}, episode seed {episode.seed}"
+    episode.report = ErrorReport(f"env {episode.tag}", kind, f"{error} [{where}]", trace)
 
 
 def _groups(episodes: Sequence[Episode]) -> dict[int, list[Episode]]:
@@ -243,7 +265,9 @@ def _first_groups(episodes: Sequence[Episode], num_groups: int) -> list[Episode]
 
 
 def rollout_metrics(rollout: Rollout) -> dict[str, float]:
-    """Success rate, return, turns and format rate per tag (``env/<tag>/...``) and overall (``env/...``)."""
+    """Success rate, return, turns and format rate per tag (``env/<tag>/...``) and overall (``env/...``);
+    ``env/errors`` is the share of started episodes that an env error or timeout ended, ``env/timeouts`` the
+    count of the latter."""
     metrics: dict[str, float] = {}
     by_tag: dict[str, list[Episode]] = {}
     for e in rollout.episodes:
@@ -252,7 +276,8 @@ def rollout_metrics(rollout: Rollout) -> dict[str, float]:
         metrics.update(_episode_stats(prefix, eps))
     started = rollout.started
     metrics["env/timeouts"] = float(sum(e.status == "timeout" for e in started))
-    metrics["env/errors"] = float(sum(e.status == "error" for e in started))
+    failed = sum(e.status in ("error", "timeout") for e in started)
+    metrics["env/errors"] = failed / max(len(started), 1)  # a rate: roll.core.failures stops on a high one
     metrics["env/context_truncated"] = float(sum(e.status == "context_limit" for e in rollout.episodes))
     metrics["env/episodes_kept"] = float(len(rollout.episodes))
     metrics["env/turns_run"] = float(rollout.turns)

@@ -5,7 +5,8 @@ env in a slot (from the env mix's entry points) and resets it with a seed; ``ste
 batch runs in its own daemon thread and all share one deadline (``timeout_s`` from the start of the batch): a
 call still running at the deadline is *cut off*: the slot is marked dead, its thread is abandoned (Python cannot
 kill a thread, and a daemon thread never blocks interpreter exit) and the env object is never touched again. A
-call that raises is reported the same way with the error text. The next ``reset`` of that slot builds a new env.
+call that raises is reported the same way with the error text (and, for the first error of each exception type,
+its traceback, which the driver shows once: :mod:`roll.core.failures`). The next ``reset`` of that slot builds a new env.
 
 Threads, not processes: envs are plain Python objects that are not picklable mid-episode, and a step is usually
 microseconds; the GIL is released by a sleeping or I/O-bound env, which is exactly the kind that hangs.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,12 +70,16 @@ class ResetOutcome:
     valid_actions: tuple[str, ...] | None = None
     info: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    traceback: str | None = None
+    """The exception's traceback, sent with the first error of each exception type of a worker (the driver shows
+    one per kind; the rest are counted)."""
 
 
 @dataclass(frozen=True)
 class StepOutcome:
     result: StepResult | None = None
     error: str | None = None
+    traceback: str | None = None
 
 
 def valid_actions_of(env: Env) -> tuple[str, ...] | None:
@@ -132,6 +138,8 @@ class _Call:
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.value: Any = None
         self.error: str | None = None
+        self.kind: str | None = None
+        self.traceback: str | None = None
         self.done = threading.Event()
         self._fn = fn
         threading.Thread(target=self._run, daemon=True, name="roll-env-call").start()
@@ -139,8 +147,9 @@ class _Call:
     def _run(self) -> None:
         try:
             self.value = self._fn()
-        except Exception as exc:  # reported as this slot's failure; the batch goes on
-            self.error = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # reported as this slot's failure (with its traceback); the batch goes on
+            self.error, self.kind = f"{type(exc).__name__}: {exc}", type(exc).__name__
+            self.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         finally:
             self.done.set()
 
@@ -153,6 +162,7 @@ class EnvSlots:
         self.timeout_s = timeout_s
         self._factory = factory
         self._envs: dict[int, Env] = {}
+        self._traced: set[str] = set()  # exception types whose traceback has been sent once
 
     def reset(self, requests: Sequence[ResetRequest | None]) -> list[ResetOutcome | None]:
         """Build a fresh env in every slot with a request and reset it with the request's seed."""
@@ -163,9 +173,9 @@ class EnvSlots:
         calls = {s: _Call(self._reset_fn(r)) for s, r in enumerate(requests) if r is not None}
         results = self._collect(calls)
         out: list[ResetOutcome | None] = [None] * len(requests)
-        for slot, (value, error) in results.items():
+        for slot, (value, error, trace) in results.items():
             if error is not None:
-                out[slot] = ResetOutcome(error=error)
+                out[slot] = ResetOutcome(error=error, traceback=trace)
                 continue
             env, (obs, info) = value
             self._envs[slot] = env
@@ -185,8 +195,10 @@ class EnvSlots:
                 out[slot] = StepOutcome(error=f"slot {slot} has no live env (reset it first)")
                 continue
             calls[slot] = _Call(_step_fn(env, request.action))
-        for slot, (value, error) in self._collect(calls).items():
-            out[slot] = StepOutcome(result=value) if error is None else StepOutcome(error=error)
+        for slot, (value, error, trace) in self._collect(calls).items():
+            out[slot] = (
+                StepOutcome(result=value) if error is None else StepOutcome(error=error, traceback=trace)
+            )
         return out
 
     def close(self) -> None:
@@ -202,18 +214,23 @@ class EnvSlots:
 
         return run
 
-    def _collect(self, calls: Mapping[int, _Call]) -> dict[int, tuple[Any, str | None]]:
-        """Wait for every call until the shared deadline; late calls kill their slot."""
+    def _collect(self, calls: Mapping[int, _Call]) -> dict[int, tuple[Any, str | None, str | None]]:
+        """Wait for every call until the shared deadline; late calls kill their slot. ``(value, error,
+        traceback)`` per slot, the traceback only with the first error of its exception type."""
         deadline = time.monotonic() + self.timeout_s
-        results: dict[int, tuple[Any, str | None]] = {}
+        results: dict[int, tuple[Any, str | None, str | None]] = {}
         for slot, call in calls.items():
             if not call.done.wait(max(0.0, deadline - time.monotonic())):
                 self._envs.pop(slot, None)  # abandoned with its thread; never touched again
-                results[slot] = (None, f"timeout: no answer within {self.timeout_s:g}s (env cut off)")
+                results[slot] = (None, f"timeout: no answer within {self.timeout_s:g}s (env cut off)", None)
                 continue
+            trace = None
             if call.error is not None:
                 self._discard(slot)
-            results[slot] = (call.value, call.error)
+                if call.kind not in self._traced:
+                    self._traced.add(str(call.kind))
+                    trace = call.traceback
+            results[slot] = (call.value, call.error, trace)
         return results
 
     def _discard(self, slot: int) -> None:

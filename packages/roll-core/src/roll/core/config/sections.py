@@ -67,6 +67,31 @@ class CheckpointConfig(RollModel):
     export_hf: bool = False
 
 
+class FailureConfig(RollModel):
+    """When a run that cannot learn stops, non-zero, with one message naming the cause (the rules and the reasons
+    for these defaults: :mod:`roll.core.failures`). A healthy run has no failed reward or env calls, finite losses
+    and an update every step, so it never meets them."""
+
+    max_error_rate: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="stop when the share of rows (episodes) whose reward or env failed, averaged over "
+        "error_window steps, exceeds this; 1 never stops",
+    )
+    error_window: int = Field(5, ge=1, description="steps the error rate is averaged over")
+    non_finite: Literal["stop", "skip"] = Field(
+        "stop",
+        description="a NaN/inf loss or gradient norm: stop the run (default), or skip that update and go on",
+    )
+    max_steps_without_update: int = Field(
+        10,
+        ge=0,
+        description="stop after this many steps in a row without a useful optimizer update (nothing trained, "
+        "every advantage zero, or a skipped non-finite update); 0 never stops",
+    )
+
+
 class RunConfig(RollModel):
     """The keys every run has. ``pipeline`` names an entry point of the ``roll.pipeline`` group."""
 
@@ -84,6 +109,7 @@ class RunConfig(RollModel):
     ray: RayConfig = Field(default_factory=RayConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    failures: FailureConfig = Field(default_factory=FailureConfig)
 
     @classmethod
     def moved_keys(cls) -> dict[str, str]:

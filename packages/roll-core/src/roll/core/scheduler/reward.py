@@ -9,7 +9,8 @@ scheduling rotate over ranks so one slow verifier does not hold every job. :meth
 returned columns back next to the input rows, in the input order.
 
 Light workers: with ``columns`` set, a worker gets plain ``{name: [value per row]}`` of those columns instead of
-a Batch, and may answer ``{name: [number per row]}`` (made float32 tensor columns here). A Batch holds torch
+a Batch, and may answer ``{name: [value per row]}``: columns whose name ends in axes (``scores_B``) become
+float32 tensor columns here, the others (``reward_error_report``) stay per-row Python values. A Batch holds torch
 tensors, so unpickling one imports torch (~550 MB resident, 4-15 s); a reward worker that scores text needs
 neither, and this way never imports it.
 
@@ -201,7 +202,14 @@ def _as_list(column: Any) -> list[Any]:
 def _as_batch(scored: Batch | Mapping[str, Any]) -> Batch:
     if isinstance(scored, Batch):
         return scored
-    return Batch({name: torch.tensor(values, dtype=torch.float32) for name, values in scored.items()})
+    tensors = {n: torch.tensor(v, dtype=torch.float32) for n, v in scored.items() if _has_axes(n)}
+    return Batch(tensors, {n: v for n, v in scored.items() if not _has_axes(n)})
+
+
+def _has_axes(name: str) -> bool:
+    """``scores_B`` names its axes (a tensor column); ``reward_error_report`` does not (per-row values)."""
+    head, _, axes = name.rpartition("_")
+    return bool(head) and axes.isupper()
 
 
 def _worker_died(exc: WorkerError) -> bool:

@@ -22,6 +22,7 @@ HybridActorWorker`): one cluster is both the train and the inference cluster, an
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -36,12 +37,13 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster, Mesh, Worker
 from roll.core.config.batch import BatchConfig
+from roll.core.failures import RunStopped
 from roll.core.tracking import reduce_metrics
 from roll.pipelines.algorithms.losses import ValueLoss
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.policy.config import Placement, PolicyRunConfig
 from roll.pipelines.policy.critic import Critic
-from roll.pipelines.policy.views import training_view, without_inert_rows
+from roll.pipelines.policy.views import active_rows, training_view, without_inert_rows
 from roll.workers.model_update import ModelUpdateGroup
 from roll.workers.roles.actor import ActorTrainWorker
 from roll.workers.roles.config import InferRoleConfig, ModelConfig, TrainRoleConfig, with_micro_batches
@@ -94,6 +96,9 @@ class PolicySpec:
     placement: Placement = "separate"
     checkpoint_root: Path | None = None
     """Where the run's checkpoints go; a warm-up leaves the reference's start weights there (``reference_start``)."""
+    non_finite: Literal["stop", "skip"] = "stop"
+    """``failures.non_finite``: a NaN/inf loss or gradient norm stops the run (the strategies have already dropped
+    that update), or the run goes on without it."""
 
 
 def policy_spec(cfg: PolicyRunConfig, *, warmup_steps: int, norm_len: int) -> PolicySpec:
@@ -112,6 +117,7 @@ def policy_spec(cfg: PolicyRunConfig, *, warmup_steps: int, norm_len: int) -> Po
         reference=cfg.reference if cfg.needs_reference else None, critic=critic,
         cpu_threads=cfg.cpu_threads, bucket_mb=cfg.bucket_mb, seed=cfg.seed, placement=cfg.placement,
         checkpoint_root=cfg.checkpoint.dir or cfg.output_dir / "checkpoints",
+        non_finite=cfg.failures.non_finite,
     )  # fmt: skip
 
 
@@ -251,7 +257,11 @@ class PolicyGroup:
         """One optimizer step per mini-batch (with several, a shuffle seeded by ``(seed, step)`` into near-equal
         parts); the critic trains on the same mini-batches meanwhile. ``train_actor=False``: the critic alone.
         Rows whose gradient under ``loss`` is exactly zero stay out of the actor's forward, their loss units carried
-        (:func:`~roll.pipelines.policy.views.without_inert_rows`); ``rows_skipped`` is their share of ``batch``."""
+        (:func:`~roll.pipelines.policy.views.without_inert_rows`); ``rows_skipped`` is their share of ``batch``.
+        ``updates`` counts the optimizer steps that moved the policy: a row with a gradient and a finite norm
+        (:mod:`roll.core.failures` stops a run with too many steps without one). A non-finite loss or gradient
+        norm on any rank raises :class:`~roll.core.failures.RunStopped` naming step, role and rank, unless the
+        spec's ``non_finite`` is ``skip``."""
         parts = [batch]
         if optimizer_steps > 1:
             order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(self.spec.seed + step))
@@ -261,16 +271,41 @@ class PolicyGroup:
         metrics: dict[str, float] = {}
         if train_actor:
             per_rank: list[dict[str, float]] = []
-            view, skipped = tuple(columns), 0
+            view, skipped, updates = tuple(columns), 0, 0
             for part in parts:
-                trained, left_out = without_inert_rows(training_view(part, view), loss)
-                per_rank += self.actor.train_step(trained, loss, temperature)
+                part_view = training_view(part, view)
+                active = active_rows(part_view, loss)
+                trained, left_out = without_inert_rows(part_view, loss)
+                ranks = self.actor.train_step(trained, loss, temperature)
+                finite = self._finite(self.actor.role, ranks, step)
+                updates += int(active > 0 and finite)
+                per_rank += ranks
                 skipped += left_out
             metrics = reduce_metrics(per_rank, how={"tokens": "sum"})
             metrics["rows_skipped"] = skipped / len(batch)
+            metrics["updates"] = float(updates)
         if self.critic is not None:
-            metrics.update(self.critic.collect())
+            critic = self.critic.collect()
+            self._finite("critic", [critic], step)
+            metrics.update(critic)
         return metrics
+
+    def _finite(self, role: str, per_rank: list[dict[str, float]], step: int) -> bool:
+        """Whether every rank's losses and gradient norm are finite; with ``non_finite: stop``, raise if not."""
+        for rank, m in enumerate(per_rank):
+            bad = {k: v for k, v in m.items() if k.endswith(("loss", "grad_norm")) and not math.isfinite(v)}
+            if not bad:
+                continue
+            shown = ", ".join(f"{k} = {v}" for k, v in sorted(bad.items()))
+            if self.spec.non_finite == "skip":
+                logger.warning("step %d: %s rank %d: %s; update skipped", step + 1, role, rank, shown)
+                return False
+            raise RunStopped(
+                f"stopped at step {step + 1}: role {role!r} rank {rank} has a non-finite {shown}; the update "
+                "was not applied. Look for NaN/inf rewards or advantages, a too high learning rate or an "
+                "overflow; failures.non_finite: skip drops such updates and goes on"
+            )
+        return True
 
     def warmup_sft(
         self,

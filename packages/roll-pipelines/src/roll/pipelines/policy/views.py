@@ -46,6 +46,13 @@ def without_inert_rows(batch: Batch, loss: object) -> tuple[Batch, int]:
     return kept, len(left)
 
 
+def active_rows(batch: Batch, loss: object) -> int:
+    """How many rows of ``batch`` have a non-zero gradient under ``loss`` (every row when it cannot tell)."""
+    find = getattr(loss, "inert_rows", None)
+    inert_B = find(batch.tensors) if find is not None else None
+    return len(batch) if inert_B is None else int((~inert_B).sum())
+
+
 def _spread(units: float, rows: int) -> torch.Tensor:
     """``units`` over ``rows`` rows, summing to ``units`` exactly: whole units where ``units`` is whole."""
     if not units.is_integer():

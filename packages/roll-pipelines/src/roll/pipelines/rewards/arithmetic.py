@@ -26,6 +26,8 @@ class ArithmeticReward:
         try:
             correct = self._task.verify(request.response, request.ground_truth)
         except (ValueError, TypeError) as exc:
-            return RewardResult.failed(f"cannot compare with ground truth {request.ground_truth!r}: {exc}")
+            return RewardResult.unscored(
+                f"cannot compare with ground truth {request.ground_truth!r}: {exc}", kind="bad ground truth"
+            )
         answer = self._task.extract_answer(request.response)
         return RewardResult(score=float(correct), info={"correct": correct, "answer": answer})

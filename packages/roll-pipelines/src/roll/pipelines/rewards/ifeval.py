@@ -187,10 +187,10 @@ class IFEvalReward:
         try:
             instructions = instructions_of(request.metadata)
             followed = [check(i, request.response, kw) for i, kw in instructions]
-        except (ValueError, KeyError, TypeError) as exc:
-            return RewardResult.failed(str(exc))
+        except (ValueError, KeyError, TypeError) as exc:  # the row's data, not the response: unscored
+            return RewardResult.unscored(str(exc), kind="bad instructions")
         if not followed:
-            return RewardResult.failed("no instructions in request metadata")
+            return RewardResult.unscored("no instructions in request metadata", kind="bad instructions")
         fraction = sum(followed) / len(followed)
         score = float(all(followed)) if self.config.all_or_nothing else fraction
         verdicts = {i: ok for (i, _), ok in zip(instructions, followed)}

@@ -195,11 +195,13 @@ class JudgeReward:
         async with semaphore:
             if breaker.open:
                 why = f"judge unavailable: skipped after {breaker.in_a_row} items in a row failed ({breaker.last_error})"
-                return RewardResult.failed(self._scrub(why), attempts=0)
+                return RewardResult.unscored(self._scrub(why), kind="judge unavailable", attempts=0)
             reply, attempts, error, retryable = await self._complete(client, prompt)
             breaker.record(error if reply is None else None, retryable)
         if reply is None:
-            return RewardResult.failed(self._scrub(error or "unknown error"), attempts=attempts)
+            return RewardResult.unscored(
+                self._scrub(error or "unknown error"), kind="judge request failed", attempts=attempts
+            )
         value = parse_judge_score(reply, c.score_mode, c.max_score)
         if value is None:
             return RewardResult.failed("no score in judge reply", attempts=attempts, judge_reply=reply[-500:])

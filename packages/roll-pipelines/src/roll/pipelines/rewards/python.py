@@ -14,8 +14,10 @@ signature before any actor starts)::
 
 With ``batched: true`` the same names carry lists, one entry per row (``responses``, ``ground_truths``,
 ``prompt=[...]`` ...), and the function returns a list of such values, as TRL's reward callables do. An exception
-in the function, or a value of another type, scores that row (or batch) 0 with the reason in ``info["error"]``:
-one bad row must not stop a training step, and ``reward_error_B`` counts it.
+in the function, or a value that is not a finite number (NaN, inf, ``None``, a string), leaves that row (or
+batch) unscored (:meth:`RewardResult.unscored`: score 0, the reason naming the function and the value, the
+traceback): one bad row must not stop a training step, ``reward/errors`` counts it as a rate, the first of each
+kind is shown with its traceback, and a run whose rate stays high stops (:mod:`roll.core.failures`).
 
 Importing this module is light (stdlib and pydantic); resolving the function imports the user's module.
 """
@@ -23,6 +25,9 @@ Importing this module is light (stdlib and pydantic); resolving the function imp
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
+import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -112,20 +117,38 @@ def accepted_kwargs(fn: Callable[..., Any]) -> set[str] | None:
     return {p.name for p in params[2:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
-def to_result(value: Any) -> RewardResult:
-    """A function's return value as a :class:`RewardResult` (module docstring), or a failed one saying why."""
+def to_result(value: Any, where: str = "reward function") -> RewardResult:
+    """A function's return value as a :class:`RewardResult` (module docstring). Anything else (a NaN or infinite
+    score, ``None``, a string, a mapping without a numeric ``score``) is an unscored row whose reason names
+    ``where`` and the value: a NaN reward would otherwise poison every advantage of its group and every update."""
     if isinstance(value, RewardResult):
-        return value
+        return value if math.isfinite(value.score) else _invalid(where, value.score)
     if isinstance(value, bool):
         return RewardResult(float(value), {"correct": value})
-    if isinstance(value, int | float):
-        return RewardResult(float(value))
-    if isinstance(value, Mapping) and isinstance(value.get("score"), int | float):
+    if isinstance(value, numbers.Real):
+        return RewardResult(float(value)) if math.isfinite(value) else _invalid(where, value)
+    if isinstance(value, Mapping) and isinstance(value.get("score"), numbers.Real):
+        if not math.isfinite(value["score"]):
+            return _invalid(where, value["score"], "'score' ")
         info = {str(k): v for k, v in value.items() if k != "score"}
         return RewardResult(float(value["score"]), info)
-    return RewardResult.failed(
-        f"reward function returned {type(value).__name__} {value!r:.60}; expected a number, a bool or a "
-        "mapping with a numeric 'score'"
+    return _invalid(where, value)
+
+
+def _invalid(where: str, value: Any, what: str = "") -> RewardResult:
+    shown = f"{value!r}"
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return RewardResult.unscored(
+        f"{where} returned {what}{shown} ({type(value).__name__}); a reward must be a finite number, a bool or a "
+        "mapping with a finite numeric 'score'",
+        kind="invalid value",
+    )
+
+
+def _raised(where: str, exc: Exception) -> RewardResult:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return RewardResult.unscored(
+        f"{where} raised {type(exc).__name__}: {exc}", kind=type(exc).__name__, traceback=text
     )
 
 
@@ -151,9 +174,10 @@ class PythonReward:
     def _score_one(self, r: RewardRequest) -> RewardResult:
         kwargs = self._kwargs({"prompt": r.prompt, "tag": r.tag, "metadata": r.metadata})
         try:
-            return to_result(self.fn(r.response, r.ground_truth, **kwargs))
-        except Exception as exc:
-            return RewardResult.failed(f"{self.config.function} raised {type(exc).__name__}: {exc}")
+            value = self.fn(r.response, r.ground_truth, **kwargs)
+        except Exception as exc:  # user code: this row is unscored, the traceback travels with it
+            return _raised(self.config.function, exc)
+        return to_result(value, self.config.function)
 
     def _score_batch(self, requests: list[RewardRequest]) -> list[RewardResult]:
         offered = {
@@ -164,11 +188,9 @@ class PythonReward:
         responses, truths = [r.response for r in requests], [r.ground_truth for r in requests]
         try:
             values = list(self.fn(responses, truths, **self._kwargs(offered)))
-        except Exception as exc:
-            return [RewardResult.failed(f"{self.config.function} raised {type(exc).__name__}: {exc}")] * len(
-                requests
-            )
+        except Exception as exc:  # user code: every row of the batch is unscored
+            return [_raised(self.config.function, exc)] * len(requests)
         if len(values) != len(requests):
             error = f"{self.config.function} returned {len(values)} scores for {len(requests)} rows"
-            return [RewardResult.failed(error)] * len(requests)
-        return [to_result(v) for v in values]
+            return [RewardResult.unscored(error, kind="invalid value")] * len(requests)
+        return [to_result(v, self.config.function) for v in values]

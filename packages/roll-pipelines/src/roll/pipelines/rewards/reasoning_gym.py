@@ -56,7 +56,9 @@ class ReasoningGymReward:
             task = str(entry["task"])
             fn = self._fns.get(task) or self._fns.setdefault(task, self._get_fn(task))
         except (ValueError, KeyError, TypeError) as exc:
-            return RewardResult.failed(f"ground truth is not a reasoning_gym entry: {exc}")
+            return RewardResult.unscored(
+                f"ground truth is not a reasoning_gym entry: {exc}", kind="bad ground truth"
+            )
         answer = extract_answer(request.response, self.config.extract)
         if answer is None:
             return RewardResult.failed("no answer found", correct=False, task=task)

@@ -19,6 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+UNSCORED = "unscored"
+"""The ``info`` key that marks a row the reward could not score; its value is the kind of failure."""
+
 
 @dataclass(frozen=True)
 class RewardRequest:
@@ -42,6 +45,21 @@ class RewardResult:
     def failed(cls, error: str, **info: Any) -> RewardResult:
         """Score 0 with the reason in ``info["error"]``: the shape every reward uses for an unscorable item."""
         return cls(score=0.0, info={**info, "error": error})
+
+    @classmethod
+    def unscored(
+        cls, error: str, *, kind: str = "error", traceback: str | None = None, **info: Any
+    ) -> RewardResult:
+        """The reward could not score this row (see the module docstring): score 0, the reason in
+        ``info["error"]``, ``kind`` (an exception type, ``invalid value``, ``timeout``) in ``info["unscored"]``
+        and the traceback text, when there is one, in ``info["traceback"]``."""
+        extra = {"traceback": traceback} if traceback else {}
+        return cls(score=0.0, info={**info, **extra, "error": error, UNSCORED: kind})
+
+    @property
+    def is_unscored(self) -> bool:
+        """True when the reward failed to score the row (a reward error, not a verdict)."""
+        return UNSCORED in self.info
 
 
 @runtime_checkable

@@ -60,12 +60,16 @@ class RewardDomainConfig(RollModel):
     """One reward domain: a ``roll.reward`` plugin, the tags routed to it, and its workers.
 
     ``options`` are the plugin's config fields (validated against its config model when the run builds).
+    ``tags`` unset (``null``): the default domain, which takes every row no other domain's tags route (every row,
+    when it is the only domain). At most one domain may leave it unset.
     """
 
     type: str = Field(
         min_length=1, description="roll.reward entry point: arithmetic, math, code_sandbox, ..."
     )
-    tags: list[str] = Field(min_length=1)
+    tags: list[str] | None = Field(
+        None, min_length=1, description="the row tags it scores; unset: every row no other domain takes"
+    )
     options: dict[str, Any] = Field(default_factory=dict)
     workers: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=0.1))
 
@@ -124,15 +128,7 @@ class RLVRConfig(PolicyRunConfig):
         return self
 
     def _tag_issues(self) -> list[ConfigIssue]:
-        seen: dict[str, str] = {}
-        issues = []
-        for name, domain in self.rewards.items():
-            for tag in domain.tags:
-                if tag in seen:
-                    message = f"tag {tag!r} is routed to both {seen[tag]!r} and {name!r}"
-                    issues.append(ConfigIssue(f"rewards.{name}.tags", message, "each tag goes to one domain"))
-                seen[tag] = name
-        return issues
+        return reward_routing_issues(self.rewards)
 
     def _async_issues(self) -> list[ConfigIssue]:
         r = self.rollout
@@ -171,3 +167,27 @@ class RLVRConfig(PolicyRunConfig):
 
 
 SamplingMode = Literal["rollout", "validation"]
+
+
+def reward_routes(rewards: dict[str, RewardDomainConfig]) -> tuple[dict[str, str], str | None]:
+    """``(tag -> domain, default domain)``: the domain without ``tags`` takes every other row (None: no default)."""
+    routes = {tag: name for name, d in rewards.items() for tag in d.tags or []}
+    default = next((name for name, d in rewards.items() if d.tags is None), None)
+    return routes, default
+
+
+def reward_routing_issues(rewards: dict[str, RewardDomainConfig]) -> list[ConfigIssue]:
+    """A tag routed to two domains, or more than one default domain (no ``tags``)."""
+    seen: dict[str, str] = {}
+    issues = []
+    for name, domain in rewards.items():
+        for tag in domain.tags or []:
+            if tag in seen:
+                message = f"tag {tag!r} is routed to both {seen[tag]!r} and {name!r}"
+                issues.append(ConfigIssue(f"rewards.{name}.tags", message, "each tag goes to one domain"))
+            seen[tag] = name
+    defaults = [name for name, d in rewards.items() if d.tags is None]
+    if len(defaults) > 1:
+        message = f"reward domains {defaults} all leave `tags` unset (each would take every untagged row)"
+        issues.append(ConfigIssue("rewards", message, "give every domain but one a list of tags"))
+    return issues

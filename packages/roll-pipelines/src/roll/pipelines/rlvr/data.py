@@ -20,7 +20,7 @@ from roll.data.vision import vision_columns
 
 Row = dict[str, Any]
 PROMPT_COLUMNS = (C.PROMPT, C.GROUND_TRUTH, C.TAG)
-CARRY_COLUMNS = PROMPT_COLUMNS
+CARRY_COLUMNS = (*PROMPT_COLUMNS, C.PROMPT_TRUNCATED)
 IMAGE_COLUMNS = (*C.VISION_COLUMNS, C.IMAGES, C.VIDEOS)
 """What image and video prompts also carry into their samples (patches for training, raw media for vLLM)."""
 
@@ -30,6 +30,7 @@ def prompt_batch(rows: Sequence[Row]) -> Batch:
     columns: dict[str, list[Any]] = {C.PROMPT_IDS: [list(r[C.PROMPT_IDS]) for r in rows]}
     for name in PROMPT_COLUMNS:
         columns[name] = [str(r.get(name) or "") for r in rows]
+    columns[C.PROMPT_TRUNCATED] = [bool(r.get(C.PROMPT_TRUNCATED)) for r in rows]
     images = vision_columns(rows)
     if images:
         columns.update(images)

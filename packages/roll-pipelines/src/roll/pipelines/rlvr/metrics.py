@@ -16,9 +16,12 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 
 
-def rollout_metrics(batch: Batch, *, trainer_version: int, domain_of: Mapping[str, str]) -> dict[str, float]:
+def rollout_metrics(
+    batch: Batch, *, trainer_version: int, domain_of: Mapping[str, str], default: str | None = None
+) -> dict[str, float]:
     """Reward/accuracy (overall and ``reward/<domain>/...``), response length, truncation, version lag (the
-    trainer's version minus the version that generated each sample) and the trained sample count."""
+    trainer's version minus the version that generated each sample), the trained sample count, and the shares of
+    rows the reward could not score (``reward/errors``) and whose prompt was cut (``data/prompt_truncated``)."""
     scores_B = _t(batch, C.SCORES).float()
     lengths_B = _t(batch, C.RESPONSE_MASK).sum(-1).float()
     truncated_B = torch.tensor([r == "length" for r in batch[C.FINISH_REASON]], dtype=torch.float32)
@@ -33,14 +36,21 @@ def rollout_metrics(batch: Batch, *, trainer_version: int, domain_of: Mapping[st
         "rollout/version_lag_mean": float(lag_B.mean()),
         "rollout/version_lag_max": float(lag_B.max()),
         "rollout/samples": float(len(batch)),
+        "reward/errors": _share(batch, C.REWARD_ERROR),
+        "data/prompt_truncated": _share(batch, C.PROMPT_TRUNCATED),
     }
-    out.update(domain_metrics(batch, domain_of))
+    out.update(domain_metrics(batch, domain_of, default=default))
     return out
 
 
-def domain_metrics(batch: Batch, domain_of: Mapping[str, str], prefix: str = "reward") -> dict[str, float]:
-    """``<prefix>/<domain>/mean``, ``/std``, ``/accuracy``, ``/count`` for every domain present."""
-    domains = np.array([domain_of.get(str(t), str(t)) for t in batch[C.TAG]], dtype=object)
+def domain_metrics(
+    batch: Batch, domain_of: Mapping[str, str], prefix: str = "reward", default: str | None = None
+) -> dict[str, float]:
+    """``<prefix>/<domain>/mean``, ``/std``, ``/accuracy``, ``/count`` for every domain present. A row no tag
+    routes belongs to ``default`` (the domain that scored it), else to its own tag, else to ``untagged``: a
+    metric name never holds an empty part (``reward//mean``)."""
+    names = [domain_of.get(str(t)) or default or str(t) or "untagged" for t in batch[C.TAG]]
+    domains = np.array(names, dtype=object)
     out: dict[str, float] = {}
     for domain in sorted(set(domains.tolist())):
         rows = torch.from_numpy(np.flatnonzero(domains == domain))
@@ -63,6 +73,15 @@ def generated_tokens(batch: Batch) -> float:
 
 def total_tokens(batch: Batch) -> float:
     return float(batch[C.ATTENTION_MASK].sum())
+
+
+def _share(batch: Batch, name: str) -> float:
+    """The mean of a per-row flag column (0 when the batch does not carry it)."""
+    if name in batch.tensors:
+        return float(batch.tensors[name].float().mean()) if len(batch) else 0.0
+    if name in batch.non_tensors:
+        return float(np.mean([bool(v) for v in batch.non_tensors[name]])) if len(batch) else 0.0
+    return 0.0
 
 
 def _t(batch: Batch, name: str) -> torch.Tensor:

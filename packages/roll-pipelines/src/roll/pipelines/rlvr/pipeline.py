@@ -50,7 +50,7 @@ from roll.pipelines.policy.group import PolicyGroup, policy_spec
 from roll.pipelines.policy.objective import PolicyObjective
 from roll.pipelines.policy.prefetch import StepAhead
 from roll.pipelines.rlvr import metrics as M
-from roll.pipelines.rlvr.config import RLVRConfig
+from roll.pipelines.rlvr.config import RLVRConfig, reward_routes
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, IMAGE_COLUMNS, PromptFeeder, prompt_batch, sft_batch
 from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker
 from roll.pipelines.rlvr.transform import AdvantageTransform
@@ -72,7 +72,9 @@ class RLVRPipeline(BasePipeline):
         self.transform = transform
         algo = config.algorithm
         self.objective = PolicyObjective(algo)
-        self.domain_of = {tag: name for name, d in config.rewards.items() for tag in d.tags}
+        self.domain_of, self.route_default = reward_routes(dict(config.rewards))
+        only = next(iter(config.rewards)) if len(config.rewards) == 1 else None
+        self.default_domain = self.route_default or only  # where an untagged row is scored (and counted)
         self.scheduler: GenerateScheduler | None = None
 
     # ------------------------------------------------------------------------------------------- roles
@@ -111,8 +113,9 @@ class RLVRPipeline(BasePipeline):
         }
         self.policy.start(also=[*self.reward_clusters.values(), *extra])
         self.rewards = RewardScheduler(
-            self.reward_clusters, self.domain_of, method="score", columns=REWARD_COLUMNS
-        )
+            self.reward_clusters, self.domain_of, method="score", columns=REWARD_COLUMNS,
+            default_domain=self.route_default,
+        )  # fmt: skip
         self.scheduler = self._make_scheduler()
         self.ahead = StepAhead(self.generate, enabled=cfg.rollout.async_mode == "step_ahead")
 
@@ -189,6 +192,7 @@ class RLVRPipeline(BasePipeline):
             step + 1
         )  # step_ahead: the next batch generates on these weights while this one trains
         batch = self._timed(timings, "score", lambda: self.score(rollout))
+        self.show_errors(batch)
         with self.policy.phase("train"):
             batch = self._timed(timings, "advantages", lambda: self.advantages(batch))
             train_metrics = self._timed(timings, "train", lambda: self.train(batch))
@@ -223,6 +227,12 @@ class RLVRPipeline(BasePipeline):
             rewards_B = adv.clip_rewards(rewards_B, max_abs=a.reward_clip)
         batch[C.REWARDS] = rewards_B
         return batch
+
+    def show_errors(self, scored: Batch) -> None:
+        """The first reward error of each kind, with its traceback, on the driver's terminal (the rest are
+        counted in ``reward/errors``; :mod:`roll.core.failures`)."""
+        if C.REWARD_ERROR_REPORT in scored.non_tensors:
+            self.failures.show(scored.non_tensors[C.REWARD_ERROR_REPORT])
 
     def advantages(self, batch: Batch) -> Batch:
         """Reference and old log-probs as needed, then the preset's advantage estimator."""
@@ -266,8 +276,11 @@ class RLVRPipeline(BasePipeline):
     ) -> dict[str, float]:
         out = {**rollout.metrics, **{f"actor/{k}" if "/" not in k else k: v for k, v in train.items()}}
         out.update(
-            M.rollout_metrics(batch, trainer_version=self.policy.version - 1, domain_of=self.domain_of)
-        )
+            M.rollout_metrics(
+                batch, trainer_version=self.policy.version - 1, domain_of=self.domain_of,
+                default=self.default_domain,
+            )
+        )  # fmt: skip
         gen_tokens, all_tokens = M.generated_tokens(batch), M.total_tokens(batch)
         out.update(M.throughput(gen_tokens, timings["generate"], "generate"))
         out.update(M.throughput(all_tokens, timings["train"], "train"))
@@ -281,7 +294,6 @@ class RLVRPipeline(BasePipeline):
         out["time/score_s"] = timings["score"]
         out["actor/kl_coef"] = self.objective.kl.value
         out["policy_version"] = float(self.policy.version)
-        out["reward/errors"] = float(batch.tensors[C.REWARD_ERROR].sum()) if C.REWARD_ERROR in batch else 0.0
         out["reward/retried_rows_total"] = float(self.rewards.retried_requests)
         out["reward/worker_restarts_total"] = float(self.rewards.restarts)
         if self.transform is not None:
@@ -333,8 +345,9 @@ class RLVRPipeline(BasePipeline):
         params = params.model_copy(update={"temperature": v.temperature})
         samples = self.scheduler.generate_all(self.eval_prompts, params)
         scored = self.rewards.score(samples)
+        self.show_errors(scored)
         out = {"reward": float(scored[C.SCORES].mean()), "accuracy": float(scored[C.CORRECT].mean())}
-        out.update(M.domain_metrics(scored, self.domain_of, prefix="domain"))
+        out.update(M.domain_metrics(scored, self.domain_of, prefix="domain", default=self.default_domain))
         return out
 
     # ------------------------------------------------------------------------------------------- checkpoints

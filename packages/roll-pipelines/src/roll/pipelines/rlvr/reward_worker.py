@@ -12,18 +12,24 @@ plugin that needs torch (a reward model) imports it in its own ``build``.
 Columns read (:data:`REWARD_COLUMNS`): ``text`` (the decoded response), ``ground_truth``, optional ``prompt``,
 ``tag``. Written: ``scores_B`` and ``correct_B`` (1.0 when the reward's ``info`` says the answer is correct, else
 the score clipped to [0, 1]; the accuracy metric), ``reward_error_B`` (1.0 when the reward could not score the
-row); the scheduler makes them float32 tensors.
+row: :meth:`~roll.pipelines.rewards.types.RewardResult.unscored`), which the scheduler makes float32 tensors, and
+``reward_error_report`` (an :class:`~roll.core.failures.ErrorReport` naming the reward, the row and the value or
+exception, or None). Every result is checked here, whatever the plugin: an exception from ``score``, a NaN, an
+infinity or a value that is not a number leaves the row unscored instead of reaching the advantages.
 """
 
 from __future__ import annotations
 
 import os
+import traceback
 from typing import Any
 
 from roll.core import columns as C
 from roll.core import plugins
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
-from roll.pipelines.rewards.types import RewardFunction, RewardRequest, RewardResult
+from roll.core.failures import ErrorReport
+from roll.pipelines.rewards.python import to_result
+from roll.pipelines.rewards.types import UNSCORED, RewardFunction, RewardRequest, RewardResult
 
 __all__ = ["REWARD_COLUMNS", "RewardWorker"]
 
@@ -42,17 +48,58 @@ class RewardWorker(Worker):
         spec = plugins.load("roll.reward", reward_type)
         config = spec.config_model(**options) if spec.config_model is not None else None
         self.reward: RewardFunction = spec.build(config) if config is not None else spec.build()
+        domain = ctx.role.removeprefix("reward_")
+        self.source = f"reward {domain}" + (f" ({reward_type})" if reward_type != domain else "")
+        self._traced: set[str] = set()  # kinds whose traceback this worker has sent (the driver shows one)
 
     @register(Dispatch.RANK_ZERO)  # the RewardScheduler sends each rank its share itself
-    def score(self, rows: Rows) -> dict[str, list[float]]:
-        """``scores_B``, ``correct_B`` and ``reward_error_B`` of every row, in order."""
+    def score(self, rows: Rows) -> dict[str, list[Any]]:
+        """``scores_B``, ``correct_B``, ``reward_error_B`` and ``reward_error_report`` of every row, in order."""
         n = len(next(iter(rows.values()), []))
-        results = self.reward.score([_request(rows, i) for i in range(n)])
+        requests = [_request(rows, i) for i in range(n)]
+        results = checked_results(self.reward, requests, self.source)
         return {
             C.SCORES: [float(r.score) for r in results],
             C.CORRECT: [_correct(r) for r in results],
-            C.REWARD_ERROR: [float("error" in r.info) for r in results],
+            C.REWARD_ERROR: [float(r.is_unscored) for r in results],
+            C.REWARD_ERROR_REPORT: [self._report(r, q) for r, q in zip(results, requests)],
         }
+
+    def _report(self, result: RewardResult, request: RewardRequest) -> ErrorReport | None:
+        """The row's error report, with the traceback only the first time this worker meets its kind."""
+        if not result.is_unscored:
+            return None
+        kind = str(result.info[UNSCORED])
+        trace = result.info.get("traceback") if kind not in self._traced else None
+        self._traced.add(kind)
+        return ErrorReport(self.source, kind, f"{result.info['error']} [{_row(request)}]", trace)
+
+
+def checked_results(reward: RewardFunction, requests: list[RewardRequest], where: str) -> list[RewardResult]:
+    """``reward.score(requests)``, every result checked: a ``score`` that raises leaves every row unscored (with
+    the traceback), a wrong count or a result that is not a finite number leaves its rows unscored, each naming
+    ``where`` and the value. Plugins other than ``python`` get the same contract as user functions."""
+    try:
+        results = list(reward.score(requests))
+    except Exception as exc:  # a reward plugin's bug: these rows are unscored, the run's error rate decides
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        failed = RewardResult.unscored(
+            f"{where} raised {type(exc).__name__}: {exc}", kind=type(exc).__name__, traceback=text
+        )
+        return [failed] * len(requests)
+    if len(results) != len(requests):
+        error = f"{where} returned {len(results)} results for {len(requests)} rows"
+        return [RewardResult.unscored(error, kind="invalid value")] * len(requests)
+    return [to_result(r, where) for r in results]
+
+
+def _row(request: RewardRequest) -> str:
+    def short(text: str) -> str:
+        return repr(text if len(text) <= 60 else text[:57] + "...")
+
+    parts = [f"prompt {short(request.prompt)}", f"response {short(request.response)}"]
+    parts.append(f"ground truth {short(request.ground_truth)}")
+    return "row: " + ", ".join(parts)
 
 
 def _request(rows: Rows, i: int) -> RewardRequest:

@@ -22,7 +22,7 @@ from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.data.config import DataConfig, TokenizeConfig
-from roll.pipelines.rlvr.config import RewardDomainConfig
+from roll.pipelines.rlvr.config import RewardDomainConfig, reward_routing_issues
 from roll.workers.roles.config import InferRoleConfig, ModelConfig
 
 
@@ -62,7 +62,7 @@ class RolloutEvalConfig(RunConfig):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        issues = []
+        issues = reward_routing_issues(self.rewards)
         too_big = [k for k in self.pass_k if not 1 <= k <= self.samples]
         if too_big:
             hint = f"raise samples to {max(too_big)} or drop those k"

@@ -56,4 +56,4 @@ def _block(
 
 def domain_table(tags: Sequence[str], domain_of: Mapping[str, str], default: str | None) -> list[str]:
     """The reward domain of each tag (``default`` for untagged rows, as the reward scheduler routes them)."""
-    return [domain_of.get(t) or (default if not t and default else t or "untagged") for t in tags]
+    return [domain_of.get(t) or default or t or "untagged" for t in tags]

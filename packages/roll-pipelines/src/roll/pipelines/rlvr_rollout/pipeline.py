@@ -18,6 +18,7 @@ from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
 from roll.pipelines.common.data import load_tokenizer, prepare_data
+from roll.pipelines.rlvr.config import reward_routes
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, prompt_batch
 from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker
 from roll.pipelines.rlvr_rollout import RolloutEvalConfig
@@ -40,8 +41,9 @@ class RolloutEvalPipeline(BasePipeline):
 
     def __init__(self, config: RolloutEvalConfig) -> None:
         super().__init__(config, name="rlvr_rollout")
-        self.domain_of = {tag: name for name, d in config.rewards.items() for tag in d.tags}
-        self.default_domain = next(iter(config.rewards)) if len(config.rewards) == 1 else None
+        self.domain_of, self.route_default = reward_routes(dict(config.rewards))
+        only = next(iter(config.rewards)) if len(config.rewards) == 1 else None
+        self.default_domain = self.route_default or only  # where untagged rows go
 
     def roles(self) -> Mapping[str, RoleConfig]:
         roles: dict[str, RoleConfig] = {"actor_infer": self.config.actor_infer}
@@ -64,7 +66,13 @@ class RolloutEvalPipeline(BasePipeline):
             for name, d in cfg.rewards.items()
         }
         self.infer.setup()
-        self.rewards = RewardScheduler(clusters, self.domain_of, method="score", columns=REWARD_COLUMNS)
+        self.rewards = RewardScheduler(
+            clusters,
+            self.domain_of,
+            method="score",
+            columns=REWARD_COLUMNS,
+            default_domain=self.route_default,
+        )
         options = GenerateOptions(
             group_size=cfg.samples, request_prompts=cfg.request_prompts, carry_columns=CARRY_COLUMNS
         )

@@ -86,6 +86,7 @@ class AgenticPipeline(BasePipeline):
         timings: dict[str, float] = {}
         rollout = _timed(timings, "rollout", lambda: self.ahead.take(step))
         self.ahead.start(step + 1)  # async: step + 1 rolls out on the current weights while step trains
+        self.failures.show(rollout.errors)  # an env's first exception of each kind, with its traceback
         samples = rollout.samples(self.config.env_manager.mode, self.config.env_manager.gamma)
         metrics = rollout.metrics()
         if self.config.algorithm.dynamic_sampling:
@@ -99,6 +100,7 @@ class AgenticPipeline(BasePipeline):
             metrics.update(_timed(timings, "train", lambda: self.train(batch, step)))
         else:
             logger.warning("step %d: no sample to train on (dropped or filtered)", step)
+            metrics["updates"] = 0.0  # counted by roll.core.failures (max_steps_without_update)
         _timed(timings, "rollout_wait", self.ahead.wait)  # the next rollout ends on the weights it began with
         if samples:
             _timed(timings, "sync", self.sync_weights)
@@ -210,6 +212,7 @@ class AgenticPipeline(BasePipeline):
     def evaluate(self, step: int) -> Mapping[str, float]:
         """Greedy episodes on held-out seeds: success rate and return, overall and per env tag."""
         rollout = self.runtime.rollout(batch_seed=EVAL_SEED_BASE + step, greedy=True)
+        self.failures.show(rollout.errors)
         return {
             k.removeprefix("env/"): v
             for k, v in rollout.metrics().items()

@@ -39,6 +39,7 @@ class AgenticRolloutPipeline(BasePipeline):
         rollout = self.runtime.rollout(
             batch_seed=self.config.seed * 1_000_003 + step, greedy=self.config.greedy
         )
+        self.failures.show(rollout.errors)
         dump_jsonl(self.trajectories, rollout.started, step)
         self.episodes += rollout.episodes
         self._write_summary()
