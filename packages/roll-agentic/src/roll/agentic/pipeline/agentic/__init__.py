@@ -17,6 +17,7 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
+from roll.agentic.env_manager.check import env_preflight
 from roll.agentic.pipeline.config import AgenticRunConfig
 from roll.core.config.base import RollModel
 from roll.core.config.batch import BatchConfig
@@ -143,4 +144,5 @@ SPEC = PipelineSpec(
     config_model=AgenticConfig,
     build=_build,
     description="multi-turn RL on text envs (GRPO-family presets, GiGPO), env workers on Ray",
+    preflight=env_preflight,
 )

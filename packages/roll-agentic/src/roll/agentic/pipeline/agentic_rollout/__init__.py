@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
+from roll.agentic.env_manager.check import env_preflight
 from roll.agentic.pipeline.config import AgenticRunConfig
 from roll.core.types import Pipeline, PipelineSpec
 
@@ -41,4 +42,5 @@ SPEC = PipelineSpec(
     config_model=AgenticRolloutConfig,
     build=_build,
     description="evaluate a policy on text envs: success rate per env, trajectories as jsonl",
+    preflight=env_preflight,
 )
