@@ -276,3 +276,31 @@ def test_samples_record_the_policy_version_that_sampled_them(encoder: ChatEncode
     assert trajectory.policy_version == 7
     batch = to_batch(steps, encoder.pad_token_id)
     assert batch.tensors[C.POLICY_VERSION].tolist() == [7, 8]
+
+
+class RaisesOnSecondStep(TwoTurnEnv):
+    """TwoTurnEnv whose second step raises in user code (a helper frame the traceback must show)."""
+
+    def step(self, action: str) -> StepResult:
+        if self.t == 1:
+            self._lookup(action)
+        return super().step(action)
+
+    def _lookup(self, action: str) -> None:
+        raise KeyError(f"no transition for {action}")
+
+
+def test_env_errors_carry_their_traceback_once_and_count_as_a_rate(encoder: ChatEncoder) -> None:
+    """Four envs, two of which (slots 1 and 3) raise on their second step: env/errors = 2 / 4 = 0.5; both
+    reports name env, kind, turn and seed; only the first carries the traceback (the worker sends one per kind)."""
+    config = EnvManagerConfig(envs=[EnvEntryConfig(type="two_turn")])
+    made = iter([TwoTurnEnv(), RaisesOnSecondStep(), TwoTurnEnv(), RaisesOnSecondStep()])
+    pool = EnvSlots(4, lambda entry: next(made), timeout_s=5.0)
+    answers = ["<answer>Left</answer>", "<answer>Up</answer>"]
+    rollout = RolloutManager(config, pool, Scripted(encoder, answers), encoder).rollout(2, 2, batch_seed=0)
+    assert rollout.metrics()["env/errors"] == 0.5
+    first, second = rollout.errors
+    assert (first.source, first.kind) == ("env two_turn", "KeyError") == (second.source, second.kind)
+    assert "KeyError: 'no transition for Up' [step('Up') at turn 2, episode seed" in first.message
+    assert first.traceback is not None and "in _lookup" in first.traceback and second.traceback is None
+    assert [e.status for e in rollout.started] == ["done", "error", "done", "error"]

@@ -174,6 +174,30 @@ def test_rl_prompts_end_with_the_generation_prompt_and_truncate_left(tok: PreTra
     assert (report.kept, report.truncated, report.dropped) == (1, 1, 0)
 
 
+def test_truncated_prompts_are_flagged_per_row_and_summarised_once_at_warning(
+    tok: PreTrainedTokenizerFast, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The 9-token cap cuts the second prompt only: its row says so (the RL pipelines count the flag per step as
+    ``data/prompt_truncated``), and one WARNING (not INFO, which no handler shows) summarises the report."""
+    import logging
+
+    from roll.core import columns as C
+
+    ds = datasets.Dataset.from_list(
+        [{"prompt": "hi", "ground_truth": "1"}, {"prompt": "what is 1 + 1 ?", "ground_truth": "2"}]
+    )
+    with caplog.at_level(logging.INFO, logger="roll.data.tokenize"):
+        out, _ = tokenize_dataset(ds, kind="prompt", tokenizer=tok, cfg=TokenizeConfig(max_prompt_length=9))
+    assert out[C.PROMPT_TRUNCATED] == [False, True]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "1 of 2 rows were longer than the limit" in warnings[0]
+    assert "1 truncated" in warnings[0] and "tokenize.max_length" in warnings[0]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="roll.data.tokenize"):
+        tokenize_dataset(ds, kind="prompt", tokenizer=tok, cfg=TokenizeConfig(max_prompt_length=64))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # nothing cut, nothing to warn
+
+
 def test_num_proc_and_streaming_agree_with_one_process(tok: PreTrainedTokenizerFast) -> None:
     ds = _sft_rows([1, 2, 3, 4, 5, 6] * 4)
     cfg = TokenizeConfig(max_length=16, length_policy="drop")

@@ -56,9 +56,12 @@ def test_batched_function_and_bad_returns(tmp_path: Path) -> None:
     batched = PythonReward(PythonRewardConfig(function=f"{file}:lengths", batched=True))
     results = batched.score([RewardRequest("ab"), RewardRequest("bad")])
     assert results[0].score == 2.0
-    assert results[1].score == 0.0 and "returned str" in results[1].info["error"]
+    assert results[1].score == 0.0 and "returned 'oops' (str)" in results[1].info["error"]
+    assert results[1].is_unscored and not results[0].is_unscored
     (boom,) = PythonReward(PythonRewardConfig(function=f"{file}:boom")).score([RewardRequest("a")])
-    assert boom.score == 0.0 and "raised KeyError" in boom.info["error"]
+    assert (
+        boom.score == 0.0 and "raised KeyError" in boom.info["error"] and boom.info["unscored"] == "KeyError"
+    )
 
 
 @pytest.mark.parametrize(
@@ -129,3 +132,93 @@ def test_exact_match_reward_with_pattern() -> None:
 def test_plugins_are_registered() -> None:
     assert plugins.available("roll.reward")["python"].dist == "roll-pipelines"
     assert plugins.load("roll.reward", "exact_match").config_model is ExactMatchConfig
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (float("nan"), "returned nan (float)"),
+        (float("-inf"), "returned -inf (float)"),
+        (None, "returned None (NoneType)"),
+        ("0.5", "returned '0.5' (str)"),
+        ({"score": float("inf"), "x": 1}, "returned 'score' inf (float)"),
+        ({"points": 1.0}, "returned {'points': 1.0} (dict)"),
+    ],
+)
+def test_a_value_that_is_not_a_finite_number_is_an_error_naming_it(value: object, shown: str) -> None:
+    from roll.pipelines.rewards.python import to_result
+
+    result = to_result(value, "my_rewards.py:f")
+    assert result.score == 0.0 and result.is_unscored and result.info["unscored"] == "invalid value"
+    assert result.info["error"].startswith(f"my_rewards.py:f {shown}; a reward must be a finite number")
+    assert not to_result(2, "f").is_unscored and to_result(True, "f").info == {"correct": True}
+
+
+def _worker(tmp_path: Path, source: str, name: str = "f") -> object:
+    """A RewardWorker built as Ray would build it (without Ray), for domain ``custom`` and a file function."""
+    from roll.core.cluster import WorkerContext
+    from roll.pipelines.rlvr.reward_worker import RewardWorker
+
+    file = tmp_path / "my_rewards.py"
+    file.write_text(source)
+    worker = RewardWorker.__new__(RewardWorker)
+    RewardWorker.__init__(
+        worker, WorkerContext("reward_custom", 0, 1), "python", {"function": f"{file}:{name}"}
+    )
+    return worker
+
+
+ROWS = {
+    "text": ["7", "8"],
+    "prompt": ["What is 3 + 4?", "What is 4 + 4?"],
+    "ground_truth": ["7", "8"],
+    "tag": ["", ""],
+}
+
+
+def test_worker_reports_a_nan_reward_naming_reward_row_and_value(tmp_path: Path) -> None:
+    worker = _worker(
+        tmp_path, "def f(response, ground_truth):\n    return float('nan') if response == '8' else 1.0\n"
+    )
+    out = worker.score(ROWS)  # type: ignore[attr-defined]
+    assert out["scores_B"] == [1.0, 0.0] and out["reward_error_B"] == [0.0, 1.0]
+    first, second = out["reward_error_report"]
+    assert first is None and second.source == "reward custom (python)" and second.kind == "invalid value"
+    assert "my_rewards.py:f returned nan (float)" in second.message
+    assert "prompt 'What is 4 + 4?', response '8', ground truth '8'" in second.message
+
+
+def test_worker_sends_a_raising_rewards_traceback_once_and_marks_every_row(tmp_path: Path) -> None:
+    source = (
+        "def helper(x):\n    return {}[x]\n\ndef f(response, ground_truth):\n    return helper(response)\n"
+    )
+    worker = _worker(tmp_path, source)
+    reports = worker.score(ROWS)["reward_error_report"] + worker.score(ROWS)["reward_error_report"]  # type: ignore[attr-defined]
+    assert [r.kind for r in reports] == ["KeyError"] * 4
+    assert reports[0].traceback is not None and "in helper" in reports[0].traceback
+    assert [r.traceback for r in reports[1:]] == [None, None, None]
+    assert "my_rewards.py:f raised KeyError: '7'" in reports[0].message
+
+
+def test_a_plugin_whose_score_raises_leaves_its_rows_unscored() -> None:
+    from roll.pipelines.rewards.types import RewardRequest, RewardResult
+    from roll.pipelines.rlvr.reward_worker import checked_results
+
+    class Broken:
+        def score(self, requests: list[RewardRequest]) -> list[RewardResult]:
+            raise RuntimeError("verifier crashed")
+
+    class Short:
+        def score(self, requests: list[RewardRequest]) -> list[RewardResult]:
+            return [RewardResult(float("inf"))]
+
+    results = checked_results(Broken(), [RewardRequest("a"), RewardRequest("b")], "reward x")
+    assert all(
+        r.is_unscored and "reward x raised RuntimeError: verifier crashed" in r.info["error"] for r in results
+    )
+    assert "Traceback" in results[0].info["traceback"]
+    (inf,) = checked_results(Short(), [RewardRequest("a")], "reward y")
+    assert "reward y returned inf (float)" in inf.info["error"]
+    assert (
+        "2 rows" in checked_results(Short(), [RewardRequest("a"), RewardRequest("b")], "r")[0].info["error"]
+    )

@@ -177,3 +177,57 @@ def test_hybrid_placement_trains_and_generates_in_one_process(ray_local: Any, tm
     assert 0.0 <= steps[3]["eval/accuracy"] <= 1.0 and "actor/loss" in steps[3]
     kl = [steps[k]["actor/kl"] for k in (1, 2, 3)]
     assert abs(kl[0]) < 1e-5 < kl[2], f"KL to the reference per step: {kl}"
+
+
+def test_a_single_reward_without_tags_takes_every_row_and_names_stay_whole() -> None:
+    """One domain with no ``tags``: every row goes to it, whatever its tag (``""`` or one no domain lists), and
+    its metrics are ``reward/<domain>/...``, never ``reward//...``; two tagless domains are an error."""
+    import numpy as np
+
+    from roll.core.batch import Batch
+    from roll.pipelines.rlvr import metrics as M
+    from roll.pipelines.rlvr.config import reward_routes
+
+    cfg = load(["rewards.arithmetic.tags=null"])
+    routes, default = reward_routes(dict(cfg.rewards))
+    assert routes == {} and default == "arithmetic"
+    batch = Batch(
+        {C.SCORES: torch.tensor([1.0, 0.0, 1.0]), C.CORRECT: torch.tensor([1.0, 0.0, 1.0])},
+        {C.TAG: np.array(["", "gsm8k", ""], dtype=object)},
+    )
+    named = M.domain_metrics(batch, routes, default=default)
+    assert named["reward/arithmetic/count"] == 3.0 and named["reward/arithmetic/mean"] == pytest.approx(2 / 3)
+    untagged = M.domain_metrics(batch, {"gsm8k": "math"})
+    assert sorted(untagged) == sorted(
+        f"reward/{d}/{k}" for d in ("math", "untagged") for k in ("mean", "std", "accuracy", "count")
+    )
+    assert not any("//" in k for k in [*named, *untagged])
+    data = cfg.model_dump()
+    data["rewards"]["other"] = {"type": "arithmetic"}
+    with pytest.raises(ValueError, match=r"reward domains \['arithmetic', 'other'\] all leave `tags` unset"):
+        RLVRConfig.model_validate(data)
+
+
+def test_reward_scheduler_routes_every_tag_to_the_tagless_domain(ray_local: Any) -> None:
+    """The real scheduler and a real reward worker (Ray): rows tagged ``""`` and ``gsm8k`` are both scored by
+    the one tagless ``arithmetic`` domain ("The answer is 7." against 7 is 1.0, against 8 is 0.0)."""
+    import numpy as np
+
+    from roll.core.batch import Batch
+    from roll.core.cluster import Cluster
+    from roll.core.scheduler import RewardScheduler
+    from roll.core.testing import tiny_role
+    from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker
+
+    with Cluster("reward_arithmetic", RewardWorker, tiny_role(), init_args=("arithmetic", {})) as cluster:
+        scheduler = RewardScheduler(
+            {"arithmetic": cluster}, {}, columns=REWARD_COLUMNS, default_domain="arithmetic"
+        )
+        rows = {
+            C.TEXT: ["The answer is 7.", "The answer is 7."],
+            C.GROUND_TRUTH: ["7", "8"],
+            C.PROMPT: ["a", "b"],
+        }
+        scored = scheduler.score(Batch({}, {**rows, C.TAG: np.array(["", "gsm8k"], dtype=object)}))
+    assert scored[C.SCORES].tolist() == [1.0, 0.0] and scored[C.REWARD_ERROR].tolist() == [0.0, 0.0]
+    assert list(scored[C.REWARD_ERROR_REPORT]) == [None, None]
