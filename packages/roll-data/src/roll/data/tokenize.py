@@ -278,12 +278,19 @@ ENCODERS: dict[str, Callable[..., Batch]] = {
 
 
 def tokenize_dataset(
-    ds: AnyDataset, *, kind: Kind, tokenizer: Any, cfg: TokenizeConfig, batch_size: int = 256
+    ds: AnyDataset,
+    *,
+    kind: Kind,
+    tokenizer: Any,
+    cfg: TokenizeConfig,
+    batch_size: int = 256,
+    split: str = "",
 ) -> tuple[AnyDataset, LengthReport]:
     """Tokenize ``ds`` for ``kind`` and apply the length policy; return the rows kept and the report.
 
     Original columns are kept (RL needs ``ground_truth`` and ``tag`` next to ``prompt_ids``). For an in-memory
-    dataset the report is complete on return and logged; for a streaming one it fills as rows are read.
+    dataset the report is complete on return and logged; for a streaming one it fills as rows are read. Rows cut
+    or dropped are said once, at WARNING, naming ``split``.
     """
     require_columns(ds, *REQUIRED[kind], source=f"{kind} tokenization")
     encode = partial(ENCODERS[kind], tokenizer=tokenizer, cfg=cfg)
@@ -301,7 +308,7 @@ def tokenize_dataset(
     )
     counts = Counter(mapped[STATUS])
     report.kept, report.truncated, report.dropped = counts[KEPT], counts[TRUNCATED], counts[DROPPED]
-    _log_report(report, kind)
+    _log_report(report, f"{split} {kind}".strip())
     if report.dropped:
         mapped = mapped.filter(lambda s: s != DROPPED, input_columns=STATUS, num_proc=cfg.num_proc)
         ensure_not_empty(mapped, step=f"the length filter ({report})", source=f"{kind} tokenization")

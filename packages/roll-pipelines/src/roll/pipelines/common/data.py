@@ -69,8 +69,10 @@ def prepare_data(
     with ``image_processor`` (a vision-language model's); without one they are an error naming the model.
     """
     splits = load_data(data)
-    train, report = _tokenized_rows(splits.train, kind, tokenizer, tokenize)
-    held_out = _tokenized_rows(splits.eval, kind, tokenizer, tokenize)[0] if splits.eval is not None else []
+    train, report = _tokenized_rows(splits.train, kind, tokenizer, tokenize, "train")
+    held_out = (
+        _tokenized_rows(splits.eval, kind, tokenizer, tokenize, "eval")[0] if splits.eval is not None else []
+    )
     train = _with_images(train, image_processor, tokenizer, "train data")
     held_out = _with_images(held_out, image_processor, tokenizer, "eval data")
     prepared = PreparedData(train=train, eval=held_out, report=report)
@@ -101,9 +103,9 @@ def load_image_processor_for(model_path: str) -> Any:
 
 
 def _tokenized_rows(
-    ds: AnyDataset, kind: Kind, tokenizer: Any, cfg: TokenizeConfig
+    ds: AnyDataset, kind: Kind, tokenizer: Any, cfg: TokenizeConfig, split: str = ""
 ) -> tuple[list[Row], LengthReport]:
-    mapped, report = tokenize_dataset(ds, kind=kind, tokenizer=tokenizer, cfg=cfg)
+    mapped, report = tokenize_dataset(ds, kind=kind, tokenizer=tokenizer, cfg=cfg, split=split)
     if isinstance(mapped, datasets.IterableDataset):
         return [dict(row) for row in mapped], report
     return mapped.to_list(), report
