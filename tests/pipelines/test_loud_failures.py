@@ -97,3 +97,33 @@ def test_a_raising_reward_prints_its_traceback_once_and_counts_errors(ray_local:
     assert all(m["reward/errors"] == 1.0 and m["data/prompt_truncated"] == 1.0 for m in metrics.values())
     assert out.count("train prompt data: 80 of 80 rows were longer than the limit") == 1  # once, at WARNING
     assert out.count("eval prompt data: 12 of 12 rows were longer than the limit") == 1
+
+
+BLOW_UP = [
+    "actor_train.strategy.optimizer.lr=1e30",  # one Adam step moves every weight by ~1e30: the next forward overflows
+    "actor_train.strategy.max_grad_norm=null",
+]
+VARIED = "def reward(response, ground_truth):\n    return float(len(response) % 3)\n"
+"""Scores 0, 1 or 2 by response length: the samples of a group differ, so step 1 has advantages and an update."""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT_S)
+def test_a_non_finite_loss_stops_the_run_naming_step_and_role(ray_local: Any, tmp_path: Path) -> None:
+    """lr 1e30: step 1 trains (finite loss), its update overflows the weights, and step 2's loss is NaN. The run
+    stops at step 2 with exit code 1 naming the role and rank; with ``failures.non_finite=skip`` the same run
+    goes on to its last step instead (the update is dropped, as the strategies always did)."""
+    cfg = tiny_rlvr(tmp_path, VARIED)
+    code, out = roll_train(cfg, ray_local.address, *BLOW_UP)
+    assert code == 1, out[-3000:]
+    (line,) = [line for line in out.splitlines() if line.startswith("roll: error:")]
+    assert "stopped at step 2: role 'actor_train' rank 0 has a non-finite" in line and "loss = nan" in line
+    assert "failures.non_finite: skip" in line
+    metrics = read_metrics(tmp_path / "run")
+    assert sorted(metrics) == [1] and metrics[1]["actor/updates"] == 1.0
+    code, out = roll_train(
+        cfg, ray_local.address, *BLOW_UP, "failures.non_finite=skip", f"output_dir={tmp_path / 'skip'}"
+    )
+    assert code == 0, out[-3000:]
+    skipped = read_metrics(tmp_path / "skip")
+    assert sorted(skipped) == [1, 2, 3] and skipped[2]["actor/updates"] == 0.0

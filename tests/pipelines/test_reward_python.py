@@ -140,6 +140,7 @@ def test_plugins_are_registered() -> None:
         (float("nan"), "returned nan (float)"),
         (float("-inf"), "returned -inf (float)"),
         (None, "returned None (NoneType)"),
+        (1e300, "returned 1e+300 (float)"),  # finite, but inf once it is a float32 score
         ("0.5", "returned '0.5' (str)"),
         ({"score": float("inf"), "x": 1}, "returned 'score' inf (float)"),
         ({"points": 1.0}, "returned {'points': 1.0} (dict)"),

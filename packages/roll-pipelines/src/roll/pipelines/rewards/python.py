@@ -122,17 +122,25 @@ def to_result(value: Any, where: str = "reward function") -> RewardResult:
     score, ``None``, a string, a mapping without a numeric ``score``) is an unscored row whose reason names
     ``where`` and the value: a NaN reward would otherwise poison every advantage of its group and every update."""
     if isinstance(value, RewardResult):
-        return value if math.isfinite(value.score) else _invalid(where, value.score)
+        return value if _finite(value.score) else _invalid(where, value.score)
     if isinstance(value, bool):
         return RewardResult(float(value), {"correct": value})
     if isinstance(value, numbers.Real):
-        return RewardResult(float(value)) if math.isfinite(value) else _invalid(where, value)
+        return RewardResult(float(value)) if _finite(value) else _invalid(where, value)
     if isinstance(value, Mapping) and isinstance(value.get("score"), numbers.Real):
-        if not math.isfinite(value["score"]):
+        if not _finite(value["score"]):
             return _invalid(where, value["score"], "'score' ")
         info = {str(k): v for k, v in value.items() if k != "score"}
         return RewardResult(float(value["score"]), info)
     return _invalid(where, value)
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+"""Scores travel as float32 tensors: a larger float64 would arrive as inf."""
+
+
+def _finite(value: float) -> bool:
+    return math.isfinite(value) and abs(value) <= FLOAT32_MAX
 
 
 def _invalid(where: str, value: Any, what: str = "") -> RewardResult:
