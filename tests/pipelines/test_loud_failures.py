@@ -127,3 +127,23 @@ def test_a_non_finite_loss_stops_the_run_naming_step_and_role(ray_local: Any, tm
     assert code == 0, out[-3000:]
     skipped = read_metrics(tmp_path / "skip")
     assert sorted(skipped) == [1, 2, 3] and skipped[2]["actor/updates"] == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT_S)
+def test_a_constant_reward_stops_after_steps_without_updates(ray_local: Any, tmp_path: Path) -> None:
+    """Every sample scores 1.0, so every GRPO advantage is 0 and no step moves the policy (``actor/updates`` 0,
+    ``reward/std`` 0): with ``max_steps_without_update: 2`` the run stops after step 2, exit code 1, saying why."""
+    cfg = tiny_rlvr(
+        tmp_path,
+        "def reward(response, ground_truth):\n    return 1.0\n",
+        failures={"max_steps_without_update": 2},
+    )
+    code, out = roll_train(cfg, ray_local.address)
+    assert code == 1, out[-3000:]
+    (line,) = [line for line in out.splitlines() if line.startswith("roll: error:")]
+    assert "stopped after step 2: no useful optimizer update in the last 2 steps" in line
+    assert "every row's advantage was 0" in line and "reward/std 0" in line
+    metrics = read_metrics(tmp_path / "run")
+    assert sorted(metrics) == [1, 2] and all(m["actor/updates"] == 0.0 for m in metrics.values())
+    assert all(m["reward/errors"] == 0.0 and m["reward/mean"] == 1.0 for m in metrics.values())
