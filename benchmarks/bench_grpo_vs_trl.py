@@ -199,6 +199,7 @@ def roll_overrides(args: argparse.Namespace) -> list[str]:
         f"actor_train.strategy.optimizer.lr={args.lr}", f"cpu_threads={args.threads}", "tracking.backends=[jsonl]",
         f"seed={args.seed}",
         "tracking.progress=false", "plot=false", f"placement={args.placement}", "ray.init_timeout_s=300",
+        "failures.max_steps_without_update=0",  # a throughput run from an unwarmed model must not stop early
         *args.roll_set,
     ]  # fmt: skip
 

@@ -304,3 +304,28 @@ def test_env_errors_carry_their_traceback_once_and_count_as_a_rate(encoder: Chat
     assert "KeyError: 'no transition for Up' [step('Up') at turn 2, episode seed" in first.message
     assert first.traceback is not None and "in _lookup" in first.traceback and second.traceback is None
     assert [e.status for e in rollout.started] == ["done", "error", "done", "error"]
+
+
+class BrokenTool:
+    """A tool with a bug: its call raises instead of returning ``ToolResult(ok=False)``."""
+
+    name, description = "lookup", "looks a word up"
+    parameters: dict[str, Any] = {"type": "object", "properties": {"word": {"type": "string"}}}
+
+    def call(self, arguments: dict[str, Any]) -> Any:
+        return {}[arguments["word"]]
+
+    def close(self) -> None:
+        return None
+
+
+def test_a_tool_that_raises_fails_the_env_step_with_the_tool_named_in_the_traceback() -> None:
+    from roll.agentic.tools.wrapper import ToolEnvWrapper
+
+    pool = EnvSlots(1, lambda entry: ToolEnvWrapper(TwoTurnEnv(), [BrokenTool()]), timeout_s=5.0)
+    pool.reset([ResetRequest(0, 1)])
+    call = '<tool_call>{"name": "lookup", "arguments": {"word": "cat"}}</tool_call>'
+    (outcome,) = pool.step([StepRequest(call)])
+    assert outcome is not None and outcome.error == "KeyError: 'cat'"
+    assert outcome.traceback is not None and "in call" in outcome.traceback
+    assert "in roll.tool 'lookup', called with arguments {'word': 'cat'}" in outcome.traceback

@@ -173,7 +173,13 @@ class ToolEnvWrapper:
             return ToolResult(
                 f"format error: unknown tool {call.name!r}; available: {', '.join(self.tools)}", False
             )
-        return tool.call(call.arguments)
+        try:
+            return tool.call(call.arguments)
+        except (
+            Exception
+        ) as exc:  # a tool's bug (errors inside a call come back as ToolResult): the env step fails
+            exc.add_note(f"in roll.tool {call.name!r}, called with arguments {call.arguments!r:.200}")
+            raise
 
     def _clip(self, text: str) -> str:
         cap = self.config.max_response_chars

@@ -84,6 +84,10 @@ class RolloutEvalPipeline(BasePipeline):
             n=cfg.samples, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens
         )
         scored = self.rewards.score(self.scheduler.generate_all(prompt_batch(self.rows), params))
+        if (
+            C.REWARD_ERROR_REPORT in scored.non_tensors
+        ):  # a reward's first error of each kind, with its traceback
+            self.failures.show(scored.non_tensors[C.REWARD_ERROR_REPORT])
         summary = self._summary(scored)
         self._write(scored, summary)
         return summary
