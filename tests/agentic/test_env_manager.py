@@ -310,7 +310,10 @@ class BrokenTool:
     """A tool with a bug: its call raises instead of returning ``ToolResult(ok=False)``."""
 
     name, description = "lookup", "looks a word up"
-    parameters: dict[str, Any] = {"type": "object", "properties": {"word": {"type": "string"}}}
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {"type": "object", "properties": {"word": {"type": "string"}}}
 
     def call(self, arguments: dict[str, Any]) -> Any:
         return {}[arguments["word"]]
