@@ -126,7 +126,7 @@ def to_result(value: Any, where: str = "reward function") -> RewardResult:
     if isinstance(value, bool):
         return RewardResult(float(value), {"correct": value})
     if isinstance(value, numbers.Real):
-        return RewardResult(float(value)) if _finite(value) else _invalid(where, value)
+        return RewardResult(float(value)) if _finite(float(value)) else _invalid(where, value)
     if isinstance(value, Mapping) and isinstance(value.get("score"), numbers.Real):
         if not _finite(value["score"]):
             return _invalid(where, value["score"], "'score' ")
