@@ -129,7 +129,9 @@ class FailureGuard:
         for name, value in metrics.items():
             if _is_error_rate(name):
                 self._rates.setdefault(name, deque(maxlen=self.config.error_window)).append(float(value))
-                self._all_rates.setdefault(name, []).append(float(value))
+                early = self._all_rates.setdefault(name, [])
+                if len(early) < self.config.error_window:  # only a run shorter than the window needs them all
+                    early.append(float(value))
         for name, window in self._rates.items():
             if len(window) == self.config.error_window:
                 self._check_rate(name, list(window), step)
