@@ -9,7 +9,8 @@ Runs as a short ``sh`` script inside ``unshare --mount --pid --net --fork`` (uti
   only ``null``, ``zero``, ``random`` and ``urandom``;
 - the program's working dir ``/sandbox`` (also ``HOME`` and ``TMPDIR``) and ``/tmp`` are private, size-capped
   tmpfs; ``/proc`` is a fresh mount, so it lists the pid namespace's processes only;
-- then ``unshare --root`` chroots into it, changes to ``/sandbox`` and drops to the sandbox uid.
+- then ``unshare --root`` chroots into it and changes to ``/sandbox``; the bootstrap drops to the sandbox uid
+  (in ``test`` mode after forking the harness off, see :mod:`._sandbox_boot`).
 
 Nothing else of the host (data folders, checkouts, home directories, the host's ``/tmp``) exists inside.
 """
@@ -70,13 +71,11 @@ def jail_script(python: str, uid: int | None) -> str:
     for dev in _DEVICES:
         lines += [f"touch dev/{dev}", f"mount --bind /dev/{dev} dev/{dev}"]
     lines += [
-        'mount -t tmpfs -o "size=${SIZE}m,mode=1777" roll-tmp tmp',
-        'mount -t tmpfs -o "size=${SIZE}m,mode=0755" roll-cwd sandbox',
+        'mount -t tmpfs -o "size=${SIZE}m,mode=1777,noexec,nosuid,nodev" roll-tmp tmp',
+        'mount -t tmpfs -o "size=${SIZE}m,mode=0755,noexec,nosuid,nodev" roll-cwd sandbox',
         'cp "$W/program.py" "$W/_boot.py" sandbox/',
     ]
-    ids = ""
     if uid is not None:
         lines.append(f"chown -R {uid}:{uid} sandbox")
-        ids = f" --setgid {uid} --setuid {uid}"
-    lines += ["mount -t proc proc proc", f'exec unshare --root="$R" --wd={SANDBOX_DIR}{ids} "$@"']
+    lines += ["mount -t proc proc proc", f'exec unshare --root="$R" --wd={SANDBOX_DIR} "$@"']
     return "\n".join(lines)

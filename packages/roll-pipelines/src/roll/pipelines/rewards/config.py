@@ -52,6 +52,10 @@ class SandboxConfig(RollModel):
     """Run in a mount namespace that shows only the interpreter's files, read-only (hides the host's files)."""
     require_isolation: bool = False
     """Refuse to build the sandbox unless namespaces, the filesystem jail and an unprivileged uid all hold."""
+    allow_unisolated: bool = False
+    """Where no jail can be built (no namespaces: a container without CAP_SYS_ADMIN, user namespaces off),
+    building the sandbox fails unless this is true; then programs run without namespaces or jail, as
+    ``sandbox_uid`` when the parent is root (else as the parent's uid), behind the in-process guard only."""
     drop_privileges: bool = True
     """When the parent runs as root, run the program as ``sandbox_uid`` (root ignores RLIMIT_NPROC)."""
     sandbox_uid: int = 65534
@@ -61,7 +65,8 @@ class SandboxConfig(RollModel):
 
 
 class CodeRewardConfig(RollModel):
-    """Runs each response against its test cases; the score is the fraction passed (or 0/1)."""
+    """Runs each response against its test cases; the score is the fraction passed (or 0/1). Assert cases of
+    one response run in one sandbox run, so ``sandbox.wall_timeout_s`` and ``cpu_time_s`` cover them all."""
 
     sandbox: SandboxConfig = SandboxConfig()
     all_or_nothing: bool = False

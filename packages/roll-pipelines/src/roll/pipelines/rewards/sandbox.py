@@ -45,9 +45,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from roll.core.errors import RollError
 from roll.pipelines.rewards._sandbox_jail import SANDBOX_DIR, jail_script
@@ -80,9 +82,21 @@ class SandboxResult:
 
 
 @dataclass(frozen=True)
+class TestsRun:
+    """What one ``test``-mode run did: the harness's verdict per test (``None`` where it gave none before the run
+    ended: a timeout or a crash) and the process's own result."""
+
+    __test__ = False  # not a pytest class, despite the name
+
+    verdicts: list[bool | None]
+    errors: list[str | None]
+    result: SandboxResult
+
+
+@dataclass(frozen=True)
 class _Launcher:
-    """How to start the interpreter: an argv prefix, the interpreter, the uid that will own the workdir, and the
-    jail script when the program runs in a filesystem jail (see :mod:`._sandbox_jail`)."""
+    """How to start the interpreter: an argv prefix, the interpreter, the uid the bootstrap drops to (``None``:
+    it keeps the launcher's), what holds, and the jail script when the program runs in a filesystem jail."""
 
     prefix: tuple[str, ...]
     python: str
@@ -97,67 +111,85 @@ class _Launcher:
         return [*self.prefix, "/bin/sh", "-c", self.jail, "sh", str(workdir), str(size_mb), self.python]
 
 
-def _probe(argv: list[str]) -> bool:
-    try:
-        done = subprocess.run(argv, env={"PATH": _SAFE_PATH}, capture_output=True, timeout=_PROBE_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
+_PROBE_PROGRAM = "import collections, decimal, fractions, json, os, re\nprint(os.getuid())\n"
 
 
 def _works(launcher: _Launcher) -> bool:
-    if not launcher.prefix:
-        return True
+    """Whether a program runs through ``launcher``, under the expected uid, importing some of the stdlib."""
     with tempfile.TemporaryDirectory(prefix="roll-sandbox-probe-") as tmp:
         workdir = Path(tmp)
-        _stage(workdir, "", launcher.uid)
-        return _probe([*launcher.argv(workdir, 1), "-I", "-S", "-c", "pass"])
+        _stage(workdir, _PROBE_PROGRAM, launcher.uid)
+        settings = {"mode": "run", "program": "program.py", "uid": launcher.uid, "rlimits": {}, "audit_hook": True}
+        argv = [*launcher.argv(workdir, 1), "-I", "-S", "-B", "_boot.py", json.dumps(settings)]
+        try:
+            done = subprocess.run(
+                argv, cwd=workdir, env={"PATH": _SAFE_PATH}, capture_output=True, timeout=_PROBE_TIMEOUT_S
+            )
+        except (OSError, subprocess.SubprocessError):
+            return False
+    expected = str(launcher.uid) if launcher.uid is not None else None
+    return done.returncode == 0 and (expected is None or done.stdout.decode().strip() == expected)
 
 
 def _plans(python: str, namespaces: bool, jail: bool, drop: bool, uid: int) -> list[_Launcher]:
-    """Launch plans, strongest first: jail + namespaces + uid, namespaces + uid, namespaces, nothing."""
+    """Launch plans, strongest first: jail + namespaces, namespaces, nothing (each with the uid drop when root)."""
     unshare = shutil.which("unshare", path=_SAFE_PATH) if namespaces else None
     root = os.geteuid() == 0
+    as_uid = uid if root and drop else None
+    unprivileged = as_uid is not None or not root
     plans: list[_Launcher] = []
     if unshare:
         user = () if root else ("--user", "--map-root-user")
         ns = (unshare, *user, "--net", "--pid", "--fork", "--kill-child")
         jail_ns = (unshare, *user, "--mount", "--propagation", "private", *ns[1 + len(user) :])
-        ids = ("--setgid", str(uid), "--setuid", str(uid))
-        dropped = root and drop
-        as_uid = uid if dropped else None
-        full = {"namespaces": True, "filesystem": True, "unprivileged_uid": dropped or not root}
+        full = {"namespaces": True, "filesystem": True, "unprivileged_uid": unprivileged}
         if jail:
             real = str(Path(python).resolve())  # a venv's symlink would point outside the jail
             plans.append(_Launcher(jail_ns, real, as_uid, full, jail_script(real, as_uid)))
-        if dropped:
-            plans.append(_Launcher((*ns, *ids), python, uid, {**full, "filesystem": False}))
-        plans.append(_Launcher(ns, python, None, {**full, "filesystem": False, "unprivileged_uid": not root}))
-    none = {"namespaces": False, "filesystem": False, "unprivileged_uid": not root}
-    return [*plans, _Launcher((), python, None, none)]
+        plans.append(_Launcher(ns, python, as_uid, {**full, "filesystem": False}))
+    none = {"namespaces": False, "filesystem": False, "unprivileged_uid": unprivileged}
+    return [*plans, _Launcher((), python, as_uid, none)]
 
 
 @cache
 def _launcher(python: str | None, namespaces: bool, jail: bool, drop: bool, uid: int) -> _Launcher:
-    """The strongest launch this host allows for these settings; probed once per process, warns when partial."""
+    """The strongest launch this host allows for these settings; probed once per process."""
     candidates = (
         [python] if python else [sys.executable, *filter(None, [shutil.which("python3", path=_SAFE_PATH)])]
     )
-    for plan_index in range(4):
+    for plan_index in range(3):
         for interpreter in candidates:
             plans = _plans(interpreter, namespaces, jail, drop, uid)
             if plan_index < len(plans) and _works(plans[plan_index]):
-                chosen = plans[plan_index]
-                missing = [name for name, held in chosen.isolation.items() if not held]
-                if missing:
-                    logger.warning(
-                        "code sandbox: running without %s isolation (%s): turned off in the config or impossible "
-                        "on this host; Sandbox.isolation says what holds. Run as root or enable unprivileged user namespaces "
-                        "(sysctl kernel.unprivileged_userns_clone=1) for full isolation.",
-                        ", ".join(missing), chosen.isolation,
-                    )  # fmt: skip
-                return chosen
-    raise AssertionError("unreachable: the last plan always succeeds")  # pragma: no cover
+                return plans[plan_index]
+    raise SandboxIsolationError(
+        f"code sandbox: no interpreter of {candidates} runs a program here, not even without namespaces"
+        + (f" as uid {uid}" if os.geteuid() == 0 and drop else "")
+        + ": set sandbox.python to an interpreter that user can read and execute"
+    )
+
+
+def describe(launcher: _Launcher) -> str:
+    """One paragraph saying exactly what is and is not isolated for programs run through ``launcher``."""
+    iso = launcher.isolation
+    who = f"uid {launcher.uid}" if launcher.uid is not None else f"this process's uid {os.geteuid()}"
+    held = [f"runs as {who}", "rlimits on CPU, memory, file size, processes, descriptors; wall clock; output cap"]
+    lost = []
+    if iso["namespaces"]:
+        held.append("own network namespace (no network at all, localhost included) and pid namespace")
+    else:
+        lost.append("no network or pid namespace: only the in-process guard refuses sockets and new processes")
+    if iso["filesystem"]:
+        held.append("filesystem jail (only the interpreter, read-only; private /tmp and working directory)")
+    else:
+        lost.append(
+            "no filesystem jail: the program can read every host file its uid can read (datasets, checkouts); "
+            "only the in-process guard refuses writes outside its directory and other processes' /proc entries"
+        )
+    if launcher.uid is None and os.geteuid() != 0:
+        lost.append("same uid as this process: it could read and write whatever this process can")
+    text = "isolated: " + "; ".join(held) + "."
+    return text + (" NOT isolated: " + "; ".join(lost) + "." if lost else "")
 
 
 def _stage(workdir: Path, code: str, uid: int | None) -> None:
@@ -180,13 +212,25 @@ class Sandbox:
             c.python, c.network_namespace, c.filesystem_jail, c.drop_privileges, c.sandbox_uid
         )
         missing = [name for name, held in self._launcher.isolation.items() if not held]
+        summary = describe(self._launcher)
+        if not self._launcher.isolation["filesystem"] and not c.allow_unisolated:
+            raise SandboxIsolationError(
+                f"code sandbox: no jail here ({summary}) The jail needs mount, pid and network namespaces: "
+                "unshare must work (CAP_SYS_ADMIN, or unprivileged user namespaces allowed by the kernel and "
+                "the container's seccomp profile), with network_namespace and filesystem_jail on. To run "
+                "untrusted code without it anyway, set sandbox.allow_unisolated: true."
+            )
         if c.require_isolation and missing:
             raise SandboxIsolationError(
                 f"code sandbox: full isolation is required (sandbox.require_isolation: true) but this host "
-                f"gives no {', '.join(missing)} isolation ({self._launcher.isolation}). Fix: run as root or "
-                f"enable unprivileged user namespaces, keep network_namespace/filesystem_jail/drop_privileges on, "
-                f"or set require_isolation: false to accept the weaker sandbox."
+                f"gives no {', '.join(missing)} isolation ({summary}) Fix: make unshare work (see "
+                f"allow_unisolated), keep network_namespace/filesystem_jail/drop_privileges on, or set "
+                f"require_isolation: false to accept the weaker sandbox."
             )
+        if missing:
+            logger.warning("code sandbox: running without %s isolation. %s", ", ".join(missing), summary)
+        else:
+            logger.info("code sandbox: %s", summary)
 
     @property
     def isolation(self) -> dict[str, bool]:
@@ -196,10 +240,29 @@ class Sandbox:
 
     def run(self, code: str, stdin: str = "") -> SandboxResult:
         """Run ``code`` as ``__main__`` with ``stdin``; never raises for anything the program does."""
+        with self._workdir(code) as workdir:
+            return self._execute(workdir, stdin, {"mode": "run"}, None)[0]
+
+    def run_tests(self, code: str, tests: list[str]) -> TestsRun:
+        """Run ``code``, then each of ``tests`` (Python source, e.g. asserts) against its names in the harness
+        of :mod:`._sandbox_boot`: a test passes only when the harness ran it to the end. The tests reach the
+        harness through a pipe the program never holds; the wall clock covers the program and all tests."""
+        with self._workdir(code) as workdir:
+            result, lines = self._execute(workdir, "", {"mode": "test"}, json.dumps(tests).encode())
+        verdicts: list[bool | None] = [None] * len(tests)
+        errors: list[str | None] = [None] * len(tests)
+        for line in lines:
+            index = line.get("i")
+            if isinstance(index, int) and 0 <= index < len(tests):
+                verdicts[index], errors[index] = bool(line["ok"]), line.get("error")
+        return TestsRun(verdicts, errors, result)
+
+    @contextlib.contextmanager
+    def _workdir(self, code: str) -> Iterator[Path]:
         workdir = Path(tempfile.mkdtemp(prefix="roll-sandbox-", dir=self.config.workdir_root))
         try:
             _stage(workdir, code, self._launcher.uid)
-            return self._execute(workdir, stdin)
+            yield workdir
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -214,34 +277,73 @@ class Sandbox:
             "RLIMIT_CORE": (0, 0),
         }
 
-    def _settings(self) -> str:
-        return json.dumps({"rlimits": self._rlimits(), "audit_hook": self.config.audit_hook})
-
-    def _execute(self, workdir: Path, stdin: str) -> SandboxResult:
+    def _execute(
+        self, workdir: Path, stdin: str, mode: dict[str, str], tests: bytes | None
+    ) -> tuple[SandboxResult, list[dict[str, Any]]]:
         launcher = self._launcher
-        argv = [
-            *launcher.argv(workdir, 4 * self.config.file_size_mb),
-            "-I",
-            "-S",
-            "-B",
-            "_boot.py",
-            self._settings(),
-            "program.py",
-        ]
+        tests_read, tests_write = os.pipe() if tests is not None else (-1, -1)
+        report_read, report_write = os.pipe() if tests is not None else (-1, -1)
+        settings = {
+            **mode,
+            "program": "program.py",
+            "uid": launcher.uid,
+            "rlimits": self._rlimits(),
+            "audit_hook": self.config.audit_hook,
+            "tests_fd": tests_read,
+            "report_fd": report_write,
+        }
+        argv = [*launcher.argv(workdir, 4 * self.config.file_size_mb), "-I", "-S", "-B", "_boot.py"]
         home = SANDBOX_DIR if launcher.jail else str(workdir)
         env = {"PATH": _SAFE_PATH, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
         started = time.monotonic()
-        proc = subprocess.Popen(
-            argv, cwd=workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, close_fds=True,
-        )  # fmt: skip
+        passed = tuple(fd for fd in (tests_read, report_write) if fd >= 0)
         try:
-            out, err, timed_out, limited = _communicate(proc, stdin.encode(), self.config)
+            proc = subprocess.Popen(
+                [*argv, json.dumps(settings)], cwd=workdir, env=env, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                pass_fds=passed,
+            )  # fmt: skip
+        finally:
+            for fd in passed:
+                os.close(fd)
+        try:
+            if tests is not None:
+                threading.Thread(target=_write_all, args=(tests_write, tests), daemon=True).start()
+            out, err, report, timed_out, limited = _communicate(
+                proc, stdin.encode(), self.config, report_read if tests is not None else None
+            )
         finally:
             _kill_group(proc)
+            if report_read >= 0:
+                os.close(report_read)
         code = None if (timed_out or limited) else proc.returncode
         text = (out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
-        return SandboxResult(code, *text, timed_out, limited, time.monotonic() - started)
+        result = SandboxResult(code, *text, timed_out, limited, time.monotonic() - started)
+        return result, _report_lines(report)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Feed the tests to the harness's pipe, then close it (the harness reads to end of file)."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass  # the harness is gone: the run fails on its own
+    finally:
+        os.close(fd)
+
+
+def _report_lines(report: bytes) -> list[dict[str, Any]]:
+    lines = []
+    for raw in report.splitlines():
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(line, dict):
+            lines.append(line)
+    return lines
 
 
 def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
@@ -254,17 +356,19 @@ def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
 
 
 def _communicate(
-    proc: subprocess.Popen[bytes], data: bytes, config: SandboxConfig
-) -> tuple[bytes, bytes, bool, bool]:
-    """Feed stdin, collect output up to the cap, until exit or the wall-clock deadline."""
+    proc: subprocess.Popen[bytes], data: bytes, config: SandboxConfig, report_fd: int | None
+) -> tuple[bytes, bytes, bytes, bool, bool]:
+    """Feed stdin, collect output up to the cap (and the harness's report), until exit or the deadline."""
     threading.Thread(target=_feed, args=(proc, data), daemon=True).start()
     deadline = time.monotonic() + config.wall_timeout_s
-    chunks: dict[int, list[bytes]] = {1: [], 2: []}
+    chunks: dict[int, list[bytes]] = {1: [], 2: [], 3: []}
     total, timed_out, limited = 0, False, False
     with selectors.DefaultSelector() as sel:
         assert proc.stdout is not None and proc.stderr is not None  # stdout/stderr=PIPE
         sel.register(proc.stdout, selectors.EVENT_READ, 1)
         sel.register(proc.stderr, selectors.EVENT_READ, 2)
+        if report_fd is not None:
+            sel.register(report_fd, selectors.EVENT_READ, 3)
         while sel.get_map():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -276,7 +380,7 @@ def _communicate(
                     sel.unregister(key.fileobj)
                     continue
                 chunks[key.data].append(chunk)
-                total += len(chunk)
+                total += len(chunk) if key.data != 3 else 0
             if total > config.max_output_bytes:
                 limited = True
                 break
@@ -286,17 +390,20 @@ def _communicate(
         except subprocess.TimeoutExpired:
             timed_out = True  # closed its pipes but kept running
     cap = config.max_output_bytes
-    return b"".join(chunks[1])[:cap], b"".join(chunks[2])[:cap], timed_out, limited
+    out, err = b"".join(chunks[1])[:cap], b"".join(chunks[2])[:cap]
+    return out, err, b"".join(chunks[3]), timed_out, limited
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the child's whole process group (it leads its own session) and reap the child."""
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # in case it left its group
+        os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()
 
 
-__all__ = ["Sandbox", "SandboxIsolationError", "SandboxResult"]
+__all__ = ["Sandbox", "SandboxIsolationError", "SandboxResult", "TestsRun", "describe"]
