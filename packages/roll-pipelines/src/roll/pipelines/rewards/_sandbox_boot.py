@@ -379,18 +379,19 @@ def _exit_code(code: object) -> int:
     return code if isinstance(code, int) else 1
 
 
-def _run_program(program: str) -> tuple[int, dict[str, Any] | None]:
-    """Run ``program`` as ``__main__``: (exit code, its globals when it finished without raising)."""
+def _run_program(program: str) -> tuple[int, dict[str, Any] | None, str]:
+    """Run ``program`` as ``__main__``: (exit code, its globals when it finished without raising, what ended
+    it otherwise, e.g. ``SystemExit: 0``)."""
     sys.argv = [program]
     try:
-        return 0, runpy.run_path(program, run_name="__main__")
+        return 0, runpy.run_path(program, run_name="__main__"), ""
     except SystemExit as exc:
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
-        return _exit_code(exc.code), None
-    except BaseException:
+        return _exit_code(exc.code), None, f"SystemExit: {exc.code}"
+    except BaseException as exc:
         traceback.print_exc()
-        return 1, None
+        return 1, None, f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 def _finish(code: int, _exit: Callable[[int], None] = os._exit) -> None:
@@ -505,9 +506,9 @@ def _candidate(settings: dict[str, Any], channel: _Channel) -> None:
     try:
         _enter(settings, keep=(channel.read_fd, channel.write_fd))
         channel.recv()  # the harness's go: it is non-dumpable from here on
-        code, program_globals = _run_program(settings["program"])
+        code, program_globals, ended = _run_program(settings["program"])
         if program_globals is None:
-            channel.send(["exited", code])
+            channel.send(["exited", ended])
         else:
             _serve(channel, program_globals)
     except BaseException:
@@ -657,7 +658,8 @@ def _harness(settings: dict[str, Any], channel: _Channel, child: int) -> None:
     try:
         hello = rpc.receive() if rpc.gone is None else ["refused"]
         if hello[0] != "ready" or type(hello[1]) is not dict:
-            rpc.gone = "the program exited before the tests started" if hello[0] == "exited" else "bad protocol"
+            exited = hello[0] == "exited" and len(hello) == 2
+            rpc.gone = f"the program exited before the tests started ({hello[1]})" if exited else "bad protocol"
         else:
             shadowing = set(dir(builtins))  # a program's `abs` or `len` must not judge the test's values
             namespace = {
@@ -722,7 +724,7 @@ def main() -> None:
         _test_main(settings)
         return
     _enter(settings, keep=())
-    code, _ = _run_program(settings["program"])
+    code, _, _ = _run_program(settings["program"])
     _finish(code)
 
 
