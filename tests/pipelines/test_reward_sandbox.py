@@ -207,13 +207,17 @@ def test_interpreter_and_stdlib_work_in_the_jail(reward: CodeReward) -> None:
     )
 
 
-def test_a_partial_sandbox_warns_at_start_up_and_require_isolation_refuses_it(
+def test_without_the_jail_it_refuses_unless_allowed_and_then_says_what_is_not_isolated(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     _launcher.cache_clear()  # the launch plan is probed once per process: probe again, so the warning is seen
+    with pytest.raises(SandboxIsolationError, match=r"no jail here .* set sandbox.allow_unisolated: true"):
+        Sandbox(SandboxConfig(filesystem_jail=False))
     with caplog.at_level(logging.WARNING, logger="roll.pipelines.rewards.sandbox"):
-        partial = Sandbox(SandboxConfig(filesystem_jail=False))
+        partial = Sandbox(SandboxConfig(filesystem_jail=False, allow_unisolated=True))
     assert partial.isolation["filesystem"] is False
     assert "running without filesystem isolation" in caplog.text
+    assert "NOT isolated: no filesystem jail: the program can read every host file its uid can read" in caplog.text
+    assert "root" not in caplog.text.lower()  # never advises running as root
     with pytest.raises(SandboxIsolationError, match=r"full isolation is required .* no filesystem isolation"):
-        Sandbox(SandboxConfig(filesystem_jail=False, require_isolation=True))
+        Sandbox(SandboxConfig(filesystem_jail=False, allow_unisolated=True, require_isolation=True))
