@@ -67,3 +67,31 @@ def test_scores_from_a_non_main_thread_and_survives_a_hanging_item(reward: MathR
     # The pool is healthy again after the kill.
     again = _score_in_thread(reward, [RewardRequest("\\boxed{2}", ground_truth="2")])
     assert again[0].info["correct"]
+
+
+def test_a_response_that_merely_contains_the_number_does_not_score(reward: MathReward) -> None:
+    """Without a box only the last line counts, taken whole; math-verify alone reads 'xx 18 yy 16>' as 16."""
+    requests = [
+        RewardRequest("xx 18 yy 16>", ground_truth="16"),
+        RewardRequest("I got 18, no wait, 16", ground_truth="16"),
+        RewardRequest("\\boxed{xx 18 yy 16}", ground_truth="16"),
+        RewardRequest("Some work.\nThe answer is 16.", ground_truth="16"),
+        RewardRequest("Answer: $\\frac{1}{2}$", ground_truth="0.5"),
+        RewardRequest("\\boxed{16 \\text{ apples}}", ground_truth="16"),
+    ]
+    results = _score_in_thread(reward, requests)
+    assert [r.info["correct"] for r in results] == [False, False, False, True, True, True]
+    assert [r.info.get("error") for r in results[:3]] == ["not a bare answer", "not a bare answer", "not a bare answer"]
+    assert results[3].info["answer"] == "16"
+
+
+@pytest.mark.parametrize(("no_box", "expected"), [("zero", [False, False]), ("anywhere", [True, True])])
+def test_the_no_box_fallback_is_configurable(no_box: str, expected: list[bool]) -> None:
+    config = MathRewardConfig(timeout_s=5.0, num_workers=1, no_box=no_box)  # type: ignore[arg-type]
+    with MathReward(config) as reward:
+        results = _score_in_thread(
+            reward, [RewardRequest("xx 18 yy 16>", ground_truth="16"), RewardRequest("16", ground_truth="16")]
+        )
+    assert [r.info["correct"] for r in results] == expected
+    if no_box == "zero":
+        assert results[1].info["error"] == "no boxed answer"

@@ -23,9 +23,23 @@ DEFAULT_JUDGE_TEMPLATE = (
 class MathRewardConfig(RollModel):
     """``score = correct_weight * correct + format_weight * format`` (both sub-scores are 0 or 1).
 
-    ``timeout_s`` bounds parsing plus verification of one item, enforced by killing the worker process.
+    The answer is the last ``\\boxed{}`` after ``think_end``; ``no_box`` says what happens without one (see
+    :mod:`roll.pipelines.rewards.math`). ``timeout_s`` bounds parsing plus verification of one item, enforced by
+    killing the worker process.
     """
 
+    no_box: Literal["last_line", "zero", "anywhere"] = Field(
+        "last_line",
+        description="without a \\boxed{} answer: 'last_line': the last non-empty line is the answer, alone "
+        "(an 'answer is'/'answer:' lead-in, $...$ and a final period allowed), 'zero': score 0, 'anywhere': "
+        "math-verify's own extraction over the whole text, which takes the last number or expression it finds "
+        "(so 'xx 18 yy 16' scores for 16)",
+    )
+    bare_answer: bool = Field(
+        True,
+        description="an answer (boxed or last line) holding plain words besides \\text{...} and function names "
+        "scores 0 instead of being searched for a number (math-verify would read 'xx 18 yy 16' as 16)",
+    )
     correct_weight: float = 1.0
     format_weight: float = Field(default=0.0, ge=0.0)
     timeout_s: float = Field(default=5.0, gt=0.0)

@@ -1,7 +1,18 @@
 """Math reward: math-verify equivalence of the final ``\\boxed{}`` answer, plus an optional format reward.
 
 Answer extraction: the text after the last ``</think>`` (the whole response when there is none), then the content
-of its last ``\\boxed{...}`` (braces matched); with no box, math-verify's own extraction runs on that text.
+of its last ``\\boxed{...}`` (braces matched). Without a box, ``no_box`` decides:
+
+- ``last_line`` (default): the last non-empty line is the answer, taken whole: an ``The answer is``/``Answer:``
+  lead-in, ``$...$``/``\\(...\\)`` delimiters and a final period are stripped, and the rest is judged as if it
+  were boxed. So ``The answer is 16.`` scores for 16, while ``I got 18, no, 16`` or ``xx 18 yy 16>`` do not.
+- ``zero``: no box, no score (``info["error"] = "no boxed answer"``).
+- ``anywhere``: math-verify's own extraction over the whole text, which picks the *last* number or expression it
+  finds: a response that merely contains the right number at the end scores (the old behaviour).
+
+With ``bare_answer`` (default), an answer (boxed or last line) that holds plain words (two or more letters that
+are not a LaTeX command, the inside of ``\\text{}`` or a function name such as ``sqrt``) scores 0 with
+``info["error"] = "not a bare answer"``: math-verify would otherwise read ``\\boxed{xx 18 yy 16}`` as 16.
 
 Why a process pool: math-verify bounds its sympy work with ``signal.alarm``, which raises off the main thread
 (and reward workers call us from threads). So we call ``parse``/``verify`` with their timeouts disabled and
@@ -30,6 +41,11 @@ from roll.pipelines.rewards.config import MathRewardConfig
 from roll.pipelines.rewards.types import RewardRequest, RewardResult
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_LEAD_IN = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:)\s*", re.IGNORECASE)
+_DELIMITED = re.compile(r"^(?:\$\$?(?P<a>.*?)\$\$?|\\\((?P<b>.*?)\\\)|\\\[(?P<c>.*?)\\\])$", re.DOTALL)
+_TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox|operatorname)\s*\{[^{}]*\}")
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+_FUNCTIONS = frozenset({"sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "pi", "inf", "oo"})
 _FORMAT = re.compile(r"\s*<think>.*?</think>\s*\S", re.DOTALL)
 _WARMUP_TIMEOUT_S = 120.0
 _MAX_RESUBMITS = 2
@@ -51,6 +67,32 @@ def last_boxed(text: str) -> str | None:
             if depth == 0:
                 return text[start:i]
     return None
+
+
+def last_line_answer(text: str) -> str | None:
+    """The last non-empty line of ``text`` as a bare answer: lead-in, math delimiters and final period stripped."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return None
+    answer = _LEAD_IN.sub("", lines[-1]).rstrip(".").strip()
+    delimited = _DELIMITED.match(answer)
+    if delimited:
+        answer = next(group for group in delimited.groups() if group is not None).strip()
+    return answer.rstrip(".").strip() or None
+
+
+def is_bare(answer: str) -> bool:
+    """Whether ``answer`` holds no plain words: only math, LaTeX commands, ``\\text{}`` and function names.
+
+    A word is three or more letters in a row (not a LaTeX command), or two standing alone between spaces: so
+    ``2ab`` is a product, ``xx 18 yy 16`` is not an answer."""
+    text = _TEXT.sub(" ", answer)
+    for match in _WORD.finditer(text):
+        word, start, end = match.group(), match.start(), match.end()
+        alone = (start == 0 or text[start - 1].isspace()) and (end == len(text) or text[end].isspace())
+        if (len(word) >= 3 or alone) and word.lower() not in _FUNCTIONS:
+            return False
+    return True
 
 
 def has_think_format(response: str, think_end: str = "</think>") -> bool:
@@ -183,17 +225,35 @@ class MathReward:
         self._pool = _KillablePool(self.config.num_workers, self.config.start_method, self.config.timeout_s)
 
     def score(self, requests: list[RewardRequest]) -> list[RewardResult]:
-        finals = [final_answer_text(r.response, self.config.think_end) for r in requests]
-        boxed = [last_boxed(text) for text in finals]
-        predictions = [text if box is None else "\\boxed{" + box + "}" for text, box in zip(finals, boxed)]
-        outcomes = self._pool.run([(p, r.ground_truth) for p, r in zip(predictions, requests)])
-        return [self._result(r, box, outcome) for r, box, outcome in zip(requests, boxed, outcomes)]
+        answers = [self.answer(r.response) for r in requests]
+        todo = [i for i, (prediction, _, _) in enumerate(answers) if prediction is not None]
+        outcomes = self._pool.run([(str(answers[i][0]), requests[i].ground_truth) for i in todo])
+        verdicts: list[Outcome] = [(False, reason) for _, _, reason in answers]
+        for index, outcome in zip(todo, outcomes):
+            verdicts[index] = outcome
+        return [self._result(r, a[1], v) for r, a, v in zip(requests, answers, verdicts)]
 
-    def _result(self, request: RewardRequest, boxed: str | None, outcome: Outcome) -> RewardResult:
+    def answer(self, response: str) -> tuple[str | None, str | None, str | None]:
+        """(what math-verify parses or ``None`` when nothing is judged, the answer shown in ``info``, why none)."""
+        final = final_answer_text(response, self.config.think_end)
+        answer = last_boxed(final)
+        if answer is None:
+            if self.config.no_box == "anywhere":
+                return final, None, None
+            if self.config.no_box == "zero":
+                return None, None, "no boxed answer"
+            answer = last_line_answer(final)
+            if answer is None:
+                return None, None, "no answer"
+        if self.config.bare_answer and not is_bare(answer):
+            return None, answer, "not a bare answer"
+        return "\\boxed{" + answer + "}", answer, None
+
+    def _result(self, request: RewardRequest, answer: str | None, outcome: Outcome) -> RewardResult:
         correct, error = outcome
         fmt = has_think_format(request.response, self.config.think_end)
         score = self.config.correct_weight * correct + self.config.format_weight * fmt
-        info: dict[str, Any] = {"correct": correct, "format": fmt, "answer": boxed}
+        info: dict[str, Any] = {"correct": correct, "format": fmt, "answer": answer}
         if error is not None:
             info["error"] = error
         return RewardResult(score=score, info=info)
