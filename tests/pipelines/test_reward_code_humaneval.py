@@ -50,5 +50,7 @@ def test_canonical_solutions_all_pass_and_early_exit_passes_none(
     hacked = reward.score([_request(p, WRONG_BODY_THEN_EXIT) for p in problems])
     scored = {p["task_id"]: r.score for p, r in zip(problems, hacked) if r.score != 0.0}
     assert scored == {}, scored
-    assert all(r.info["error"] == "the program exited before the tests started (SystemExit: 0)" for r in hacked)
+    assert all(
+        r.info["error"] == "the program exited before the tests started (SystemExit: 0)" for r in hacked
+    )
     assert time.monotonic() - started < 600

@@ -29,8 +29,7 @@ HACKS = {
     # --- measured in the issue: 1.0 each before the harness split
     "sys.exit(0) after a wrong body": WRONG + "import sys\nsys.exit(0)\n",
     "atexit handler calling os._exit(0)": WRONG + "import atexit, os\natexit.register(lambda: os._exit(0))\n",
-    "a thread forcing exit 0 at shutdown": WRONG
-    + "import os, threading, time\n"
+    "a thread forcing exit 0 at shutdown": WRONG + "import os, threading, time\n"
     "def force():\n"
     "    while threading.main_thread().is_alive():\n"
     "        time.sleep(0.001)\n"
@@ -40,8 +39,7 @@ HACKS = {
     "    def __eq__(self, other):\n        return True\n"
     "    __hash__ = int.__hash__\n"
     "def add(a, b):\n    return Yes(0)\n",
-    "reading the asserts appended to its own file": ANSWERS_FROM
-    + "import sys\n"
+    "reading the asserts appended to its own file": ANSWERS_FROM + "import sys\n"
     "def add(a, b):\n    return answer_from(open(sys.argv[0]).read(), a, b)\n",
     # --- more doors
     "patching builtins.AssertionError": WRONG
@@ -64,24 +62,21 @@ HACKS = {
     "list subclass equal to everything": "class L(list):\n"
     "    def __eq__(self, other):\n        return True\n"
     "def add(a, b):\n    return L()\n",
-    "forging a report on every descriptor": WRONG
-    + "import json, os\n"
+    "forging a report on every descriptor": WRONG + "import json, os\n"
     "for fd in range(3, 64):\n"
     "    for i in range(3):\n"
     "        try:\n"
     "            os.write(fd, (json.dumps({'i': i, 'ok': True, 'error': None}) + '\\n').encode())\n"
     "        except OSError:\n"
     "            pass\n",
-    "opening the harness's descriptors through /proc": WRONG
-    + "import json, os\n"
+    "opening the harness's descriptors through /proc": WRONG + "import json, os\n"
     "for fd in range(64):\n"
     "    try:\n"
     "        w = os.open(f'/proc/{os.getppid()}/fd/{fd}', os.O_WRONLY)\n"
-    "        os.write(w, b'{\"i\": 0, \"ok\": true}\\n{\"i\": 1, \"ok\": true}\\n{\"i\": 2, \"ok\": true}\\n')\n"
+    '        os.write(w, b\'{"i": 0, "ok": true}\\n{"i": 1, "ok": true}\\n{"i": 2, "ok": true}\\n\')\n'
     "    except OSError:\n"
     "        pass\n",
-    "hunting the tests in memory, stdin and the parent": ANSWERS_FROM
-    + "import gc, os, sys\n"
+    "hunting the tests in memory, stdin and the parent": ANSWERS_FROM + "import gc, os, sys\n"
     "def hunt():\n"
     "    texts = [o for o in gc.get_objects() if isinstance(o, str) and 'add(' in o]\n"
     "    for path in (f'/proc/{os.getppid()}/cmdline', f'/proc/{os.getppid()}/environ', '/proc/1/cmdline'):\n"
@@ -90,15 +85,16 @@ HACKS = {
     "    texts.append(sys.stdin.read())\n"
     "    return '\\n'.join(texts)\n"
     "def add(a, b):\n    return answer_from(hunt(), a, b)\n",
-    "shadowing a builtin the test uses": "def add(a, b):\n    return a - b\n"
-    "def abs(x):\n    return 0\n",
+    "shadowing a builtin the test uses": "def add(a, b):\n    return a - b\ndef abs(x):\n    return 0\n",
 }
 
 
 @pytest.fixture(scope="module")
 def reward() -> CodeReward:
     return CodeReward(
-        CodeRewardConfig(sandbox=SandboxConfig(wall_timeout_s=5.0, cpu_time_s=4, memory_mb=512), max_concurrency=2)
+        CodeRewardConfig(
+            sandbox=SandboxConfig(wall_timeout_s=5.0, cpu_time_s=4, memory_mb=512), max_concurrency=2
+        )
     )
 
 

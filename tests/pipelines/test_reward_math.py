@@ -81,7 +81,11 @@ def test_a_response_that_merely_contains_the_number_does_not_score(reward: MathR
     ]
     results = _score_in_thread(reward, requests)
     assert [r.info["correct"] for r in results] == [False, False, False, True, True, True]
-    assert [r.info.get("error") for r in results[:3]] == ["not a bare answer", "not a bare answer", "not a bare answer"]
+    assert [r.info.get("error") for r in results[:3]] == [
+        "not a bare answer",
+        "not a bare answer",
+        "not a bare answer",
+    ]
     assert results[3].info["answer"] == "16"
 
 

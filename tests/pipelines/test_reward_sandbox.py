@@ -217,7 +217,10 @@ def test_without_the_jail_it_refuses_unless_allowed_and_then_says_what_is_not_is
         partial = Sandbox(SandboxConfig(filesystem_jail=False, allow_unisolated=True))
     assert partial.isolation["filesystem"] is False
     assert "running without filesystem isolation" in caplog.text
-    assert "NOT isolated: no filesystem jail: the program can read every host file its uid can read" in caplog.text
+    assert (
+        "NOT isolated: no filesystem jail: the program can read every host file its uid can read"
+        in caplog.text
+    )
     assert "root" not in caplog.text.lower()  # never advises running as root
     with pytest.raises(SandboxIsolationError, match=r"full isolation is required .* no filesystem isolation"):
         Sandbox(SandboxConfig(filesystem_jail=False, allow_unisolated=True, require_isolation=True))

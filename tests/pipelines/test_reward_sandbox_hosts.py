@@ -224,9 +224,16 @@ def _staged() -> Iterator[Scene]:
     secret, token = f"PLANTED-{uuid.uuid4().hex}", f"SURVIVOR-{uuid.uuid4().hex}"
     env = {"PATH": "/usr/bin:/bin", "ROLL_PLANTED": secret}
     as_nobody = [SETPRIV or "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    planted = [subprocess.Popen(["sleep", "300"], env=env), subprocess.Popen([*as_nobody, "sleep", "300"], env=env)]
+    planted = [
+        subprocess.Popen(["sleep", "300"], env=env),
+        subprocess.Popen([*as_nobody, "sleep", "300"], env=env),
+    ]
     checkout = Path(__file__).resolve().parents[2]
-    targets = [Path(f"/tmp/roll-escape-{token}"), Path("/dev/shm") / f"roll-escape-{token}", checkout / f"escape-{token}"]
+    targets = [
+        Path(f"/tmp/roll-escape-{token}"),
+        Path("/dev/shm") / f"roll-escape-{token}",
+        checkout / f"escape-{token}",
+    ]
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
@@ -328,7 +335,9 @@ def test_the_attacks_do_harm_on_a_bare_host_without_the_guard() -> None:
         outcome = _run_on("bare", staged.programs(), allow_unisolated=True, audit_hook=False)
         runs = outcome["runs"]
         assert staged.secret in runs[0][1]  # read from the uid-65534 process's environ
-        assert staged.targets[0].exists() and staged.targets[1].exists()  # /tmp and /dev/shm are world-writable
+        assert (
+            staged.targets[0].exists() and staged.targets[1].exists()
+        )  # /tmp and /dev/shm are world-writable
         assert not staged.targets[2].exists()  # the checkout is root's: the uid holds there
         assert _pids_with(staged.token) != []
         staged.listener.accept()  # a connection reached the listening port

@@ -13,7 +13,7 @@
   program, then serves requests: call this function, get this attribute, with arguments and results crossing
   as *plain data* (exact ``None``/``bool``/``int``/``float``/``complex``/``str``/``bytes`` and
   ``list``/``tuple``/``dict``/``set``/``frozenset`` of those; anything else stays in the candidate and
-  crosses as an opaque handle that compares equal to nothing and has no truth value). The harness reads the
+  crosses as an opaque handle that cannot be compared and has no truth value). The harness reads the
   tests from its pipe, runs each in its own namespace where the program's names are remote proxies, and writes
   one verdict per test to the report pipe, which the candidate never held. So a test passes only when the
   harness itself ran it to the end: an exit of any kind (``sys.exit``, ``os._exit``, ``atexit``, a signal, a
@@ -151,7 +151,7 @@ def _resolve(
     _readlink: Callable[..., str] = os.readlink,
     _islink: Callable[[int], bool] = stat.S_ISLNK,
     _error: type = GuardError,
-    _oserror: type = OSError,
+    _oserror: type[OSError] = OSError,
 ) -> str:
     """The absolute path the kernel will use for ``path`` relative to ``base``, symlinks followed (a missing
     tail is taken as written)."""
@@ -200,7 +200,9 @@ def _inside(real: str, root: str) -> bool:
     return real == root or real.startswith(root + "/")
 
 
-def _allowed(real: str, writing: bool, root: str, own_proc: str, _inside: Callable[..., bool] = _inside) -> bool:
+def _allowed(
+    real: str, writing: bool, root: str, own_proc: str, _inside: Callable[..., bool] = _inside
+) -> bool:
     """No other process's ``/proc`` entries; writes only inside ``root``, to ``/dev/null`` or to descriptors
     the process holds that are no files (pipes: ``/proc/<own pid>/fd/pipe:[n]``)."""
     if real.startswith("/proc/") and real.split("/")[2].isdigit() and not _inside(real, own_proc):
@@ -225,7 +227,7 @@ def _check_open(
     _int: type = int,
     _str: type = str,
     _error: type = GuardError,
-    _oserror: type = OSError,
+    _oserror: type[OSError] = OSError,
     _write_flags: int = _WRITE_FLAGS,
 ) -> None:
     """``open`` carries no ``dir_fd``: relative paths may not climb (``..``), directories outside cannot be
@@ -341,7 +343,7 @@ def _strip_unaudited() -> None:
         for name in names:
             if module is not None and hasattr(module, name):
                 delattr(module, name)
-    import signal  # noqa: PLC0415 - imported here, before the guard, so the program's import finds it loaded
+    import signal
 
     for module in (signal, sys.modules.get("_signal")):
         for name in _STRIPPED_SIGNAL:
@@ -400,7 +402,7 @@ def _finish(code: int, _exit: Callable[[int], None] = os._exit) -> None:
     try:
         threading = sys.modules.get("threading")
         if threading is not None:
-            threading._shutdown()  # type: ignore[attr-defined]
+            threading._shutdown()
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -431,7 +433,8 @@ def _encode(value: Any, handle: Callable[[Any], list[Any]], depth: int = 0) -> l
         items = [_encode(item, handle, depth + 1) for item in value]
         if any(item[0] == "h" for item in items) and kind is not list and kind is not tuple:
             return handle(value)
-        return [{list: "l", tuple: "t", set: "s", frozenset: "S"}[kind], items]
+        tags: dict[type, str] = {list: "l", tuple: "t", set: "s", frozenset: "S"}
+        return [tags[kind], items]
     if kind is dict:
         pairs = [[_encode(k, handle, depth + 1), _encode(v, handle, depth + 1)] for k, v in value.items()]
         if any(k[0] == "h" for k, _ in pairs):
@@ -526,7 +529,9 @@ def _serve(channel: _Channel, program_globals: dict[str, Any]) -> None:
     def resolve(data: list[Any]) -> Any:
         return handles[data[1]]
 
-    names = {name: _encode(value, handle) for name, value in program_globals.items() if not name.startswith("__")}
+    names = {
+        name: _encode(value, handle) for name, value in program_globals.items() if not name.startswith("__")
+    }
     channel.send(["ready", names])
     while True:
         try:
@@ -562,10 +567,10 @@ class ProgramError(Exception):
 
 
 class _Remote:
-    """A program object that is not plain data: callable and subscriptable through the candidate; it equals
-    nothing but itself and has no truth value, so it can never satisfy a comparison."""
+    """A program object that is not plain data: callable and subscriptable through the candidate; comparing it
+    or asking its truth value is an error, so it can never satisfy an assert."""
 
-    __slots__ = ("_rpc", "_handle", "_kind")
+    __slots__ = ("_handle", "_kind", "_rpc")
 
     def __init__(self, rpc: _Rpc, handle: int, kind: str) -> None:
         self._rpc, self._handle, self._kind = rpc, handle, kind
@@ -583,6 +588,14 @@ class _Remote:
 
     def __bool__(self) -> bool:
         raise TypeError(f"the program's {self._kind} object is not plain data")
+
+    def __eq__(self, other: object) -> bool:
+        raise TypeError(f"the program's {self._kind} object is not plain data: it cannot be compared")
+
+    def __ne__(self, other: object) -> bool:
+        raise TypeError(f"the program's {self._kind} object is not plain data: it cannot be compared")
+
+    __hash__ = object.__hash__
 
     def __repr__(self) -> str:
         return f"<the program's {self._kind}>"
@@ -604,7 +617,9 @@ class _Rpc:
         def refuse(obj: Any) -> list[Any]:
             if type(obj) is _Remote:
                 return ["h", obj._handle]
-            raise TypeError(f"a test can pass only plain data or the program's objects, not {type(obj).__name__}")
+            raise TypeError(
+                f"a test can pass only plain data or the program's objects, not {type(obj).__name__}"
+            )
 
         return _encode(value, refuse)
 
@@ -614,7 +629,9 @@ class _Rpc:
         try:
             return self.channel.recv()
         except (EOFError, OSError, ValueError) as exc:
-            self.gone = "the program exited before the tests finished" if isinstance(exc, EOFError) else str(exc)
+            self.gone = (
+                "the program exited before the tests finished" if isinstance(exc, EOFError) else str(exc)
+            )
             raise ProgramExited(self.gone) from None
 
     def request(self, message: list[Any]) -> Any:
@@ -659,11 +676,15 @@ def _harness(settings: dict[str, Any], channel: _Channel, child: int) -> None:
         hello = rpc.receive() if rpc.gone is None else ["refused"]
         if hello[0] != "ready" or type(hello[1]) is not dict:
             exited = hello[0] == "exited" and len(hello) == 2
-            rpc.gone = f"the program exited before the tests started ({hello[1]})" if exited else "bad protocol"
+            rpc.gone = (
+                f"the program exited before the tests started ({hello[1]})" if exited else "bad protocol"
+            )
         else:
             shadowing = set(dir(builtins))  # a program's `abs` or `len` must not judge the test's values
             namespace = {
-                str(name): _decode(value, rpc.proxy) for name, value in hello[1].items() if name not in shadowing
+                str(name): _decode(value, rpc.proxy)
+                for name, value in hello[1].items()
+                if name not in shadowing
             }
     except ProgramExited:
         pass
@@ -697,7 +718,7 @@ def _report(fd: int, message: dict[str, Any]) -> None:
 def _make_undumpable() -> bool:
     """``prctl(PR_SET_DUMPABLE, 0)``: a process of the same uid can no longer open our ``/proc`` entries."""
     try:
-        import ctypes  # noqa: PLC0415 - only in the harness, after the fork: the candidate never has it
+        import ctypes  # only in the harness, after the fork: the candidate never has it
 
         return int(ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)) == 0
     except (OSError, AttributeError, ImportError):

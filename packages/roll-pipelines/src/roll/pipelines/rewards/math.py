@@ -45,7 +45,9 @@ _LEAD_IN = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:)\s*", re.
 _DELIMITED = re.compile(r"^(?:\$\$?(?P<a>.*?)\$\$?|\\\((?P<b>.*?)\\\)|\\\[(?P<c>.*?)\\\])$", re.DOTALL)
 _TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox|operatorname)\s*\{[^{}]*\}")
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
-_FUNCTIONS = frozenset({"sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "pi", "inf", "oo"})
+_FUNCTIONS = frozenset(
+    {"sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "pi", "inf", "oo"}
+)
 _FORMAT = re.compile(r"\s*<think>.*?</think>\s*\S", re.DOTALL)
 _WARMUP_TIMEOUT_S = 120.0
 _MAX_RESUBMITS = 2

@@ -1,34 +1,35 @@
-"""Run untrusted Python in a separate, limited process. No root-only features are required.
+"""Run untrusted Python in a separate, limited process.
+
+Two ways to run: :meth:`Sandbox.run` (a program with stdin; stdout, stderr and the exit code come back: stdin
+cases, the agentic python tool) and :meth:`Sandbox.run_tests` (a program, then test source run against its
+names by a harness the program cannot end, see or forge: assert cases; see :mod:`._sandbox_boot`).
 
 What each layer guarantees (kernel-enforced unless marked *in-process*):
 
-- **Wall clock**: the child starts in its own session (``start_new_session=True``); past ``wall_timeout_s`` its
-  whole process group gets SIGKILL. With a pid namespace (below), killing its first process ends every process
-  in the namespace, even ones that left the group.
-- **CPU, memory, files, processes, descriptors**: ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``,
-  ``RLIMIT_NPROC`` and ``RLIMIT_NOFILE``, set by the bootstrap before the program runs. The kernel ignores
-  ``RLIMIT_NPROC`` for root, so when the parent is root and ``drop_privileges`` is on, the program runs as
-  ``sandbox_uid`` (``nobody``), using an interpreter that user can execute (probed once).
-- **Output**: stdout plus stderr beyond ``max_output_bytes`` kills the run (pipes are not covered by
-  ``RLIMIT_FSIZE``).
-- **Network**: when ``unshare`` can create namespaces (root, or unprivileged user namespaces), the program runs
-  in a fresh network namespace whose loopback is down, so nothing is reachable, 127.0.0.1 included. Always, and
-  *in-process*: an audit hook refuses ``socket.connect``/``bind``/``sendto``/name lookups.
-- **Filesystem**: where a mount namespace can be made (``filesystem_jail``), the program runs in a jail
-  (:mod:`._sandbox_jail`) whose root holds only ``/usr`` and the interpreter's prefix, read-only, a private
-  tmpfs for cwd = ``HOME`` = ``TMPDIR`` and for ``/tmp``, and a ``/proc`` of its own pid namespace: no host
-  file outside those (data, checkouts, answers files, home directories) can even be read. Without it, cwd is a
-  fresh host temp dir and world-readable host files stay readable (a warning says so at start-up;
-  ``require_isolation`` refuses to run instead). *In-process*: the audit hook refuses opening for write,
-  renaming, deleting, linking or chmod-ing anything outside cwd (symlinks resolved), and reading
-  ``/proc/*/environ``. As ``nobody``, file permissions also apply.
-- **Environment**: the child gets a fresh environment (``PATH``, ``HOME``, ``TMPDIR``, ``LANG``), never the
-  parent's; ``python -I`` ignores ``PYTHON*`` variables and the user site.
-- *In-process*: the hook refuses ``fork``/``exec``/``subprocess``/``os.kill``, ``ctypes`` (a way around the hook)
-  and raising resource limits.
+- **The jail** (the default, and required unless ``allow_unisolated``): where ``unshare`` can create
+  namespaces (root with CAP_SYS_ADMIN, or unprivileged user namespaces), the program runs in fresh mount, pid
+  and network namespaces (:mod:`._sandbox_jail`): its root holds only ``/usr`` and the interpreter's prefix,
+  read-only, a private ``noexec`` tmpfs for cwd = ``HOME`` = ``TMPDIR`` and for ``/tmp``, and a ``/proc`` of
+  its own pid namespace; its loopback is down, so nothing is reachable, 127.0.0.1 (and roll's Ray) included;
+  when the first process of the pid namespace ends, every process in it is killed.
+- **uid**: when the parent is root and ``drop_privileges`` is on, the bootstrap drops the program to
+  ``sandbox_uid`` (``nobody``) before it runs (in ``test`` mode after forking the harness off, which stays
+  apart and non-dumpable), so ``RLIMIT_NPROC`` applies and the kernel's permissions hold.
+- **Wall clock, CPU, memory, files, processes, descriptors, output**: the child leads its own session and its
+  group (and itself) get SIGKILL past ``wall_timeout_s``; ``RLIMIT_CPU``/``AS``/``FSIZE``/``NPROC``/``NOFILE``;
+  stdout plus stderr beyond ``max_output_bytes`` kills the run.
+- **Environment**: a fresh one (``PATH``, ``HOME``, ``TMPDIR``, ``LANG``), never the parent's; ``python -I -S``.
+- *In-process*, always (the guard of :mod:`._sandbox_boot`, an audit hook whose state the program cannot
+  change): no sockets (connect, bind, sendto, name lookups), no processes by any route (fork, exec,
+  ``posix_spawn``, ``subprocess``, ``_posixsubprocess``, ``os.system``, subinterpreters, ``ctypes``, native
+  modules from outside the standard library), no tracing hooks, no signals to other processes, no writes outside
+  cwd (``dir_fd``/``fchdir`` included), no access to other processes' ``/proc`` entries. It ends the program
+  with ``os._exit``, so interpreter finalization (where hooks are cleared) never runs its code.
 
-The audit hook cannot be removed from Python code; only native code could bypass it, and loading native code
-through ``ctypes`` is refused. :attr:`Sandbox.isolation` reports which kernel layers this host provided.
+Where no jail can be built (a container without CAP_SYS_ADMIN, user namespaces off), :class:`Sandbox` refuses
+to start unless ``allow_unisolated: true``; then the program runs with the uid drop (when root), the limits and
+the guard, but it can read every host file its uid can read, and only the guard keeps it off the network. The
+start-up log line says exactly what holds (:func:`describe`); :attr:`Sandbox.isolation` reports it as flags.
 """
 
 from __future__ import annotations
@@ -119,7 +120,13 @@ def _works(launcher: _Launcher) -> bool:
     with tempfile.TemporaryDirectory(prefix="roll-sandbox-probe-") as tmp:
         workdir = Path(tmp)
         _stage(workdir, _PROBE_PROGRAM, launcher.uid)
-        settings = {"mode": "run", "program": "program.py", "uid": launcher.uid, "rlimits": {}, "audit_hook": True}
+        settings: dict[str, Any] = {
+            "mode": "run",
+            "program": "program.py",
+            "uid": launcher.uid,
+            "rlimits": {},
+            "audit_hook": True,
+        }
         argv = [*launcher.argv(workdir, 1), "-I", "-S", "-B", "_boot.py", json.dumps(settings)]
         try:
             done = subprocess.run(
@@ -173,12 +180,17 @@ def describe(launcher: _Launcher) -> str:
     """One paragraph saying exactly what is and is not isolated for programs run through ``launcher``."""
     iso = launcher.isolation
     who = f"uid {launcher.uid}" if launcher.uid is not None else f"this process's uid {os.geteuid()}"
-    held = [f"runs as {who}", "rlimits on CPU, memory, file size, processes, descriptors; wall clock; output cap"]
+    held = [
+        f"runs as {who}",
+        "rlimits on CPU, memory, file size, processes, descriptors; wall clock; output cap",
+    ]
     lost = []
     if iso["namespaces"]:
         held.append("own network namespace (no network at all, localhost included) and pid namespace")
     else:
-        lost.append("no network or pid namespace: only the in-process guard refuses sockets and new processes")
+        lost.append(
+            "no network or pid namespace: only the in-process guard refuses sockets and new processes"
+        )
     if iso["filesystem"]:
         held.append("filesystem jail (only the interpreter, read-only; private /tmp and working directory)")
     else:
