@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import pytest
 
+from roll.pipelines.rewards import sandbox as sandbox_module
 from roll.pipelines.rewards.code import CodeReward
 from roll.pipelines.rewards.config import CodeRewardConfig, SandboxConfig
+from roll.pipelines.rewards.sandbox import Sandbox
 from roll.pipelines.rewards.types import RewardRequest
 
 ASSERTS = {"asserts": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]}
@@ -146,3 +148,47 @@ def test_honest_programs_still_score(reward: CodeReward) -> None:
     )
     assert [r.score for r in results] == [1.0, pytest.approx(2 / 3), 1.0], [r.info for r in results]
     assert results[1].info["error"] == "AssertionError"
+
+
+def test_forged_report_lines_are_ignored_even_when_the_pipe_is_reached(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every layer that keeps the program off the report pipe turned off (guard, uid drop, non-dumpable
+    harness): the program reaches the harness's pipes and writes passing verdicts into them, before and during
+    the tests, yet they lack the per-run nonce that only the harness read, so they count for nothing."""
+    weakened = sandbox_module._BOOT_SOURCE.replace(
+        "return int(ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)) == 0", "return True"
+    )
+    assert weakened != sandbox_module._BOOT_SOURCE
+    monkeypatch.setattr(sandbox_module, "_BOOT_SOURCE", weakened)
+    config = SandboxConfig(wall_timeout_s=5.0, audit_hook=False, drop_privileges=False)
+    forger = WRONG + (
+        "import json, os, threading, time\n"
+        "lines = b''.join((json.dumps({'i': i, 'ok': True, 'error': None}) + '\\n').encode() for i in range(3))\n"
+        "mine = set()\n"
+        "for fd in range(64):\n"
+        "    try:\n"
+        "        mine.add(os.fstat(fd).st_ino)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "pipes = []\n"  # the harness's pipes that are not shared with us: the report pipe
+        "for fd in range(3, 64):\n"
+        "    try:\n"
+        "        path = f'/proc/{os.getppid()}/fd/{fd}'\n"
+        "        if os.stat(path).st_ino not in mine:\n"
+        "            pipes.append(os.open(path, os.O_WRONLY | os.O_NONBLOCK))\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "def forge():\n"
+        "    for _ in range(50):\n"
+        "        for w in pipes:\n"
+        "            os.write(w, lines)\n"
+        "        time.sleep(0.005)\n"
+        "print('reached', len(pipes), 'pipes of the harness', flush=True)\n"
+        "forge()\n"
+        "threading.Thread(target=forge, daemon=True).start()\n"
+    )
+    run = Sandbox(config).run_tests(forger, ASSERTS["asserts"])
+    assert "reached 1 pipes of the harness" in run.result.stdout  # the report pipe, written to 50+ times
+    assert run.errors == ["AssertionError"] * 3  # the harness itself ran every test
+    assert run.verdicts == [False, False, False]

@@ -15,7 +15,8 @@
   ``list``/``tuple``/``dict``/``set``/``frozenset`` of those; anything else stays in the candidate and
   crosses as an opaque handle that cannot be compared and has no truth value). The harness reads the
   tests from its pipe, runs each in its own namespace where the program's names are remote proxies, and writes
-  one verdict per test to the report pipe, which the candidate never held. So a test passes only when the
+  one verdict per test to the report pipe, which the candidate never held, each line carrying a per-run nonce
+  that came with the tests (a line without it is ignored). So a test passes only when the
   harness itself ran it to the end: an exit of any kind (``sys.exit``, ``os._exit``, ``atexit``, a signal, a
   thread) before the verdict is a failure, a patched builtin or an object that claims equality lives in the
   candidate's interpreter and never reaches the comparison, and the test source is nowhere the candidate can
@@ -667,7 +668,8 @@ def _harness(settings: dict[str, Any], channel: _Channel, child: int) -> None:
     protected = _make_undumpable() or settings["uid"] is not None
     channel.send(["go"])
     with os.fdopen(settings["tests_fd"], "rb") as pipe:
-        tests = json.loads(pipe.read().decode("utf-8"))
+        payload = json.loads(pipe.read().decode("utf-8"))
+    tests, nonce = payload["tests"], payload["nonce"]
     rpc = _Rpc(channel)
     if not protected:
         rpc.gone = "the harness could not make itself non-dumpable (prctl) and shares the program's uid"
@@ -692,8 +694,7 @@ def _harness(settings: dict[str, Any], channel: _Channel, child: int) -> None:
         rpc.gone = f"the program broke the protocol: {exc}"
     for index, source in enumerate(tests):
         error = rpc.gone or _run_test(source, namespace)
-        _report(report, {"i": index, "ok": error is None, "error": error})
-    _report(report, {"done": True})
+        _report(report, {"nonce": nonce, "i": index, "ok": error is None, "error": error})
     os.kill(child, 9)
     os._exit(0)
 
