@@ -341,3 +341,31 @@ def test_the_attacks_do_harm_on_a_bare_host_without_the_guard() -> None:
         assert not staged.targets[2].exists()  # the checkout is root's: the uid holds there
         assert _pids_with(staged.token) != []
         staged.listener.accept()  # a connection reached the listening port
+
+
+RAY_PROBE = """
+import socket
+for host, port in TARGETS:
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        print(host, port, "connected")
+    except BaseException as exc:
+        print(host, port, "failed:", type(exc).__name__)
+"""
+
+
+@pytest.mark.parametrize("host", ["jail", "bare"])
+@pytest.mark.usefixtures("ray_local")
+def test_rolls_own_ray_is_unreachable(host: str) -> None:
+    """The GCS and the raylet of the session's Ray (roll starts it without a dashboard) accept connections from
+    this process, and none from a sandboxed program on either kind of host."""
+    import ray
+
+    node = next(n for n in ray.nodes() if n["Alive"])
+    gcs_host, gcs_port = ray.get_runtime_context().gcs_address.rsplit(":", 1)
+    targets = [(gcs_host, int(gcs_port)), (node["NodeManagerAddress"], node["NodeManagerPort"])]
+    for target in targets:
+        socket.create_connection(target, timeout=5).close()  # reachable from here
+    outcome = _run_on(host, [RAY_PROBE.replace("TARGETS", repr(targets))], allow_unisolated=host == "bare")
+    _, stdout, _ = outcome["runs"][0]
+    assert stdout.count("failed:") == len(targets) and "connected" not in stdout, stdout
