@@ -131,6 +131,7 @@ def test_honest_programs_still_score(reward: CodeReward) -> None:
         "    def push(self, x):\n        self.items.append(x)\n"
         "    def pop(self):\n        return self.items.pop()\n"
     )
+    big_globals = "TABLE = list(range(3 * 10**6))\nMOD = 7\nLOOP = []\nLOOP.append(LOOP)\ndef f(x):\n    return TABLE[x] % MOD\n"
     plain_tests = {
         "asserts": [
             "assert shapes(0) == [None, True, 3, 2.5, 1j, 'é', b'\\x00', (1, [2]), {'k': {1, 2}}, frozenset({3})]",
@@ -144,9 +145,12 @@ def test_honest_programs_still_score(reward: CodeReward) -> None:
             RewardRequest("def add(a, b):\n    return a + b\n", metadata=ASSERTS),
             RewardRequest(partial, metadata=ASSERTS),
             RewardRequest(plain_data, metadata=plain_tests),
+            RewardRequest(
+                big_globals, metadata={"asserts": ["assert f(10) == 3 and MOD == 7", "assert TABLE[9] == 9"]}
+            ),
         ]
     )
-    assert [r.score for r in results] == [1.0, pytest.approx(2 / 3), 1.0], [r.info for r in results]
+    assert [r.score for r in results] == [1.0, pytest.approx(2 / 3), 1.0, 1.0], [r.info for r in results]
     assert results[1].info["error"] == "AssertionError"
 
 

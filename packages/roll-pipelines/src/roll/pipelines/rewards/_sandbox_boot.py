@@ -520,6 +520,33 @@ def _candidate(settings: dict[str, Any], channel: _Channel) -> None:
     _finish(code)
 
 
+def _small(value: Any, limit: int = 20_000) -> bool:
+    """Whether ``value`` holds at most ``limit`` items, counted without building anything."""
+    stack, seen = [value], 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > limit:
+            return False
+        if type(item) in (list, tuple, set, frozenset):
+            stack.extend(item)
+        elif type(item) is dict:
+            stack.extend(item.keys())
+            stack.extend(item.values())
+    return True
+
+
+def _global(value: Any, handle: Callable[[Any], list[Any]]) -> list[Any]:
+    """A program global for the harness: its plain value when small (constants a test may use), else a handle
+    (a precomputed table, a structure that contains itself)."""
+    if not _small(value):
+        return handle(value)
+    try:
+        return _encode(value, handle)
+    except (ValueError, RecursionError):
+        return handle(value)
+
+
 def _serve(channel: _Channel, program_globals: dict[str, Any]) -> None:
     handles: list[Any] = []
 
@@ -531,7 +558,7 @@ def _serve(channel: _Channel, program_globals: dict[str, Any]) -> None:
         return handles[data[1]]
 
     names = {
-        name: _encode(value, handle) for name, value in program_globals.items() if not name.startswith("__")
+        name: _global(value, handle) for name, value in program_globals.items() if not name.startswith("__")
     }
     channel.send(["ready", names])
     while True:
