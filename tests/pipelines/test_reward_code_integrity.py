@@ -9,6 +9,8 @@ builtins. The wrong function subtracts instead of adding, so only a working hack
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from roll.pipelines.rewards import sandbox as sandbox_module
@@ -196,3 +198,20 @@ def test_forged_report_lines_are_ignored_even_when_the_pipe_is_reached(
     assert "reached 1 pipes of the harness" in run.result.stdout  # the report pipe, written to 50+ times
     assert run.errors == ["AssertionError"] * 3  # the harness itself ran every test
     assert run.verdicts == [False, False, False]
+
+
+def test_the_harness_runs_unprivileged_and_guarded(tmp_path: Path) -> None:
+    """A test that evals the program's output runs the program's code in the harness: that code is as confined
+    as the program (another unprivileged uid, the guard), so it cannot write outside or start processes."""
+    target = tmp_path / "from-the-harness"
+    tmp_path.chmod(0o777)  # writable by anyone: only the guard stands in the way
+    writes = f"open({str(target)!r}, 'w').write('x')"
+    spawns = "__import__('os').system('true')"
+    program = f"def write():\n    return {writes!r}\ndef spawn():\n    return {spawns!r}\n"
+    tests = ["import os\nprint('harness uid', os.getuid())", "eval(write())", "eval(spawn())"]
+    run = Sandbox(SandboxConfig(wall_timeout_s=5.0)).run_tests(program, tests)
+    assert run.verdicts == [True, False, False]
+    assert "GuardError: sandbox: access to" in str(run.errors[1])
+    assert "GuardError: sandbox: os.system is not allowed" in str(run.errors[2])
+    assert "harness uid 65533" in run.result.stdout
+    assert not target.exists()

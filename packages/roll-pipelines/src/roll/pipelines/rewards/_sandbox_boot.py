@@ -20,8 +20,10 @@
   harness itself ran it to the end: an exit of any kind (``sys.exit``, ``os._exit``, ``atexit``, a signal, a
   thread) before the verdict is a failure, a patched builtin or an object that claims equality lives in the
   candidate's interpreter and never reaches the comparison, and the test source is nowhere the candidate can
-  read. The harness makes itself non-dumpable (``prctl``), so even a candidate with the same uid cannot open
-  its ``/proc/<pid>/fd`` or memory; where the parent is root, the candidate also runs under another uid.
+  read. Where the parent is root, harness and candidate drop to two different unprivileged uids; the harness
+  also makes itself non-dumpable (``prctl``), so even a candidate of the same uid (a user-namespace jail)
+  cannot open its ``/proc/<pid>/fd`` or memory. The harness runs behind the guard too: a test that evals the
+  program's output stays inside the sandbox.
 
 The guard (:func:`_make_guard`) is an audit hook in the untrusted interpreter: no sockets, no processes by
 any route (``fork``, ``exec``, ``posix_spawn``, ``subprocess``, ``_posixsubprocess``, subinterpreters,
@@ -360,20 +362,27 @@ def _close_fds(keep: tuple[int, ...]) -> None:
     os.closerange(low, 1 << 20)
 
 
-def _enter(settings: dict[str, Any], keep: tuple[int, ...]) -> None:
-    """Become the sandboxed process: close other descriptors, drop to the sandbox uid, limits, the guard."""
-    _close_fds(keep)
-    uid = settings["uid"]
+def _drop_to(uid: int | None) -> None:
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
-    for name, (soft, hard) in settings["rlimits"].items():
-        resource.setrlimit(getattr(resource, name), (soft, hard))
+
+
+def _guard_self(settings: dict[str, Any]) -> None:
     if settings["audit_hook"]:
         stdlib = _resolve(os.path.dirname(os.__file__), "/")
         _strip_unaudited()
         sys.addaudithook(_make_guard(os.path.realpath(os.getcwd()), stdlib, os.getpid()))
+
+
+def _enter(settings: dict[str, Any], keep: tuple[int, ...]) -> None:
+    """Become the sandboxed process: close other descriptors, drop to the sandbox uid, limits, the guard."""
+    _close_fds(keep)
+    _drop_to(settings["uid"])
+    for name, (soft, hard) in settings["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    _guard_self(settings)
 
 
 def _exit_code(code: object) -> int:
@@ -689,10 +698,12 @@ def _exception(name: str, message: str) -> Exception:
     return ProgramError(f"{name}: {message}")
 
 
-def _harness(settings: dict[str, Any], channel: _Channel, child: int) -> None:
+def _harness(settings: dict[str, Any], channel: _Channel) -> None:
     """The trusted side of ``test`` mode: reads the tests, runs them against the candidate, reports."""
     report = settings["report_fd"]
-    protected = _make_undumpable() or settings["uid"] is not None
+    _drop_to(settings["harness_uid"])  # not the program's uid: it cannot signal or trace the harness
+    protected = _make_undumpable() or settings["harness_uid"] is not None
+    _guard_self(settings)  # the tests are trusted, but one that evals the program's output must not escape
     channel.send(["go"])
     with os.fdopen(settings["tests_fd"], "rb") as pipe:
         payload = json.loads(pipe.read().decode("utf-8"))
@@ -722,8 +733,7 @@ def _harness(settings: dict[str, Any], channel: _Channel, child: int) -> None:
     for index, source in enumerate(tests):
         error = rpc.gone or _run_test(source, namespace)
         _report(report, {"nonce": nonce, "i": index, "ok": error is None, "error": error})
-    os.kill(child, 9)
-    os._exit(0)
+    os._exit(0)  # the candidate sees end of file and exits; its group or namespace is killed anyway
 
 
 def _run_test(source: str, program_names: dict[str, Any]) -> str | None:
@@ -764,7 +774,7 @@ def _test_main(settings: dict[str, Any]) -> None:
         _candidate(settings, _Channel(candidate_reads, candidate_writes))
     os.close(candidate_reads)
     os.close(candidate_writes)
-    _harness(settings, _Channel(harness_reads, harness_writes), child)
+    _harness(settings, _Channel(harness_reads, harness_writes))
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from roll.core.config.base import RollModel
 
@@ -73,9 +73,18 @@ class SandboxConfig(RollModel):
     drop_privileges: bool = True
     """When the parent runs as root, run the program as ``sandbox_uid`` (root ignores RLIMIT_NPROC)."""
     sandbox_uid: int = 65534
+    harness_uid: int = 65533
+    """With ``drop_privileges`` as root, the uid of the test harness (see :mod:`._sandbox_boot`): another
+    unprivileged uid, so the program can neither signal nor trace it."""
     audit_hook: bool = True
     """The in-process guard; turn off only to test that the kernel layers hold on their own."""
     workdir_root: str | None = None
+
+    @model_validator(mode="after")
+    def _distinct_uids(self) -> SandboxConfig:
+        if self.harness_uid == self.sandbox_uid:
+            raise ValueError(f"harness_uid and sandbox_uid must differ (both {self.sandbox_uid})")
+        return self
 
 
 class CodeRewardConfig(RollModel):

@@ -305,6 +305,7 @@ class Sandbox:
             **mode,
             "program": "program.py",
             "uid": launcher.uid,
+            "harness_uid": self.config.harness_uid if launcher.uid is not None else None,
             "rlimits": self._rlimits(),
             "audit_hook": self.config.audit_hook,
             "tests_fd": tests_read,
