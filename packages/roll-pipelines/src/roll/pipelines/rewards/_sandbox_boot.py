@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import contextlib
 import json
 import os
 import resource
@@ -733,6 +734,9 @@ def _harness(settings: dict[str, Any], channel: _Channel) -> None:
     for index, source in enumerate(tests):
         error = rpc.gone or _run_test(source, namespace)
         _report(report, {"nonce": nonce, "i": index, "ok": error is None, "error": error})
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
     os._exit(0)  # the candidate sees end of file and exits; its group or namespace is killed anyway
 
 
