@@ -73,7 +73,7 @@ def jail_script(python: str, uid: int | None) -> str:
     lines += [
         'mount -t tmpfs -o "size=${SIZE}m,mode=1777,noexec,nosuid,nodev" roll-tmp tmp',
         'mount -t tmpfs -o "size=${SIZE}m,mode=0755,noexec,nosuid,nodev" roll-cwd sandbox',
-        'cp "$W/program.py" "$W/_boot.py" sandbox/',
+        'cp "$W/program.py" "$W/_boot.py" "$W/_guard.py" sandbox/',
     ]
     if uid is not None:
         lines.append(f"chown -R {uid}:{uid} sandbox")

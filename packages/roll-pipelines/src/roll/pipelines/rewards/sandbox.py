@@ -59,6 +59,7 @@ from roll.pipelines.rewards.config import SandboxConfig
 
 logger = logging.getLogger(__name__)
 _BOOT_SOURCE = (Path(__file__).parent / "_sandbox_boot.py").read_text(encoding="utf-8")
+_GUARD_SOURCE = (Path(__file__).parent / "_sandbox_guard.py").read_text(encoding="utf-8")
 _PROBE_TIMEOUT_S = 30.0
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -209,9 +210,10 @@ def _stage(workdir: Path, code: str, uid: int | None) -> None:
     """Write the program and the bootstrap into ``workdir`` (plus the jail's empty mount point)."""
     (workdir / "program.py").write_text(code, encoding="utf-8")
     (workdir / "_boot.py").write_text(_BOOT_SOURCE, encoding="utf-8")
+    (workdir / "_guard.py").write_text(_GUARD_SOURCE, encoding="utf-8")
     (workdir / "root").mkdir()
     if uid is not None:
-        for path in (workdir, workdir / "program.py", workdir / "_boot.py"):
+        for path in (workdir, workdir / "program.py", workdir / "_boot.py", workdir / "_guard.py"):
             os.chown(path, uid, uid)
 
 
