@@ -48,7 +48,7 @@ if __package__:  # imported as roll.pipelines.rewards._sandbox_boot (tests, type
     from roll.pipelines.rewards._sandbox_guard import make_guard, resolve, strip_unaudited
 else:  # run as _boot.py inside the sandbox, next to _guard.py (python -I does not put its folder on sys.path)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from _guard import make_guard, resolve, strip_unaudited  # type: ignore[import-not-found,no-redef]
+    from _guard import make_guard, resolve, strip_unaudited  # type: ignore[no-redef]
 
     del sys.path[0]
 

@@ -272,8 +272,9 @@ class Sandbox:
         errors: list[str | None] = [None] * len(tests)
         for line in lines:
             index = line.get("i")
-            valid = line.get("nonce") == nonce and isinstance(index, int) and 0 <= index < len(tests)
-            if valid and verdicts[index] is None:  # the harness reports each test once: first line wins
+            if line.get("nonce") != nonce or not isinstance(index, int) or not 0 <= index < len(tests):
+                continue
+            if verdicts[index] is None:  # the harness reports each test once: first line wins
                 verdicts[index], errors[index] = line.get("ok") is True, str(line.get("error") or "") or None
         return TestsRun(verdicts, errors, result)
 
