@@ -116,6 +116,8 @@ class BasePipeline(ABC):
             raise RuntimeError("make_cluster is called from setup(), after Ray and resources are up")
         role_cfg = self.roles()[role]
         timeout = self.ray.call_timeout_s if self.ray else self.config.ray.call_timeout_s
+        # a role's short call deadline (a reward's) must not cut its workers' start-up (imports, model load)
+        kwargs.setdefault("start_timeout_s", max(timeout, role_cfg.call_timeout_s or 0.0))
         cluster = Cluster(role, worker_cls, role_cfg, self.resources, call_timeout_s=timeout, **kwargs)
         self.clusters.append(cluster)
         return cluster
