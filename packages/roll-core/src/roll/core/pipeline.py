@@ -131,17 +131,25 @@ class BasePipeline(ABC):
         written), ``KeyboardInterrupt`` when a step was abandoned. A lost worker is recovered from up to
         ``max_restarts`` times (see :mod:`roll.core.recovery`).
         """
-        stop = StopSignals()
+        stop = StopSignals(grace_s=self.config.stop_grace_s)
         with stop.installed():
-            self._start_runtime()
-            stop.reinstall()
-            while not self._attempt(stop):
-                pass
+            try:
+                self._start_runtime()
+                stop.reinstall()
+                while not self._attempt(stop):
+                    pass
+            except KeyboardInterrupt as exc:  # Ray may have dropped the message: the reason is kept in `stop`
+                raise KeyboardInterrupt(self._interrupted(stop, exc)) from None
             self.failures.finish(self.step)
             self._final_checkpoint()
             if self.config.checkpoint.export_hf:
                 self.export(self.output_dir)
         return dict(self.last_metrics)
+
+    def _interrupted(self, stop: StopSignals, exc: KeyboardInterrupt) -> str:
+        reason = stop.reason or str(exc) or f"interrupted during step {self.step + 1} (Ctrl-C)"
+        latest = self.checkpoints.latest()
+        return f"{reason}; last checkpoint: {latest or 'none yet'}"
 
     def _attempt(self, stop: StopSignals) -> bool:
         """Set up, resume and run the step loop once; ``False`` when a lost worker was recovered from."""
@@ -169,11 +177,15 @@ class BasePipeline(ABC):
             stop.armed = True
             try:
                 while self.step < self.config.max_steps:
+                    stop.step = self.step
                     self._one_step(progress)
+                    stop.step = self.step
                     if stop.requested:
+                        stop.step_finished()
                         self._preempt(stop)
             finally:
                 stop.armed = False
+                stop.step_finished()
 
     def _preempt(self, stop: StopSignals) -> None:
         self._final_checkpoint()
