@@ -57,6 +57,7 @@ class StopSignals:
         self.reason: str | None = None
         """Why the run was interrupted (the message of the ``KeyboardInterrupt`` the pipeline raises)."""
         self._timer: threading.Timer | None = None
+        self._grace_over: str | None = None
 
     @property
     def requested(self) -> bool:
@@ -65,12 +66,10 @@ class StopSignals:
     def handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if not self.armed:
-            self.reason = self.reason or f"{name} outside the step loop (after step {self.step})"
+            self.reason = f"{name} outside the step loop (after step {self.step})"
             raise KeyboardInterrupt(self.reason)
         if self.requested:
-            self.reason = self.reason or (
-                f"{name} during step {self.step + 1}: a second signal abandoned the step"
-            )
+            self.reason = self._grace_over or f"{name} during step {self.step + 1}: a second signal abandoned it"
             raise KeyboardInterrupt(self.reason)
         self.signum = signum
         grace = f"at most {self.grace_s:g}s" if self.grace_s is not None else "however long it takes"
@@ -92,14 +91,14 @@ class StopSignals:
 
     def _abandon(self, signum: int, step: int) -> None:
         """Grace over (timer thread): interrupt the main thread, wherever it waits, with the reason."""
-        if not self.armed or self.step != step or self.reason is not None:
+        if not self.armed or self.step != step:
             return  # the step finished in time; the loop is checkpointing or gone
         name = signal.Signals(signum).name
-        self.reason = (
+        self._grace_over = (
             f"{name} during step {step + 1}: it did not finish within stop_grace_s={self.grace_s:g}s of the "
             "signal (a call may be stuck), so it was abandoned"
         )
-        logger.error("%s", self.reason)
+        logger.error("%s", self._grace_over)
         signal.pthread_kill(threading.main_thread().ident or 0, signum)  # runs handle(): raises there
 
     def reinstall(self) -> None:
