@@ -121,7 +121,9 @@ def test_sigterm_during_a_stuck_reward_exits_promptly_with_the_reason(ray_local:
     exit_s = time.monotonic() - signalled
     text = log.read_text()
     assert returncode == 130, text[-3000:]
-    found = re.search(r"roll: interrupted \(SIGTERM during step (\d+): it did not finish within stop_grace_s=3s", text)
+    found = re.search(
+        r"roll: interrupted \(SIGTERM during step (\d+): it did not finish within stop_grace_s=3s", text
+    )
     assert found is not None, text[-3000:]
     stuck = int(found.group(1))
     last = out / "checkpoints" / f"step_{stuck - 1:06d}"

@@ -69,7 +69,9 @@ class StopSignals:
             self.reason = f"{name} outside the step loop (after step {self.step})"
             raise KeyboardInterrupt(self.reason)
         if self.requested:
-            self.reason = self._grace_over or f"{name} during step {self.step + 1}: a second signal abandoned it"
+            self.reason = (
+                self._grace_over or f"{name} during step {self.step + 1}: a second signal abandoned it"
+            )
             raise KeyboardInterrupt(self.reason)
         self.signum = signum
         grace = f"at most {self.grace_s:g}s" if self.grace_s is not None else "however long it takes"

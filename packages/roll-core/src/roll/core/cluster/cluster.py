@@ -187,7 +187,9 @@ class Cluster:
         self.actors[rank] = self._remote_cls.options(**options).remote(
             ctx, *self._init_args, **self._init_kwargs
         )
-        timeout = timeout_s or self._start_timeout_s  # a fresh actor's start, not a call: same budget as at first
+        timeout = (
+            timeout_s or self._start_timeout_s
+        )  # a fresh actor's start, not a call: same budget as at first
         if old.master_addr is not None and old.master_port is not None:
             args = (old.master_addr, old.master_port, old.local_rank, _local_world(self.infos, old.node_id))
             self._call_one(rank, "roll_set_rendezvous", args, timeout)

@@ -47,10 +47,13 @@ class RankCall:
         return (time.monotonic() if now is None else now) >= self.deadline
 
 
-def submit_to_rank(cluster: Cluster, rank: int, method: str, *args: Any, **kwargs: Any) -> RankCall:
+def submit_to_rank(
+    cluster: Cluster, rank: int, method: str, *args: Any, timeout_s: float | None = None, **kwargs: Any
+) -> RankCall:
     """Run registered ``method`` on rank ``rank`` only, with ``args`` as given (no split, no padding).
 
-    The method's timeout is the one the cluster would use (``@register(timeout_s)``, the role's, the cluster's).
+    The call's timeout is ``timeout_s`` when given, else the one the cluster would use (``@register(timeout_s)``,
+    the role's, the cluster's).
     """
     cluster.ready()
     if not 0 <= rank < len(cluster.actors):
@@ -62,8 +65,9 @@ def submit_to_rank(cluster: Cluster, rank: int, method: str, *args: Any, **kwarg
         )
     ref = getattr(cluster.actors[rank], method).remote(*args, **kwargs)
     plan = CallPlan((rank,), ((args, kwargs),))
-    target = CallTarget(cluster.role, method, bound.timeout_s)
-    deadline = time.monotonic() + bound.timeout_s
+    timeout = timeout_s if timeout_s is not None else bound.timeout_s
+    target = CallTarget(cluster.role, method, timeout)
+    deadline = time.monotonic() + timeout
     return RankCall(rank, ref, PendingCall(target, plan, RULES[Dispatch.RANK_ZERO], [ref]), deadline)
 
 
