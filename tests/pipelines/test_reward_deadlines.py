@@ -62,30 +62,45 @@ def _reward(tmp_path: Path, timeout_s: float | None) -> str:
 
 
 @pytest.mark.slow
-def test_a_python_reward_that_never_returns_fails_its_row_and_the_run_trains_on(
-    ray_local: Any, tmp_path: Path
+@pytest.mark.parametrize(
+    ("timeout_s", "role_timeout", "failed_rows", "timed_out_rows", "restarts"),
+    [(3.0, None, 1.0, 0.0, 0.0), (None, 3.0, 16.0, 16.0, 1.0)],
+    ids=["row-deadline", "share-deadline"],
+)
+def test_a_python_reward_that_never_returns_fails_its_rows_and_the_run_trains_on(
+    ray_local: Any,
+    tmp_path: Path,
+    timeout_s: float | None,
+    role_timeout: float | None,
+    failed_rows: float,
+    timed_out_rows: float,
+    restarts: float,
 ) -> None:
-    """timeout_s=3: step 1 has exactly one failed row (reward_error 1) and took at least the 3 s; the run does
-    all 3 steps. Before: the scheduler waited on the reward forever (400 s and counting, nothing printed)."""
+    """Step 1's first row spins forever; the run does all 3 steps and only step 1 has failed rows.
+
+    - ``timeout_s: 3`` (the function runs in a child process): that row alone fails, after 3 s.
+    - ``timeout_s: null`` (in the worker's process) and ``workers.call_timeout_s: 3``: the reward worker's whole
+      share (the step's one request: 4 prompts x 4 samples = 16 rows) is abandoned at 3 s, the worker restarted.
+
+    Before: the scheduler waited on the reward forever (400 s and counting, nothing printed)."""
     out = tmp_path / "run"
-    overrides = [*TINY, _reward(tmp_path, 3.0), f"output_dir={out}", "max_steps=3"]
+    overrides = [*TINY, _reward(tmp_path, timeout_s), f"output_dir={out}", "max_steps=3"]
+    if role_timeout is not None:
+        overrides.append(f"rewards.arithmetic.workers.call_timeout_s={role_timeout:g}")
     (tmp_path / "arm").touch()
     tree = load_tree(QUICKSTART, [*overrides, "ray.address=auto", "ray.num_cpus=null"], model=RLVRConfig)
-    cfg = validate(tree, RLVRConfig)
-    pipeline = SPEC.build(cfg)
-    started = time.time()
+    pipeline = SPEC.build(validate(tree, RLVRConfig))
     try:
         pipeline.run()
     finally:
         pipeline.shutdown()
-    hung_at = float((tmp_path / "hung_at").read_text())
     metrics = read_metrics(out)
     assert sorted(metrics) == [1, 2, 3]
-    assert [metrics[s]["reward/errors"] for s in (1, 2, 3)] == [1.0, 0.0, 0.0]
-    assert metrics[3]["reward/timed_out_rows_total"] == 0.0  # a row deadline, not a whole share abandoned
+    assert [metrics[s]["reward/errors"] for s in (1, 2, 3)] == [failed_rows, 0.0, 0.0]
+    assert metrics[3]["reward/timed_out_rows_total"] == timed_out_rows
+    assert metrics[3]["reward/worker_restarts_total"] == restarts
     assert metrics[1]["time/step_s"] >= 3.0
-    print(f"hung row started {hung_at - started:.1f}s into the run; step times "
-          f"{[round(metrics[s]['time/step_s'], 1) for s in (1, 2, 3)]}")  # fmt: skip
+    print(f"step times {[round(metrics[s]['time/step_s'], 1) for s in (1, 2, 3)]}")
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 300) -> None:
