@@ -429,3 +429,18 @@ def test_the_generate_scheduler_reads_a_hung_scoring_job_at_its_deadline(
     assert err_by_prompt == {0: 0.0, 1: 0.0, 2: 0.0, 3: 1.0}
     assert rewards.timed_out_rows == G
     assert HANG_TIMEOUT_S <= elapsed < 60, elapsed
+
+
+def test_a_generation_request_past_its_deadline_names_the_rank(ray_local: Any) -> None:
+    """Each generate call sleeps 30 s on a role whose call deadline is 2 s: get_batch raises the timeout naming
+    role, rank and method after about 2 s (before: it waited on the request for get_timeout_s, an hour)."""
+    role = tiny_role(call_timeout_s=2.0)
+    with Cluster("slow_gen", Rollout, role, init_args=(0.0, 30.0), start_timeout_s=60.0) as slow:
+        opts = GenerateOptions(group_size=G, request_prompts=2)
+        started = time.monotonic()
+        with (
+            GenerateScheduler(slow, Counter(0), opts, gen_args=(G,)) as scheduler,
+            pytest.raises(WorkerTimeoutError, match=r"slow_gen rank 0: generate did not answer within 2s"),
+        ):
+            scheduler.get_batch(2, trainer_version=0)
+        assert 2.0 <= time.monotonic() - started < 25
