@@ -410,9 +410,13 @@ class GenerateScheduler:
             ray.wait(refs, num_returns=1, timeout=bounded_wait(timeout_s, deadline))
         for job_id, _, samples in self._pool.wait_any(0):
             self._on_generated(job_id, self._carry(self._prompts.pop(job_id), samples))
-        for job_id, (job, _, _) in list(self._jobs.items()):
-            if job is not None and job.ready():
-                self._on_scored(job_id, job.result())
+        # earliest deadline first: a share queued behind a hung one on the same rank is read after the hung one's
+        # restart has sent it again, not abandoned with it
+        ready = [
+            (job.deadline, i, job) for i, (job, _, _) in self._jobs.items() if job is not None and job.ready()
+        ]
+        for _, job_id, job in sorted(ready, key=lambda entry: entry[:2]):
+            self._on_scored(job_id, job.result())
 
     def _seeded(self, prompts: Batch, stream: int, first: int) -> Batch:
         """``prompts`` with ``prompt_seed_B`` (row ``i``: ``derive_seed(seed, stream, first + i)``) when the
