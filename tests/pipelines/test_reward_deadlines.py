@@ -112,7 +112,18 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes], log: Path, timeout_s: f
 
 
 @pytest.mark.slow
-def test_sigterm_during_a_stuck_reward_exits_promptly_with_the_reason(ray_local: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "mode",
+    [
+        [],
+        ["placement=separate", "rollout.async_generation_ratio=1"],
+        ["placement=separate", "rollout.async_mode=step_ahead", "rollout.async_generation_ratio=1"],
+    ],
+    ids=["sync", "async", "step-ahead"],
+)
+def test_sigterm_during_a_stuck_reward_exits_promptly_with_the_reason(
+    ray_local: Any, tmp_path: Path, mode: list[str]
+) -> None:
     """The reward hangs in the worker's own process once the test creates `arm` after step 1's checkpoint (so in
     step 2, or 3 if step 2 was already scored). SIGTERM then: the step cannot finish, so after stop_grace_s=3 it
     is abandoned; exit 130 within 60 s of the signal, the message names SIGTERM, the step and the grace, and the
@@ -120,7 +131,7 @@ def test_sigterm_during_a_stuck_reward_exits_promptly_with_the_reason(ray_local:
     printed `interrupted ()`, and shutting down took another 60 s."""
     out = tmp_path / "run"
     args = [*TINY, _reward(tmp_path, None), f"output_dir={out}", "max_steps=6", "checkpoint.every_n_steps=1"]
-    args += ["stop_grace_s=3", "checkpoint.keep_last=6"]
+    args += ["stop_grace_s=3", "checkpoint.keep_last=6", *mode]
     args += [f"ray.address={ray_local.address}", "ray.num_cpus=null"]
     log = tmp_path / "train.log"
     cmd = [sys.executable, "-m", "roll.core.cli", "train", str(QUICKSTART), *args]

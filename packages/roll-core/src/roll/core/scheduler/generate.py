@@ -63,7 +63,7 @@ import torch
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
-from roll.core.errors import DataError
+from roll.core.errors import DataError, RollError
 from roll.core.scheduler.rank_calls import CallPool, bounded_wait, submit_to_rank
 from roll.core.seeding import EVAL_STREAM, TRAIN_STREAM, derive_seed
 
@@ -270,7 +270,8 @@ class GenerateScheduler:
             self._counters = _Counters(**counters)
 
     def close(self) -> None:
-        """Stop the async thread (requests already on the workers finish there and are discarded)."""
+        """Stop the async thread, and a :meth:`get_batch` running in another thread (it raises within
+        ``poll_s``); requests already on the workers finish there and are discarded."""
         self._stop.set()
         with self._lock:
             self._lock.notify_all()
@@ -303,11 +304,15 @@ class GenerateScheduler:
         return self._pop_groups(num_groups, start, surplus_dropped=True)
 
     def _run_round(self, n_prompts: int) -> None:
-        """Generate and score ``n_prompts`` prompts request by request; results land in the buffers."""
+        """Generate and score ``n_prompts`` prompts request by request; results land in the buffers. Wakes up
+        every ``poll_s`` to see whether :meth:`close` was called (a thread may run this: a shutdown must not wait
+        for a stuck call's deadline)."""
         remaining = n_prompts
         while remaining > 0 or self._busy():
+            if self._stop.is_set():
+                raise RollError("generation stopped: the generate scheduler was closed mid-batch")
             remaining -= self._submit_while_free(remaining)
-            self._wait_and_handle(self.options.get_timeout_s)
+            self._wait_and_handle(min(self.options.get_timeout_s, self.options.poll_s))
 
     # ----------------------------------------------------------------------------------------- async mode
 

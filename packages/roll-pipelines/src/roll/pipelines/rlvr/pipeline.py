@@ -381,12 +381,13 @@ class RLVRPipeline(BasePipeline):
         self.policy.load_state(state)
 
     def teardown(self) -> None:
-        """Stop the generator threads (before a restart after a lost worker, and at shutdown)."""
-        if hasattr(self, "ahead"):
-            self.ahead.shutdown()
+        """Stop the generator threads (before a restart after a lost worker, and at shutdown). The scheduler
+        first: a step-ahead generation stuck on a call then leaves at once instead of at the call's deadline."""
         if self.scheduler is not None:
             self.scheduler.close()
             self.scheduler = None
+        if hasattr(self, "ahead"):
+            self.ahead.shutdown()
 
     def shutdown(self) -> None:
         self.teardown()
