@@ -360,8 +360,8 @@ class HangOn(Worker):
         return {"reward_B": [2.0 * x for x in rows["x_B"]], "err_B": [0.0] * len(rows["x_B"])}
 
 
-def failed(n: int, reason: str) -> dict[str, list[float]]:
-    FAILED_REASONS.append(reason)
+def failed(domain: str, n: int, reason: str) -> dict[str, list[float]]:
+    FAILED_REASONS.append(f"{domain}: {reason}")
     return {"reward_B": [-1.0] * n, "err_B": [1.0] * n}
 
 
@@ -399,10 +399,10 @@ def test_a_hung_reward_share_is_abandoned_its_rank_restarted_and_its_rows_failed
     hung_rank = 1 if hanging.infos[0].pid == pids[0] else 0
     assert hanging.infos[hung_rank].pid != pids[hung_rank]
     assert [
-        f"reward_hang rank {hung_rank}: score_rows of 3 rows did not answer within 3s (the reward role's "
+        f"r: reward_hang rank {hung_rank}: score_rows of 3 rows did not answer within 3s (the reward role's "
         "call_timeout_s); the call was abandoned and the worker restarted"
     ] == FAILED_REASONS
-    assert FAILED_REASONS[0] in caplog.text
+    assert FAILED_REASONS[0].removeprefix("r: ") in caplog.text
     again = rewards.score(Batch({"x_B": torch.arange(10, 14)}, {"tag": ["a"] * 4}))
     assert again["reward_B"].tolist() == [20.0, 22.0, 24.0, 26.0]
     strict = RewardScheduler({"r": hanging}, {"a": "r"}, method="score_rows", columns=("x_B",))

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -63,8 +64,11 @@ def _reward(tmp_path: Path, timeout_s: float | None) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("timeout_s", "role_timeout", "failed_rows", "timed_out_rows", "restarts"),
-    [(3.0, None, 1.0, 0.0, 0.0), (None, 3.0, 16.0, 16.0, 1.0)],
+    ("timeout_s", "role_timeout", "error_rate", "timed_out_rows", "restarts", "reason"),
+    [
+        (3.0, None, 1 / 16, 0.0, 0.0, "once did not return within timeout_s=3s; its process was killed"),
+        (None, 3.0, 1.0, 16.0, 1.0, "reward_arithmetic rank 0: score of 16 rows did not answer within 3s"),
+    ],
     ids=["row-deadline", "share-deadline"],
 )
 def test_a_python_reward_that_never_returns_fails_its_rows_and_the_run_trains_on(
@@ -72,9 +76,11 @@ def test_a_python_reward_that_never_returns_fails_its_rows_and_the_run_trains_on
     tmp_path: Path,
     timeout_s: float | None,
     role_timeout: float | None,
-    failed_rows: float,
+    error_rate: float,
     timed_out_rows: float,
     restarts: float,
+    reason: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Step 1's first row spins forever; the run does all 3 steps and only step 1 has failed rows.
 
@@ -91,12 +97,15 @@ def test_a_python_reward_that_never_returns_fails_its_rows_and_the_run_trains_on
     tree = load_tree(QUICKSTART, [*overrides, "ray.address=auto", "ray.num_cpus=null"], model=RLVRConfig)
     pipeline = SPEC.build(validate(tree, RLVRConfig))
     try:
-        pipeline.run()
+        with caplog.at_level(logging.ERROR, logger="roll.failures"):
+            pipeline.run()
     finally:
         pipeline.shutdown()
+    shown = [r.getMessage() for r in caplog.records if "failed (timeout)" in r.getMessage()]
+    assert len(shown) == 1 and reason in shown[0], caplog.text[-3000:]  # shown once, with the reason
     metrics = read_metrics(out)
     assert sorted(metrics) == [1, 2, 3]
-    assert [metrics[s]["reward/errors"] for s in (1, 2, 3)] == [failed_rows, 0.0, 0.0]
+    assert [metrics[s]["reward/errors"] for s in (1, 2, 3)] == [error_rate, 0.0, 0.0]  # of 16 rows a step
     assert metrics[3]["reward/timed_out_rows_total"] == timed_out_rows
     assert metrics[3]["reward/worker_restarts_total"] == restarts
     assert metrics[1]["time/step_s"] >= 3.0

@@ -18,7 +18,7 @@ Deadlines: each share of rows sent to a rank must be answered within the reward 
 (``RoleConfig.call_timeout_s``, else ``ray.call_timeout_s``; the role's ``@register(timeout_s=...)`` wins). A share
 still running then is abandoned: its rank is restarted (a hung verifier cannot be interrupted from outside its
 process, and every later call queued on that actor would wait behind it) and, with ``on_timeout`` set, its rows
-get the columns ``on_timeout(n, reason)`` returns (the reward pipelines mark them failed, ``reward_error_B`` 1,
+get the columns ``on_timeout(domain, n, reason)`` returns (the reward pipelines mark them failed, ``reward_error_B`` 1,
 with the reason) and the step goes on; without it the :class:`~roll.core.errors.WorkerTimeoutError` is raised. A
 job counts as :meth:`~RewardJob.ready` when every share has answered *or* passed its deadline, so a scheduler
 that waits on ``refs`` bounded by :attr:`~RewardJob.deadline` reads the verdict on time.
@@ -47,9 +47,9 @@ from roll.core.scheduler.rank_calls import RankCall, submit_to_rank
 
 __all__ = ["FailedRows", "RewardJob", "RewardScheduler"]
 
-FailedRows = Callable[[int, str], Mapping[str, list[Any]]]
-"""``on_timeout(n, reason)``: the score columns (``{name: [value per row]}``, as a light worker answers) of ``n``
-rows whose reward call was abandoned; ``reason`` says which role, rank and deadline."""
+FailedRows = Callable[[str, int, str], Mapping[str, list[Any]]]
+"""``on_timeout(domain, n, reason)``: the score columns (``{name: [value per row]}``, as a light worker answers) of
+``n`` rows of ``domain`` whose reward call was abandoned; ``reason`` says which role, rank and deadline."""
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class RewardScheduler:
         if self.on_timeout is None:
             raise exc
         self.timed_out_rows += len(part.rows)
-        return _as_batch(self.on_timeout(len(part.rows), reason))
+        return _as_batch(self.on_timeout(part.domain, len(part.rows), reason))
 
     def _restart(self, part: _Part) -> None:
         """Restart the part's rank unless another part's failure already replaced it since the part was sent."""

@@ -102,11 +102,18 @@ def _row(request: RewardRequest) -> str:
     return "row: " + ", ".join(parts)
 
 
-def timed_out_rows(n: int, reason: str) -> dict[str, list[Any]]:
-    """What :meth:`RewardWorker.score` would answer for ``n`` rows it could not score: the columns the
-    :class:`~roll.core.scheduler.RewardScheduler` gives a share whose call passed its deadline (``on_timeout``):
-    score 0, not correct, ``reward_error_B`` 1."""
-    return {C.SCORES: [0.0] * n, C.CORRECT: [0.0] * n, C.REWARD_ERROR: [1.0] * n}
+def timed_out_rows(domain: str, n: int, reason: str) -> dict[str, list[Any]]:
+    """What :meth:`RewardWorker.score` would answer for ``n`` rows of ``domain`` it could not score: the columns
+    the :class:`~roll.core.scheduler.RewardScheduler` gives a share whose call passed its deadline
+    (``on_timeout``): score 0, not correct, ``reward_error_B`` 1, and a ``timeout`` report with the reason (no
+    traceback: the call was abandoned, not raised)."""
+    report = ErrorReport(f"reward {domain}", "timeout", reason)
+    return {
+        C.SCORES: [0.0] * n,
+        C.CORRECT: [0.0] * n,
+        C.REWARD_ERROR: [1.0] * n,
+        C.REWARD_ERROR_REPORT: [report] * n,
+    }
 
 
 def _request(rows: Rows, i: int) -> RewardRequest:
