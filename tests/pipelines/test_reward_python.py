@@ -268,7 +268,7 @@ def test_a_row_that_never_returns_fails_at_its_deadline_and_the_next_row_scores(
     assert "died during the call (exit code 3)" in dead.info["error"] and ok.score == 2.0
     (pid,) = reward.score([RewardRequest("pid")])
     assert pid.score not in (first_pid.score, float(os.getpid()))  # a fresh child, never the caller's process
-    assert reward._call.restarts == 3  # type: ignore[attr-defined]  # three killed; the exit reaped
+    assert reward._call.killed == 3  # type: ignore[attr-defined]  # the three late calls; the exit was not late
 
 
 def test_an_isolated_exception_keeps_its_type_and_the_child_traceback(tmp_path: Path) -> None:

@@ -71,7 +71,8 @@ class IsolatedFunction:
         self._proc: subprocess.Popen[bytes] | None = None
         self._to_child = self._from_child = -1
         self._lock = threading.Lock()
-        self.restarts = 0
+        self.killed = 0
+        """Calls killed at their deadline."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
@@ -81,6 +82,7 @@ class IsolatedFunction:
                 kind, payload = _receive(self._from_child, time.monotonic() + self.timeout_s)
             except TimeoutError:
                 self._kill()
+                self.killed += 1
                 raise RewardTimeoutError(
                     f"{self.target} did not return within timeout_s={self.timeout_s:g}s; its process was killed"
                 ) from None
@@ -138,7 +140,6 @@ class IsolatedFunction:
             return None
         if proc.poll() is None:
             proc.kill()  # SIGKILL: a function that ignores signals cannot ignore this one
-            self.restarts += 1
         return proc.wait()
 
 
