@@ -288,6 +288,8 @@ def test_an_isolated_exception_keeps_its_type_and_the_child_traceback(tmp_path: 
     call.close()
     (result,) = PythonReward(PythonRewardConfig(function=f"{file}:custom")).score([RewardRequest("a")])
     assert "raised Custom: mine" in result.info["error"]
+    trace = result.info["traceback"]  # the child's traceback alone: the user's frame, one header
+    assert f'File "{file}", line 6, in custom' in trace and trace.count("Traceback (most recent") == 1
 
 
 def test_timeout_null_calls_the_function_in_the_workers_process(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ from roll.core.callables import is_file_target, resolve_callable
 from roll.core.config.base import RollModel
 from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
-from roll.pipelines.rewards._isolated import IsolatedFunction, RewardTimeoutError
+from roll.pipelines.rewards._isolated import IsolatedFunction, RemoteTraceback, RewardTimeoutError
 from roll.pipelines.rewards.types import RewardRequest, RewardResult
 
 OFFERED_KWARGS = ("prompt", "tag", "metadata")
@@ -168,7 +168,10 @@ def _invalid(where: str, value: Any, what: str = "") -> RewardResult:
 
 
 def _raised(where: str, exc: Exception) -> RewardResult:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if isinstance(exc.__cause__, RemoteTraceback):  # raised in the child: its traceback is the user's code
+        text = exc.__cause__.text
+    else:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return RewardResult.unscored(
         f"{where} raised {type(exc).__name__}: {exc}", kind=type(exc).__name__, traceback=text
     )
