@@ -24,6 +24,7 @@ import torch
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster, Dispatch, Worker, WorkerContext, register
+from roll.core.errors import WorkerTimeoutError
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
 from roll.core.seeding import TRAIN_STREAM, derive_seed
 from roll.core.testing import tiny_role
@@ -342,3 +343,104 @@ def test_reward_scheduler_sends_untagged_rows_to_the_only_domain(rollout: Cluste
     assert scored["x_B"].tolist() == [0, 1, 2]
     with pytest.raises(ValueError, match="no reward domain for tag 'zzz'"):
         rewards.domain_of("zzz")  # a tag that is set but wrong is still an error
+
+
+class HangOn(Worker):
+    """A light reward worker whose ``score_rows`` never returns (``time.sleep(1e9)``, as a stuck verifier would)
+    when its share holds ``x == hang_x``; otherwise reward = 2x."""
+
+    def __init__(self, ctx: WorkerContext, hang_x: int) -> None:
+        super().__init__(ctx)
+        self.hang_x = hang_x
+
+    @register(Dispatch.RANK_ZERO)
+    def score_rows(self, rows: dict[str, list[Any]]) -> dict[str, list[float]]:
+        if self.hang_x in rows["x_B"]:
+            time.sleep(1e9)
+        return {"reward_B": [2.0 * x for x in rows["x_B"]], "err_B": [0.0] * len(rows["x_B"])}
+
+
+def failed(domain: str, n: int, reason: str) -> dict[str, list[float]]:
+    FAILED_REASONS.append(f"{domain}: {reason}")
+    return {"reward_B": [-1.0] * n, "err_B": [1.0] * n}
+
+
+FAILED_REASONS: list[str] = []
+HANG_TIMEOUT_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def hanging(ray_local: Any) -> Iterator[Cluster]:
+    """2 ranks; a share holding x == 3 hangs; the role's call deadline is HANG_TIMEOUT_S."""
+    role = tiny_role(num_workers=2, call_timeout_s=HANG_TIMEOUT_S)
+    with Cluster("reward_hang", HangOn, role, init_args=(3,), start_timeout_s=60.0) as cluster:
+        yield cluster
+
+
+def test_a_hung_reward_share_is_abandoned_its_rank_restarted_and_its_rows_failed(
+    hanging: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """x = 0..5 split over 2 ranks: [0, 1, 2] scores 2x, [3, 4, 5] hangs. Past the 3 s deadline its rows get
+    ``on_timeout``'s columns (reward -1, err 1) with a reason naming role, rank and deadline, its rank is a new
+    process, and that rank scores the next batch. Without ``on_timeout`` the timeout is raised."""
+    FAILED_REASONS.clear()
+    pids = [info.pid for info in hanging.infos]
+    rewards = RewardScheduler(
+        {"r": hanging}, {"a": "r"}, method="score_rows", columns=("x_B",), on_timeout=failed
+    )
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="roll.core.scheduler.reward"):
+        scored = rewards.score(Batch({"x_B": torch.arange(6)}, {"tag": ["a"] * 6}))
+    elapsed = time.monotonic() - started
+    assert scored["reward_B"].tolist() == [0.0, 2.0, 4.0, -1.0, -1.0, -1.0]
+    assert scored["err_B"].tolist() == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    assert HANG_TIMEOUT_S <= elapsed < 60, elapsed
+    assert rewards.timed_out_rows == 3 and rewards.restarts == 1
+    hung_rank = 1 if hanging.infos[0].pid == pids[0] else 0
+    assert hanging.infos[hung_rank].pid != pids[hung_rank]
+    assert [
+        f"r: reward_hang rank {hung_rank}: score_rows of 3 rows did not answer within 3s (the reward role's "
+        "call_timeout_s); the call was abandoned and the worker restarted"
+    ] == FAILED_REASONS
+    assert FAILED_REASONS[0].removeprefix("r: ") in caplog.text
+    again = rewards.score(Batch({"x_B": torch.arange(10, 14)}, {"tag": ["a"] * 4}))
+    assert again["reward_B"].tolist() == [20.0, 22.0, 24.0, 26.0]
+    strict = RewardScheduler({"r": hanging}, {"a": "r"}, method="score_rows", columns=("x_B",))
+    with pytest.raises(WorkerTimeoutError, match=r"reward_hang rank \d: score_rows did not answer within 3s"):
+        strict.score(Batch({"x_B": torch.tensor([3])}, {"tag": ["a"]}))
+
+
+def test_the_generate_scheduler_reads_a_hung_scoring_job_at_its_deadline(
+    rollout: Cluster, hanging: Cluster
+) -> None:
+    """Before: the scheduler waited on the job's refs and read it only once ready, so a hung share held the
+    step forever. Now the step ends after about the deadline: prompts 0..3 (requests [0, 1], [2, 3]; each
+    request's 8 rows split 4/4 over the 2 reward ranks), and the share holding prompt 3's rows fails."""
+    rewards = RewardScheduler(
+        {"r": hanging}, {"a": "r", "b": "r"}, method="score_rows", columns=("x_B",), on_timeout=failed
+    )
+    opts = GenerateOptions(group_size=G, request_prompts=2, carry_columns=("tag",))
+    started = time.monotonic()
+    with GenerateScheduler(rollout, Counter(0), opts, gen_args=(G,), scorer=rewards) as scheduler:
+        batch = scheduler.get_batch(4, trainer_version=0).batch
+    elapsed = time.monotonic() - started
+    x_PG = batch["x_B"].reshape(4, G)
+    err_by_prompt = dict(zip(x_PG[:, 0].tolist(), batch["err_B"].reshape(4, G)[:, 0].tolist()))
+    assert err_by_prompt == {0: 0.0, 1: 0.0, 2: 0.0, 3: 1.0}
+    assert rewards.timed_out_rows == G
+    assert HANG_TIMEOUT_S <= elapsed < 60, elapsed
+
+
+def test_a_generation_request_past_its_deadline_names_the_rank(ray_local: Any) -> None:
+    """Each generate call sleeps 30 s on a role whose call deadline is 2 s: get_batch raises the timeout naming
+    role, rank and method after about 2 s (before: it waited on the request for get_timeout_s, an hour)."""
+    role = tiny_role(call_timeout_s=2.0)
+    with Cluster("slow_gen", Rollout, role, init_args=(0.0, 30.0), start_timeout_s=60.0) as slow:
+        opts = GenerateOptions(group_size=G, request_prompts=2)
+        started = time.monotonic()
+        with (
+            GenerateScheduler(slow, Counter(0), opts, gen_args=(G,)) as scheduler,
+            pytest.raises(WorkerTimeoutError, match=r"slow_gen rank 0: generate did not answer within 2s"),
+        ):
+            scheduler.get_batch(2, trainer_version=0)
+        assert 2.0 <= time.monotonic() - started < 25

@@ -5,6 +5,8 @@ Every check is a unit test (milliseconds): functions are real modules and real f
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import yaml
 from roll.core import plugins
 from roll.core.cli import load_run_config
 from roll.core.errors import ConfigError
+from roll.pipelines.rewards._isolated import IsolatedFunction, RemoteTraceback
 from roll.pipelines.rewards.check import reward_issues
 from roll.pipelines.rewards.exact import ExactMatchConfig, ExactMatchReward
 from roll.pipelines.rewards.python import PythonReward, PythonRewardConfig
@@ -223,3 +226,76 @@ def test_a_plugin_whose_score_raises_leaves_its_rows_unscored() -> None:
     assert (
         "2 rows" in checked_results(Short(), [RewardRequest("a"), RewardRequest("b")], "r")[0].info["error"]
     )
+
+
+HANGING = """
+import os, signal, time
+
+def spin(response, ground_truth):
+    if response == "spin":
+        while True:
+            pass
+    if response == "sleep":
+        time.sleep(1e9)
+    if response == "deaf":  # ignores every signal it can, then spins
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        while True:
+            pass
+    if response == "exit":
+        os._exit(3)
+    if response == "pid":
+        return float(os.getpid())
+    return float(len(response))
+"""
+
+
+def test_a_row_that_never_returns_fails_at_its_deadline_and_the_next_row_scores(tmp_path: Path) -> None:
+    """timeout_s=1: each of `while True: pass`, `time.sleep(1e9)`, a spin that ignores SIGTERM/SIGINT/SIGALRM/
+    SIGHUP, and `os._exit(3)` fails its row (score 0, the reason in info["error"]) within a few seconds, and the
+    row after each scores len(response) in a fresh process. Golden: "ok" -> 2.0, "okay" -> 4.0."""
+    file = tmp_path / "hang.py"
+    file.write_text(HANGING)
+    reward = PythonReward(PythonRewardConfig(function=f"{file}:spin", timeout_s=1.0))
+    (first_pid,) = reward.score([RewardRequest("pid")])
+    for bad in ("spin", "sleep", "deaf"):
+        started = time.monotonic()
+        late, ok = reward.score([RewardRequest(bad), RewardRequest("okay")])
+        assert 1.0 <= time.monotonic() - started < 30
+        assert late.score == 0.0 and "did not return within timeout_s=1s" in late.info["error"], late
+        assert ok.score == 4.0 and "error" not in ok.info
+    dead, ok = reward.score([RewardRequest("exit"), RewardRequest("ok")])
+    assert "died during the call (exit code 3)" in dead.info["error"] and ok.score == 2.0
+    (pid,) = reward.score([RewardRequest("pid")])
+    assert pid.score not in (first_pid.score, float(os.getpid()))  # a fresh child, never the caller's process
+    assert reward._call.killed == 3  # type: ignore[attr-defined]  # the three late calls; the exit was not late
+
+
+def test_an_isolated_exception_keeps_its_type_and_the_child_traceback(tmp_path: Path) -> None:
+    """A KeyError raised in the child is raised again as a KeyError whose cause holds the child's traceback,
+    naming the user's file and line; a class that exists only in the user's file comes back as itself too."""
+    file = tmp_path / "raises.py"
+    file.write_text(
+        "class Custom(Exception):\n    pass\n"
+        "def key(response, ground_truth):\n    raise KeyError(response)\n"
+        "def custom(response, ground_truth):\n    raise Custom('mine')\n"
+    )
+    call = IsolatedFunction(f"{file}:key", timeout_s=10.0)
+    with pytest.raises(KeyError) as info:
+        call("x", "")
+    assert isinstance(info.value.__cause__, RemoteTraceback)
+    assert f'File "{file}", line 4, in key' in info.value.__cause__.text
+    call.close()
+    (result,) = PythonReward(PythonRewardConfig(function=f"{file}:custom")).score([RewardRequest("a")])
+    assert "raised Custom: mine" in result.info["error"]
+    trace = result.info["traceback"]  # the child's traceback alone: the user's frame, one header
+    assert f'File "{file}", line 6, in custom' in trace and trace.count("Traceback (most recent") == 1
+
+
+def test_timeout_null_calls_the_function_in_the_workers_process(tmp_path: Path) -> None:
+    file = tmp_path / "hang.py"
+    file.write_text(HANGING)
+    (result,) = PythonReward(PythonRewardConfig(function=f"{file}:spin", timeout_s=None)).score(
+        [RewardRequest("pid")]
+    )
+    assert result.score == float(os.getpid())

@@ -156,7 +156,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"roll: preempted: {exc}", file=sys.stderr)
         return EXIT_PREEMPTED
     except KeyboardInterrupt as exc:
-        print(f"roll: interrupted ({exc}); actors shut down, last checkpoint kept", file=sys.stderr)
+        print(f"roll: interrupted ({exc}); shutting the actors down", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     finally:
         pipeline.shutdown()

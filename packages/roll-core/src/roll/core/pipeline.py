@@ -116,6 +116,8 @@ class BasePipeline(ABC):
             raise RuntimeError("make_cluster is called from setup(), after Ray and resources are up")
         role_cfg = self.roles()[role]
         timeout = self.ray.call_timeout_s if self.ray else self.config.ray.call_timeout_s
+        # a role's short call deadline (a reward's) must not cut its workers' start-up (imports, model load)
+        kwargs.setdefault("start_timeout_s", max(timeout, role_cfg.call_timeout_s or 0.0))
         cluster = Cluster(role, worker_cls, role_cfg, self.resources, call_timeout_s=timeout, **kwargs)
         self.clusters.append(cluster)
         return cluster
@@ -129,17 +131,25 @@ class BasePipeline(ABC):
         written), ``KeyboardInterrupt`` when a step was abandoned. A lost worker is recovered from up to
         ``max_restarts`` times (see :mod:`roll.core.recovery`).
         """
-        stop = StopSignals()
+        stop = StopSignals(grace_s=self.config.stop_grace_s)
         with stop.installed():
-            self._start_runtime()
-            stop.reinstall()
-            while not self._attempt(stop):
-                pass
+            try:
+                self._start_runtime()
+                stop.reinstall()
+                while not self._attempt(stop):
+                    pass
+            except KeyboardInterrupt as exc:  # Ray may have dropped the message: the reason is kept in `stop`
+                raise KeyboardInterrupt(self._interrupted(stop, exc)) from None
             self.failures.finish(self.step)
             self._final_checkpoint()
             if self.config.checkpoint.export_hf:
                 self.export(self.output_dir)
         return dict(self.last_metrics)
+
+    def _interrupted(self, stop: StopSignals, exc: KeyboardInterrupt) -> str:
+        reason = stop.reason or str(exc) or f"interrupted during step {self.step + 1} (Ctrl-C)"
+        latest = self.checkpoints.latest()
+        return f"{reason}; last checkpoint: {latest or 'none yet'}"
 
     def _attempt(self, stop: StopSignals) -> bool:
         """Set up, resume and run the step loop once; ``False`` when a lost worker was recovered from."""
@@ -167,11 +177,15 @@ class BasePipeline(ABC):
             stop.armed = True
             try:
                 while self.step < self.config.max_steps:
+                    stop.step = self.step
                     self._one_step(progress)
+                    stop.step = self.step
                     if stop.requested:
+                        stop.step_finished()
                         self._preempt(stop)
             finally:
                 stop.armed = False
+                stop.step_finished()
 
     def _preempt(self, stop: StopSignals) -> None:
         self._final_checkpoint()

@@ -2,9 +2,13 @@
 
 - **Preemption** (:class:`StopSignals`): the first SIGTERM or SIGINT (Ctrl-C) during the step loop only asks the
   loop to stop; the current step finishes, a checkpoint is written and the run raises :class:`Preempted` (the CLI
-  exits with :data:`EXIT_PREEMPTED`). A second signal, or one that arrives before the loop, abandons the step at
-  once with ``KeyboardInterrupt`` (the CLI exits 130); the previous checkpoint stays whole (checkpoints are
-  written to a temp dir and renamed).
+  exits with :data:`EXIT_PREEMPTED`). The step gets ``stop_grace_s`` to finish: a step stuck in a call (a hung
+  reward, an env, a collective) is abandoned then, so a preempted run leaves within its notice period instead of
+  at the call's deadline. A second signal, one that arrives before the loop, or the end of the grace abandons the
+  step with ``KeyboardInterrupt`` (the CLI exits 130) whose message says why (``SIGTERM during step 4: ...``:
+  Ray turns an interrupt inside ``ray.get``/``ray.wait`` into a bare ``KeyboardInterrupt()``, so the reason is
+  kept here, :attr:`StopSignals.reason`, not in the exception); the previous checkpoint stays whole (checkpoints
+  are written to a temp dir and renamed).
 - **Lost workers** (:func:`find_lost_worker`): when a step fails, every actor of every cluster is pinged; one whose
   process is gone (SIGKILL, OOM kill, a lost node) is named with its role, rank and Ray's cause. The pipeline then
   tears its clusters down, rebuilds them and resumes from the latest checkpoint. A failure with every actor alive
@@ -40,11 +44,20 @@ class Preempted(RollError, RuntimeError):
 
 
 class StopSignals:
-    """SIGTERM/SIGINT handling of a run; see the module docstring. Only installs itself in the main thread."""
+    """SIGTERM/SIGINT handling of a run; see the module docstring. Only installs itself in the main thread.
 
-    def __init__(self) -> None:
+    The pipeline sets :attr:`step` (steps completed) as its loop runs, and :attr:`armed` while a step runs.
+    """
+
+    def __init__(self, grace_s: float | None = None) -> None:
         self.signum: int | None = None
         self.armed = False
+        self.step = 0
+        self.grace_s = grace_s
+        self.reason: str | None = None
+        """Why the run was interrupted (the message of the ``KeyboardInterrupt`` the pipeline raises)."""
+        self._timer: threading.Timer | None = None
+        self._grace_over: str | None = None
 
     @property
     def requested(self) -> bool:
@@ -52,14 +65,43 @@ class StopSignals:
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        if not self.armed or self.requested:
-            raise KeyboardInterrupt(f"{name}: abandoning the current step; the last checkpoint is kept")
+        if not self.armed:
+            self.reason = f"{name} outside the step loop (after step {self.step})"
+            raise KeyboardInterrupt(self.reason)
+        if self.requested:
+            self.reason = (
+                self._grace_over or f"{name} during step {self.step + 1}: a second signal abandoned it"
+            )
+            raise KeyboardInterrupt(self.reason)
         self.signum = signum
+        grace = f"at most {self.grace_s:g}s" if self.grace_s is not None else "however long it takes"
         logger.warning(
-            "%s received: finishing the current step, then writing a checkpoint and exiting "
+            "%s received during step %d: finishing it (%s, stop_grace_s), then writing a checkpoint and exiting "
             "(send it again to abandon the step)",
-            name,
+            name, self.step + 1, grace,
+        )  # fmt: skip
+        if self.grace_s is not None:
+            self._timer = threading.Timer(self.grace_s, self._abandon, args=(signum, self.step))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def step_finished(self) -> None:
+        """The step the grace was running for is done: its checkpoint must not be cut short."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _abandon(self, signum: int, step: int) -> None:
+        """Grace over (timer thread): interrupt the main thread, wherever it waits, with the reason."""
+        if not self.armed or self.step != step:
+            return  # the step finished in time; the loop is checkpointing or gone
+        name = signal.Signals(signum).name
+        self._grace_over = (
+            f"{name} during step {step + 1}: it did not finish within stop_grace_s={self.grace_s:g}s of the "
+            "signal (a call may be stuck), so it was abandoned"
         )
+        logger.error("%s", self._grace_over)
+        signal.pthread_kill(threading.main_thread().ident or 0, signum)  # runs handle(): raises there
 
     def reinstall(self) -> None:
         """Take the signals back: ``ray.init`` installs its own SIGTERM handler in the driver (which aborts)."""

@@ -9,7 +9,10 @@ call that raises is reported the same way with the error text (and, for the firs
 its traceback, which the driver shows once: :mod:`roll.core.failures`). The next ``reset`` of that slot builds a new env.
 
 Threads, not processes: envs are plain Python objects that are not picklable mid-episode, and a step is usually
-microseconds; the GIL is released by a sleeping or I/O-bound env, which is exactly the kind that hangs.
+microseconds; the GIL is released by a sleeping or I/O-bound env, which is exactly the kind that hangs. A cut-off
+thread that keeps running (a spinning env burns a core for good) is counted by :meth:`EnvSlots.leaked`; the env
+workers' pool restarts such a worker before the next rollout (:class:`~roll.agentic.env_manager.worker.ClusterEnvPool`),
+and also one that does not answer at all (an env holding the GIL in C code freezes the whole process).
 
 The valid actions an env accepts are read from its ``action_space_text`` when it has the form
 ``"Valid actions: A, B, C"`` (the built-in grid envs); otherwise the env reads the model's raw output itself
@@ -163,6 +166,13 @@ class EnvSlots:
         self._factory = factory
         self._envs: dict[int, Env] = {}
         self._traced: set[str] = set()  # exception types whose traceback has been sent once
+        self._abandoned: list[_Call] = []
+
+    def leaked(self) -> int:
+        """Cut-off calls whose threads are still running (they cannot be stopped; only a process restart ends
+        them)."""
+        self._abandoned = [call for call in self._abandoned if not call.done.is_set()]
+        return len(self._abandoned)
 
     def reset(self, requests: Sequence[ResetRequest | None]) -> list[ResetOutcome | None]:
         """Build a fresh env in every slot with a request and reset it with the request's seed."""
@@ -222,6 +232,7 @@ class EnvSlots:
         for slot, call in calls.items():
             if not call.done.wait(max(0.0, deadline - time.monotonic())):
                 self._envs.pop(slot, None)  # abandoned with its thread; never touched again
+                self._abandoned.append(call)
                 results[slot] = (None, f"timeout: no answer within {self.timeout_s:g}s (env cut off)", None)
                 continue
             trace = None

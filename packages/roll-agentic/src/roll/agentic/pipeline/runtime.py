@@ -16,7 +16,13 @@ from roll.agentic.env_manager.chat import ChatEncoder
 from roll.agentic.env_manager.config import EnvManagerConfig
 from roll.agentic.env_manager.episode import Episode
 from roll.agentic.env_manager.manager import Generation, Rollout, RolloutManager
-from roll.agentic.env_manager.worker import ClusterEnvPool, EnvWorker, slots_per_worker, worker_kwargs
+from roll.agentic.env_manager.worker import (
+    ClusterEnvPool,
+    EnvWorker,
+    pool_call_timeout_s,
+    slots_per_worker,
+    worker_kwargs,
+)
 from roll.agentic.pipeline.config import AgenticRunConfig
 from roll.core import columns as C
 from roll.core.batch import Batch
@@ -95,7 +101,9 @@ class RolloutRuntime:
         total = (self.groups + em.extra_groups) * self.group_size
         kwargs = worker_kwargs(em.envs, total, workers, em.step_timeout_s)
         cluster = make_cluster("env_workers", EnvWorker, init_kwargs=kwargs)
-        return ClusterEnvPool(cluster, slots_per_worker(total, workers))
+        return ClusterEnvPool(
+            cluster, slots_per_worker(total, workers), call_timeout_s=pool_call_timeout_s(em.step_timeout_s)
+        )
 
     def setup(self) -> None:
         if self.owns_infer:

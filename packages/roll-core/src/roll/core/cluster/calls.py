@@ -77,10 +77,10 @@ class PendingCall:
             return self._value
         wait_until = self._deadline if timeout is None else min(self._deadline, time.monotonic() + timeout)
         while self._pending:
-            left = wait_until - time.monotonic()
-            if left <= 0:
-                raise self._timeout_error(expired=wait_until >= self._deadline, waited=timeout)
+            left = max(wait_until - time.monotonic(), 0.0)
             ready, _ = ray.wait(list(self._pending), num_returns=1, timeout=left)
+            if not ready:  # read late is not late: only a rank still silent now has missed the deadline
+                raise self._timeout_error(expired=wait_until >= self._deadline, waited=timeout)
             for ref in ready:
                 rank = self._pending.pop(ref)
                 self._results[rank] = self._get(ref, rank)

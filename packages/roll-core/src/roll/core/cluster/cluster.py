@@ -170,7 +170,8 @@ class Cluster:
         )
 
     def restart_rank(self, rank: int, timeout_s: float | None = None) -> None:
-        """Replace rank ``rank``'s actor (dead or alive) with a fresh one built the same way.
+        """Replace rank ``rank``'s actor (dead or alive) with a fresh one built the same way, waiting for it at
+        most ``timeout_s`` (default: the cluster's ``start_timeout_s``).
 
         For roles whose ranks never join a collective together (reward workers, environments): the new actor gets
         the rendezvous the old one had, but no process group is rebuilt. A role that trains in a process group
@@ -186,7 +187,9 @@ class Cluster:
         self.actors[rank] = self._remote_cls.options(**options).remote(
             ctx, *self._init_args, **self._init_kwargs
         )
-        timeout = timeout_s or self._default_timeout
+        timeout = (
+            timeout_s or self._start_timeout_s
+        )  # a fresh actor's start, not a call: same budget as at first
         if old.master_addr is not None and old.master_port is not None:
             args = (old.master_addr, old.master_port, old.local_rank, _local_world(self.infos, old.node_id))
             self._call_one(rank, "roll_set_rendezvous", args, timeout)

@@ -106,6 +106,13 @@ class RunConfig(RollModel):
         ge=0,
         description="restarts from the latest checkpoint after a worker process dies (0: fail at once)",
     )
+    stop_grace_s: float = Field(
+        10.0,
+        ge=0,
+        description="after a first SIGTERM/SIGINT, how long the current step may take to finish (it is then "
+        "checkpointed); past it the step is abandoned and the last checkpoint kept (a stuck call must not hold "
+        "a preempted run)",
+    )
     ray: RayConfig = Field(default_factory=RayConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)

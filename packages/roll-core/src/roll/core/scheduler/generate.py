@@ -9,6 +9,10 @@ What it does, in the order a step sees it:
 - **Scoring overlaps generation.** When a request's samples come back they go straight to the reward scheduler
   (anything with ``submit(batch) -> job`` whose ``job.refs``/``job.result()`` behave like
   :class:`~roll.core.scheduler.reward.RewardJob`), while the inference ranks work on the next requests.
+- **Deadlines.** The scheduler never waits past the earliest deadline of what is in flight: a generation request
+  past its method's timeout raises :class:`~roll.core.errors.WorkerTimeoutError` naming role, rank and method,
+  and a scoring job past its deadline is read then (the reward scheduler abandons the hung share, restarts its
+  worker and marks its rows failed), so a hung call costs its timeout, never the whole run.
 - **Dynamic sampling.** A scored request passes through ``group_filter`` (a callback, so the filter rule lives
   with the algorithm, not here): it gets the scored rows (prompt-major, ``G`` rows per prompt) and returns a
   bool per group and counts to log. Dropped groups are replaced by drawing more prompts, in at most
@@ -59,8 +63,8 @@ import torch
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
-from roll.core.errors import DataError
-from roll.core.scheduler.rank_calls import CallPool, submit_to_rank
+from roll.core.errors import DataError, RollError
+from roll.core.scheduler.rank_calls import CallPool, bounded_wait, submit_to_rank
 from roll.core.seeding import EVAL_STREAM, TRAIN_STREAM, derive_seed
 
 __all__ = [
@@ -84,6 +88,13 @@ GroupFilter = Callable[[Batch, int], tuple[torch.Tensor, Mapping[str, float]]]
 class _Job(Protocol):
     @property
     def refs(self) -> list[Any]: ...
+
+    @property
+    def deadline(self) -> float:
+        """``time.monotonic()`` by which :meth:`ready` turns true even if a call hangs (``inf``: no deadline)."""
+        ...
+
+    def ready(self) -> bool: ...
 
     def result(self) -> Batch: ...
 
@@ -259,7 +270,8 @@ class GenerateScheduler:
             self._counters = _Counters(**counters)
 
     def close(self) -> None:
-        """Stop the async thread (requests already on the workers finish there and are discarded)."""
+        """Stop the async thread, and a :meth:`get_batch` running in another thread (it raises within
+        ``poll_s``); requests already on the workers finish there and are discarded."""
         self._stop.set()
         with self._lock:
             self._lock.notify_all()
@@ -292,11 +304,15 @@ class GenerateScheduler:
         return self._pop_groups(num_groups, start, surplus_dropped=True)
 
     def _run_round(self, n_prompts: int) -> None:
-        """Generate and score ``n_prompts`` prompts request by request; results land in the buffers."""
+        """Generate and score ``n_prompts`` prompts request by request; results land in the buffers. Wakes up
+        every ``poll_s`` to see whether :meth:`close` was called (a thread may run this: a shutdown must not wait
+        for a stuck call's deadline)."""
         remaining = n_prompts
         while remaining > 0 or self._busy():
+            if self._stop.is_set():
+                raise RollError("generation stopped: the generate scheduler was closed mid-batch")
             remaining -= self._submit_while_free(remaining)
-            self._wait_and_handle(self.options.get_timeout_s)
+            self._wait_and_handle(min(self.options.get_timeout_s, self.options.poll_s))
 
     # ----------------------------------------------------------------------------------------- async mode
 
@@ -390,16 +406,22 @@ class GenerateScheduler:
             self._counters.requests += 1
 
     def _wait_and_handle(self, timeout_s: float) -> None:
-        """Wait until a generation or a scoring job finishes (or ``timeout_s``), then move every finished one on."""
-        scoring = [ref for job, _, _ in self._jobs.values() if job is not None for ref in job.refs]
-        refs = self._pool.refs() + scoring
+        """Wait until a generation or a scoring job finishes (or ``timeout_s``, or the first deadline of what is
+        in flight), then move every finished or expired one on."""
+        jobs = [job for job, _, _ in self._jobs.values() if job is not None]
+        refs = self._pool.refs() + [ref for job in jobs for ref in job.refs]
+        deadline = min([self._pool.earliest_deadline(), *(job.deadline for job in jobs)])
         if refs:
-            ray.wait(refs, num_returns=1, timeout=timeout_s)
+            ray.wait(refs, num_returns=1, timeout=bounded_wait(timeout_s, deadline))
         for job_id, _, samples in self._pool.wait_any(0):
             self._on_generated(job_id, self._carry(self._prompts.pop(job_id), samples))
-        for job_id, (job, _, _) in list(self._jobs.items()):
-            if job is not None and _refs_ready(job.refs):
-                self._on_scored(job_id, job.result())
+        # earliest deadline first: a share queued behind a hung one on the same rank is read after the hung one's
+        # restart has sent it again, not abandoned with it
+        ready = [
+            (job.deadline, i, job) for i, (job, _, _) in self._jobs.items() if job is not None and job.ready()
+        ]
+        for _, job_id, job in sorted(ready, key=lambda entry: entry[:2]):
+            self._on_scored(job_id, job.result())
 
     def _seeded(self, prompts: Batch, stream: int, first: int) -> Batch:
         """``prompts`` with ``prompt_seed_B`` (row ``i``: ``derive_seed(seed, stream, first + i)``) when the
@@ -493,13 +515,6 @@ class GenerateScheduler:
             self._rejected.clear()
         metrics = _delta(self._counters, start)
         return RolloutBatch(Batch.concat([g.batch for g in chosen]), [g.version for g in chosen], metrics)
-
-
-def _refs_ready(refs: list[Any]) -> bool:
-    if not refs:
-        return True
-    _, not_ready = ray.wait(refs, num_returns=len(refs), timeout=0)
-    return not not_ready
 
 
 def _delta(now: _Counters, start: _Counters) -> dict[str, float]:

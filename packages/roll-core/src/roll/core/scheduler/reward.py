@@ -14,6 +14,15 @@ float32 tensor columns here, the others (``reward_error_report``) stay per-row P
 tensors, so unpickling one imports torch (~550 MB resident, 4-15 s); a reward worker that scores text needs
 neither, and this way never imports it.
 
+Deadlines: each share of rows sent to a rank must be answered within the reward role's call timeout
+(``RoleConfig.call_timeout_s``, else ``ray.call_timeout_s``; the role's ``@register(timeout_s=...)`` wins). A share
+still running then is abandoned: its rank is restarted (a hung verifier cannot be interrupted from outside its
+process, and every later call queued on that actor would wait behind it) and, with ``on_timeout`` set, its rows
+get the columns ``on_timeout(domain, n, reason)`` returns (the reward pipelines mark them failed, ``reward_error_B`` 1,
+with the reason) and the step goes on; without it the :class:`~roll.core.errors.WorkerTimeoutError` is raised. A
+job counts as :meth:`~RewardJob.ready` when every share has answered *or* passed its deadline, so a scheduler
+that waits on ``refs`` bounded by :attr:`~RewardJob.deadline` reads the verdict on time.
+
 Generic over what the rows and the scores are: nothing here knows about rewards beyond "a tag column".
 """
 
@@ -22,7 +31,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +42,14 @@ import torch
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
-from roll.core.errors import DataError, WorkerError
+from roll.core.errors import DataError, WorkerError, WorkerTimeoutError
 from roll.core.scheduler.rank_calls import RankCall, submit_to_rank
 
-__all__ = ["RewardJob", "RewardScheduler"]
+__all__ = ["FailedRows", "RewardJob", "RewardScheduler"]
+
+FailedRows = Callable[[str, int, str], Mapping[str, list[Any]]]
+"""``on_timeout(domain, n, reason)``: the score columns (``{name: [value per row]}``, as a light worker answers) of
+``n`` rows of ``domain`` whose reward call was abandoned; ``reason`` says which role, rank and deadline."""
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +80,16 @@ class RewardJob:
     def done(self) -> bool:
         return all(part.call.pending.done() for part in self.parts)
 
+    @property
+    def deadline(self) -> float:
+        """The earliest deadline (``time.monotonic()``) of the shares still in flight; ``inf`` when none."""
+        return min((p.call.deadline for p in self.parts if not p.call.pending.done()), default=float("inf"))
+
+    def ready(self) -> bool:
+        """True when :meth:`result` will not wait on a live call: every share answered or is past its deadline."""
+        now = time.monotonic()
+        return all(part.call.expired(now) or part.call.pending.done() for part in self.parts)
+
     def result(self) -> Batch:
         """The input rows with the workers' columns added (input order). A part whose worker died is retried on
         a restarted worker (see :class:`RewardScheduler`); any other failure is raised."""
@@ -95,6 +118,9 @@ class RewardScheduler:
     A reward worker whose process dies (a verifier that segfaults, an OOM kill) is restarted in place
     (:meth:`Cluster.restart_rank`) and its share of the rows is sent again, at most ``max_retries`` times per
     share; ``retried_requests`` counts the rows sent again, and each retry is logged with role, rank and cause.
+    A share past its deadline is abandoned (module docstring): ``timed_out_rows`` counts its rows, and the
+    warning names role, rank, rows and deadline. A share that was queued on a rank restarted under it (another
+    share's timeout) never ran on a live worker, so it is sent again instead.
     """
 
     def __init__(
@@ -107,6 +133,7 @@ class RewardScheduler:
         default_domain: str | None = None,
         max_retries: int = 2,
         columns: tuple[str, ...] | None = None,
+        on_timeout: FailedRows | None = None,
     ) -> None:
         unknown = sorted({d for d in routes.values() if d not in domains})
         if unknown or (default_domain is not None and default_domain not in domains):
@@ -121,8 +148,10 @@ class RewardScheduler:
         self._next_rank = {name: itertools.cycle(range(c.world_size)) for name, c in self.domains.items()}
         self.max_retries = max_retries
         self.columns = columns
+        self.on_timeout = on_timeout
         self.retried_requests = 0
         self.restarts = 0
+        self.timed_out_rows = 0
         self._epochs: dict[tuple[str, int], int] = {}  # restarts per (domain, rank)
 
     def domain_of(self, tag: str) -> str:
@@ -165,26 +194,53 @@ class RewardScheduler:
         for attempt in range(self.max_retries + 1):
             try:
                 return _as_batch(part.call.pending.result())
+            except WorkerTimeoutError as exc:
+                restarted_under_it = part.epoch != self._epochs.get((part.domain, part.call.rank), 0)
+                if restarted_under_it and attempt < self.max_retries:
+                    self._retry(batch, part, exc, attempt)
+                    continue
+                return self._abandon(part, exc)
             except WorkerError as exc:
                 if attempt == self.max_retries or not _worker_died(exc):
                     raise
                 self._retry(batch, part, exc, attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _abandon(self, part: _Part, exc: WorkerTimeoutError) -> Batch:
+        """A share past its deadline: restart its rank, and give its rows ``on_timeout``'s columns (or raise)."""
+        cluster, rank = self.domains[part.domain], part.call.rank
+        reason = (
+            f"{cluster.role} rank {rank}: {self.method} of {len(part.rows)} rows did not answer within "
+            f"{part.call.pending.target.timeout_s:g}s (the reward role's call_timeout_s); the call was abandoned "
+            "and the worker restarted"
+        )
+        log.warning("%s", reason)
+        self._restart(part)
+        if self.on_timeout is None:
+            raise exc
+        self.timed_out_rows += len(part.rows)
+        return _as_batch(self.on_timeout(part.domain, len(part.rows), reason))
+
+    def _restart(self, part: _Part) -> None:
+        """Restart the part's rank unless another part's failure already replaced it since the part was sent."""
+        key = (part.domain, part.call.rank)
+        if part.epoch == self._epochs.get(key, 0):
+            self.domains[part.domain].restart_rank(part.call.rank)
+            self._epochs[key] = part.epoch + 1
+            self.restarts += 1
+        part.epoch = self._epochs[key]
+
     def _retry(self, batch: Batch, part: _Part, exc: WorkerError, attempt: int) -> None:
         """Restart the part's rank, unless another job's retry already replaced it, and send the rows again."""
         cluster, rank = self.domains[part.domain], part.call.rank
+        what = "was restarted under" if isinstance(exc, WorkerTimeoutError) else "died while scoring"
         log.warning(
-            "%s rank %d died while scoring %d rows (%s); retrying them on a restarted one (retry %d of %d)",
-            cluster.role, rank, len(part.rows), str(exc).splitlines()[0][:300], attempt + 1, self.max_retries,
+            "%s rank %d %s %d rows (%s); retrying them on a restarted one (retry %d of %d)",
+            cluster.role, rank, what, len(part.rows), str(exc).splitlines()[0][:300], attempt + 1,
+            self.max_retries,
         )  # fmt: skip
-        key = (part.domain, rank)
-        if part.epoch == self._epochs.get(key, 0):
-            cluster.restart_rank(rank)
-            self._epochs[key] = part.epoch + 1
-            self.restarts += 1
+        self._restart(part)
         self.retried_requests += len(part.rows)
-        part.epoch = self._epochs[key]
         part.call = submit_to_rank(cluster, rank, self.method, self._payload(batch, part.rows))
 
     def _payload(self, batch: Batch, rows: np.ndarray) -> Batch | dict[str, list[Any]]:

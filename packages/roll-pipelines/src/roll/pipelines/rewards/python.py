@@ -19,6 +19,12 @@ batch) unscored (:meth:`RewardResult.unscored`: score 0, the reason naming the f
 traceback): one bad row must not stop a training step, ``reward/errors`` counts it as a rate, the first of each
 kind is shown with its traceback, and a run whose rate stays high stops (:mod:`roll.core.failures`).
 
+Deadline: each call (a row, or a batch with ``batched``) must return within ``timeout_s``. The function runs in
+a child process (:mod:`roll.pipelines.rewards._isolated`: a thread cannot be stopped, a process can be killed), so
+a function that never returns, even one that ignores signals, is killed at its deadline and its row fails with the
+reason; the next row gets a fresh process. ``timeout_s: null`` calls the function in the worker's own process,
+with no per-row deadline (only the reward role's ``call_timeout_s`` on the whole share of rows).
+
 Importing this module is light (stdlib and pydantic); resolving the function imports the user's module.
 """
 
@@ -38,6 +44,7 @@ from roll.core.callables import is_file_target, resolve_callable
 from roll.core.config.base import RollModel
 from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
+from roll.pipelines.rewards._isolated import IsolatedFunction, RemoteTraceback, RewardTimeoutError
 from roll.pipelines.rewards.types import RewardRequest, RewardResult
 
 OFFERED_KWARGS = ("prompt", "tag", "metadata")
@@ -54,6 +61,13 @@ class PythonRewardConfig(RollModel):
     function: str = Field(min_length=3, description="module:name or path/to/file.py:name")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="extra keyword arguments of every call")
     batched: bool = Field(False, description="call once per batch with lists instead of once per row")
+    timeout_s: float | None = Field(
+        30.0,
+        gt=0,
+        description="deadline of each call (each row; each batch when batched), enforced by running the function "
+        "in a child process that is killed when late (the row fails); null: call it in the worker's process, "
+        "with no per-row deadline",
+    )
 
     @field_validator("function")
     @classmethod
@@ -154,7 +168,10 @@ def _invalid(where: str, value: Any, what: str = "") -> RewardResult:
 
 
 def _raised(where: str, exc: Exception) -> RewardResult:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if isinstance(exc.__cause__, RemoteTraceback):  # raised in the child: its traceback is the user's code
+        text = exc.__cause__.text
+    else:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return RewardResult.unscored(
         f"{where} raised {type(exc).__name__}: {exc}", kind=type(exc).__name__, traceback=text
     )
@@ -167,6 +184,10 @@ class PythonReward:
         self.config = config
         self.fn = resolve_callable(config.function)
         self._accepted = accepted_kwargs(self.fn)
+        # every call goes through _call: in a child process under the deadline, or here without one
+        self._call: Callable[..., Any] = (
+            self.fn if config.timeout_s is None else IsolatedFunction(config.function, config.timeout_s)
+        )
 
     def _kwargs(self, offered: dict[str, Any]) -> dict[str, Any]:
         offered = {**offered, **self.config.kwargs}
@@ -182,7 +203,11 @@ class PythonReward:
     def _score_one(self, r: RewardRequest) -> RewardResult:
         kwargs = self._kwargs({"prompt": r.prompt, "tag": r.tag, "metadata": r.metadata})
         try:
-            value = self.fn(r.response, r.ground_truth, **kwargs)
+            value = self._call(r.response, r.ground_truth, **kwargs)
+        except (
+            RewardTimeoutError
+        ) as exc:  # killed at its deadline: the reason says it all, no traceback to show
+            return RewardResult.unscored(str(exc), kind="timeout")
         except Exception as exc:  # user code: this row is unscored, the traceback travels with it
             return _raised(self.config.function, exc)
         return to_result(value, self.config.function)
@@ -195,7 +220,9 @@ class PythonReward:
         }
         responses, truths = [r.response for r in requests], [r.ground_truth for r in requests]
         try:
-            values = list(self.fn(responses, truths, **self._kwargs(offered)))
+            values = list(self._call(responses, truths, **self._kwargs(offered)))
+        except RewardTimeoutError as exc:  # the whole batched call was killed at its deadline
+            return [RewardResult.unscored(str(exc), kind="timeout")] * len(requests)
         except Exception as exc:  # user code: every row of the batch is unscored
             return [_raised(self.config.function, exc)] * len(requests)
         if len(values) != len(requests):

@@ -52,7 +52,7 @@ from roll.pipelines.policy.prefetch import StepAhead
 from roll.pipelines.rlvr import metrics as M
 from roll.pipelines.rlvr.config import RLVRConfig, reward_routes
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, IMAGE_COLUMNS, PromptFeeder, prompt_batch, sft_batch
-from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker
+from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker, timed_out_rows
 from roll.pipelines.rlvr.transform import AdvantageTransform
 from roll.workers.config import SamplingParams
 from roll.workers.roles.sequences import to_sequences
@@ -115,6 +115,7 @@ class RLVRPipeline(BasePipeline):
         self.rewards = RewardScheduler(
             self.reward_clusters, self.domain_of, method="score", columns=REWARD_COLUMNS,
             default_domain=self.route_default,
+            on_timeout=timed_out_rows,  # a hung reward: its rows fail, its worker restarts, training goes on
         )  # fmt: skip
         self.scheduler = self._make_scheduler()
         self.ahead = StepAhead(self.generate, enabled=cfg.rollout.async_mode == "step_ahead")
@@ -296,6 +297,7 @@ class RLVRPipeline(BasePipeline):
         out["policy_version"] = float(self.policy.version)
         out["reward/retried_rows_total"] = float(self.rewards.retried_requests)
         out["reward/worker_restarts_total"] = float(self.rewards.restarts)
+        out["reward/timed_out_rows_total"] = float(self.rewards.timed_out_rows)
         if self.transform is not None:
             out.update(self.transform.metrics())
         return out
@@ -379,12 +381,13 @@ class RLVRPipeline(BasePipeline):
         self.policy.load_state(state)
 
     def teardown(self) -> None:
-        """Stop the generator threads (before a restart after a lost worker, and at shutdown)."""
-        if hasattr(self, "ahead"):
-            self.ahead.shutdown()
+        """Stop the generator threads (before a restart after a lost worker, and at shutdown). The scheduler
+        first: a step-ahead generation stuck on a call then leaves at once instead of at the call's deadline."""
         if self.scheduler is not None:
             self.scheduler.close()
             self.scheduler = None
+        if hasattr(self, "ahead"):
+            self.ahead.shutdown()
 
     def shutdown(self) -> None:
         self.teardown()

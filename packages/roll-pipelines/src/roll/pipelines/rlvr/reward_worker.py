@@ -31,7 +31,7 @@ from roll.core.failures import ErrorReport
 from roll.pipelines.rewards.python import to_result
 from roll.pipelines.rewards.types import UNSCORED, RewardFunction, RewardRequest, RewardResult
 
-__all__ = ["REWARD_COLUMNS", "RewardWorker"]
+__all__ = ["REWARD_COLUMNS", "RewardWorker", "timed_out_rows"]
 
 REWARD_COLUMNS = (C.TEXT, C.PROMPT, C.GROUND_TRUTH, C.TAG)
 """The columns a reward worker gets; pass as ``RewardScheduler(columns=...)``."""
@@ -100,6 +100,20 @@ def _row(request: RewardRequest) -> str:
     parts = [f"prompt {short(request.prompt)}", f"response {short(request.response)}"]
     parts.append(f"ground truth {short(request.ground_truth)}")
     return "row: " + ", ".join(parts)
+
+
+def timed_out_rows(domain: str, n: int, reason: str) -> dict[str, list[Any]]:
+    """What :meth:`RewardWorker.score` would answer for ``n`` rows of ``domain`` it could not score: the columns
+    the :class:`~roll.core.scheduler.RewardScheduler` gives a share whose call passed its deadline
+    (``on_timeout``): score 0, not correct, ``reward_error_B`` 1, and a ``timeout`` report with the reason (no
+    traceback: the call was abandoned, not raised)."""
+    report = ErrorReport(f"reward {domain}", "timeout", reason)
+    return {
+        C.SCORES: [0.0] * n,
+        C.CORRECT: [0.0] * n,
+        C.REWARD_ERROR: [1.0] * n,
+        C.REWARD_ERROR_REPORT: [report] * n,
+    }
 
 
 def _request(rows: Rows, i: int) -> RewardRequest:

@@ -20,7 +20,7 @@ from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardSchedu
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.rlvr.config import reward_routes
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, prompt_batch
-from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker
+from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker, timed_out_rows
 from roll.pipelines.rlvr_rollout import RolloutEvalConfig
 from roll.pipelines.rlvr_rollout.metrics import domain_table, summarize
 from roll.workers.config import SamplingParams
@@ -72,6 +72,7 @@ class RolloutEvalPipeline(BasePipeline):
             method="score",
             columns=REWARD_COLUMNS,
             default_domain=self.route_default,
+            on_timeout=timed_out_rows,
         )
         options = GenerateOptions(
             group_size=cfg.samples, request_prompts=cfg.request_prompts, carry_columns=CARRY_COLUMNS
