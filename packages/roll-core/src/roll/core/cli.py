@@ -53,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="run the pipeline a config names")
     train.add_argument("config", type=Path)
     train.add_argument(
-        "overrides", nargs="*", help="dotted overrides, e.g. max_steps=10 actor_train.strategy.optimizer.lr=1e-5"
+        "overrides",
+        nargs="*",
+        help="dotted overrides, e.g. max_steps=10 actor_train.strategy.optimizer.lr=1e-5",
     )
     train.add_argument(
         "--no-preflight", action="store_true", help="skip the pipeline's checks of data sources and plugins"

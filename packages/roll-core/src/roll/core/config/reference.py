@@ -89,7 +89,14 @@ def _type_text(field: FieldInfo) -> str:
     return f"{text} ({', '.join(bounds)})" if bounds else text
 
 
-_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "min length", "max_length": "max length"}
+_BOUNDS = {
+    "gt": ">",
+    "ge": ">=",
+    "lt": "<",
+    "le": "<=",
+    "min_length": "min length",
+    "max_length": "max length",
+}
 
 
 def _bound(meta: Any) -> str:
@@ -222,7 +229,9 @@ def _pipelines_page(specs: Mapping[str, Any], common: type[BaseModel]) -> str:
     sections = []
     for name, spec in specs.items():
         model = spec.config_model
-        head = f"## `{name}`\n\n{spec.description or _doc_line(model)}\n\nConfig model: `{model.__qualname__}`."
+        head = (
+            f"## `{name}`\n\n{spec.description or _doc_line(model)}\n\nConfig model: `{model.__qualname__}`."
+        )
         if model in seen:
             sections.append(f"{head} The same keys as [`{seen[model]}`](#{seen[model]}).")
             continue
@@ -280,7 +289,9 @@ def reference_pages() -> dict[str, str]:
         "The keys every run has, whatever its `pipeline` (config model `RunConfig`); each pipeline adds its "
         "own ([pipelines](pipelines.md))."
     )
-    plugin_intro = "Entry-point group `{group}`. Each section is one plugin: its name, what it does and its options."
+    plugin_intro = (
+        "Entry-point group `{group}`. Each section is one plugin: its name, what it does and its options."
+    )
     rewards = {**group("roll.reward"), **group("roll.diffusion_reward")}
     return {
         "run.md": _page("Every run", run_intro, [key_table(RunConfig)]),
