@@ -80,6 +80,29 @@ def iter_keys(model: type[BaseModel], prefix: str = "") -> Iterator[KeyDoc]:
         if nested is not None:
             suffix, child = nested
             yield from iter_keys(child, f"{path}{suffix}.")
+        elif name not in UNEXPANDED:
+            for tag, variant in _variants(field.annotation):
+                for doc in iter_keys(variant, f"{path}."):
+                    yield KeyDoc(doc.path, doc.type, doc.default, f"(type {tag}) {doc.description}".rstrip())
+
+
+UNEXPANDED = frozenset({"strategy"})
+"""Unions not expanded in place: a role's strategy has a page of its own (every role would repeat it)."""
+
+
+def _variants(annotation: Any) -> list[tuple[str, type[BaseModel]]]:
+    """``(type tag, model)`` of a ``type``-discriminated union of models (empty for anything else)."""
+    alts = [a for a in alternatives(annotation) if a is not type(None)]
+    if len(alts) < 2 or not all(_is_model(a) for a in alts):
+        return []
+    tagged = []
+    for alt in alts:
+        field = alt.model_fields.get("type")
+        tags = typing.get_args(field.annotation) if field is not None else ()
+        if len(tags) != 1:
+            return []
+        tagged.append((str(tags[0]), alt))
+    return tagged
 
 
 def _type_text(field: FieldInfo) -> str:
