@@ -106,7 +106,9 @@ def _commands() -> list[tuple[str, str]]:
                 command = m.group(0).strip() + (f" {hint.group(1)}" if hint else "")
                 found[(_rel(example), command)] = None
     # a command named in prose (`roll validate --explain` says ...) is not a command line: no config file named
-    return [(w, c) for w, c in found if c.split()[-1] == "list" or any(a.endswith(".yaml") for a in c.split())]
+    return [
+        (w, c) for w, c in found if c.split()[-1] == "list" or any(a.endswith(".yaml") for a in c.split())
+    ]
 
 
 COMMANDS = _commands()

@@ -107,7 +107,9 @@ def test_trackio_local(tmp_path: Path) -> None:
     assert config is not None and config["seed"] == 3 and config["train"]["optimizer"]["lr"] == 0.0005
 
 
-def test_trackio_local_says_nothing_about_uploading(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_trackio_local_says_nothing_about_uploading(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """Local trackio uploads nothing, yet its ``finish`` prints "Uploading logs to Trackio", and its atexit hook
     finishes the current run again (printing again at interpreter exit). roll's tracker drops that line and leaves
     no current run behind for the hook."""

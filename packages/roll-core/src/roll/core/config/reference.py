@@ -196,8 +196,7 @@ def _section_defaults(section: BaseModel, key: str, was_set: bool) -> Iterator[t
     if was_set:
         yield from defaults_left(section, f"{key}.")
         return
-    for sub, value in _leaves(section, f"{key}."):
-        yield sub, value
+    yield from _leaves(section, f"{key}.")
 
 
 def _leaves(section: BaseModel, prefix: str) -> Iterator[tuple[str, str]]:
