@@ -117,6 +117,7 @@ from roll.agentic.env_manager.manager import Generation, RolloutManager
 from roll.agentic.env_manager.slots import EnvSlots, factory_for
 from roll.core import plugins
 from roll.core.cli import load_run_config
+from roll.core.errors import ConfigError
 from roll.data.tokenizer import build_tokenizer
 
 info = plugins.available("roll.env")["parity"]
@@ -133,12 +134,17 @@ def reader(prompts, *, seed):
 
 snippet = pathlib.Path(TMP) / "env.yaml"
 snippet.write_text("defaults: [" + str(pathlib.Path("examples/agentic_frozen_lake.yaml").resolve()) + "]\n" + YAML)
-_, config = load_run_config(snippet, [])
+_, config = load_run_config(snippet, [], preflight=True)
+try:
+    load_run_config(snippet, ["env_manager.envs.0.options.rounds=0"], preflight=True)
+    bad = "accepted"
+except ConfigError as exc:
+    bad = str(exc)
 manager = config.env_manager
 pool = EnvSlots(16, factory_for(manager.envs), timeout_s=10)  # the example starts an extra group
 rollout = RolloutManager(manager, pool, reader, encoder).rollout(4, 2, batch_seed=3)
 print(json.dumps({"dist": info.dist, "metrics": rollout.metrics(),
-                  "returns": sorted({e.total_reward for e in rollout.episodes})}))
+                  "returns": sorted({e.total_reward for e in rollout.episodes}), "bad": bad}))
 """
 
 
@@ -152,3 +158,4 @@ def test_the_env_guide_builds_a_working_plugin(tmp_path: Path) -> None:
     assert metrics["env/parity/success_rate"] == 1.0 and metrics["env/episodes_kept"] == 8.0
     assert metrics["env/return"] == 3.0 and metrics["env/turns"] == 3.0 and metrics["env/format_ok"] == 1.0
     assert result["returns"] == [3.0]
+    assert "env_manager.envs.0.options.rounds" in result["bad"]
