@@ -76,7 +76,9 @@ def iter_keys(model: type[BaseModel], prefix: str = "") -> Iterator[KeyDoc]:
         key = field.alias or name
         path = f"{prefix}{key}"
         nested = _nested(field.annotation)
-        yield KeyDoc(path, _type_text(field), _default_text(field, nested is not None), _description(field))
+        # A section without a description of its own is described by its model's docstring.
+        about = _description(field) or (_doc_line(nested[1]) if nested is not None else "")
+        yield KeyDoc(path, _type_text(field), _default_text(field, nested is not None), about)
         if nested is not None:
             suffix, child = nested
             yield from iter_keys(child, f"{path}{suffix}.")
