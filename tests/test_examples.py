@@ -6,7 +6,6 @@ package cannot silently break an example that no end-to-end test runs.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -25,30 +24,6 @@ def test_example_validates(path: Path) -> None:
     spec, config = load_run_config(path, [])
     assert spec.name == config.pipeline
     assert config.max_steps > 0
-
-
-DOCS = sorted((Path(__file__).resolve().parents[1] / "docs").glob("*.md"))
-SNIPPETS = [
-    (doc, i, block)
-    for doc in DOCS
-    for i, block in enumerate(re.findall(r"```yaml\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S))
-]
-
-
-@pytest.mark.parametrize("doc,index,snippet", SNIPPETS, ids=lambda v: getattr(v, "stem", None))
-def test_doc_yaml_snippet_validates_on_the_quickstart(
-    doc: Path, index: int, snippet: str, tmp_path: Path
-) -> None:
-    """A YAML snippet in the docs is a partial config: laid over the quickstart, it must validate (the model-role
-    layout, the strategy union and its keys)."""
-    cfg = tmp_path / f"{doc.stem}_{index}.yaml"
-    cfg.write_text(f"defaults: [{EXAMPLES[0].parent / 'quickstart.yaml'}]\n{snippet}", encoding="utf-8")
-    spec, config = load_run_config(cfg, [])
-    assert spec.name == "rlvr" and config.pipeline == "rlvr"
-
-
-def test_docs_have_yaml_snippets() -> None:
-    assert SNIPPETS, "docs/gpu.md shows YAML snippets; the pattern that finds them broke"
 
 
 TRAINED_ROLES = ("actor_train", "student", "critic")

@@ -56,3 +56,23 @@ def test_missing_config_file(tmp_path: Path) -> None:
     out = _roll("validate", str(tmp_path / "nope.yaml"), cwd=tmp_path)
     assert out.returncode == 2
     assert "nope.yaml" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_validate_explain_lists_every_key_left_at_its_default(tmp_path: Path) -> None:
+    """`--explain` prints the keys the config does not set, with their default values, and only those: the smoke
+    example sets `seed`, `ray.num_cpus` and `checkpoint.keep_last`, and leaves `max_restarts`, `ray.address`,
+    `ray.call_timeout_s` and `checkpoint.export_hf` to RunConfig's defaults (3, null, 600.0, false)."""
+    out = _roll("validate", "--explain", str(ROOT / "examples" / "smoke.yaml"), "lr=0.5", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "pipeline 'smoke' has no presets: every key is the config's or its default" in lines
+    (header,) = [line for line in lines if line.startswith("defaults: ")]
+    left = {
+        line.strip().split(": ", 1)[0]: line.strip().split(": ", 1)[1]
+        for line in lines
+        if line.startswith("  ")
+    }
+    assert header == f"defaults: {len(left)} keys the config leaves unset"
+    assert left["max_restarts"] == "3" and left["ray.address"] == "null"
+    assert left["ray.call_timeout_s"] == "600.0" and left["checkpoint.export_hf"] == "false"
+    assert not {"seed", "ray.num_cpus", "checkpoint.keep_last", "workers.num_workers", "lr"} & left.keys()

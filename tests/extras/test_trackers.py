@@ -105,3 +105,17 @@ def test_trackio_local(tmp_path: Path) -> None:
     assert [row["plot"]["_type"] for row in logs if "plot" in row] == ["trackio.image"]
     config = SQLiteStorage.get_run_config(project, "run-trackio")
     assert config is not None and config["seed"] == 3 and config["train"]["optimizer"]["lr"] == 0.0005
+
+
+def test_trackio_local_says_nothing_about_uploading(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Local trackio uploads nothing, yet its ``finish`` prints "Uploading logs to Trackio", and its atexit hook
+    finishes the current run again (printing again at interpreter exit). roll's tracker drops that line and leaves
+    no current run behind for the hook."""
+    run_tracker("trackio", tmp_path)
+    import trackio
+
+    out, err = capfd.readouterr()
+    assert "Uploading" not in out + err
+    assert trackio.context_vars.current_run.get() is None

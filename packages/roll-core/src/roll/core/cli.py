@@ -17,6 +17,7 @@ from typing import Any
 
 from roll.core import plugins
 from roll.core.config.loader import ConfigTree, load_tree, validate
+from roll.core.config.reference import defaults_left
 from roll.core.config.sections import RunConfig
 from roll.core.errors import ConfigError, ConfigIssue, RollError
 from roll.core.recovery import EXIT_PREEMPTED, Preempted
@@ -51,7 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="run the pipeline a config names")
     train.add_argument("config", type=Path)
-    train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5")
+    train.add_argument(
+        "overrides",
+        nargs="*",
+        help="dotted overrides, e.g. max_steps=10 actor_train.strategy.optimizer.lr=1e-5",
+    )
     train.add_argument(
         "--no-preflight", action="store_true", help="skip the pipeline's checks of data sources and plugins"
     )
@@ -66,7 +71,11 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("validate", help="check a config and report every problem at once")
     check.add_argument("config", type=Path)
     check.add_argument("overrides", nargs="*")
-    check.add_argument("--explain", action="store_true", help="also print what presets and defaults set")
+    check.add_argument(
+        "--explain",
+        action="store_true",
+        help="also print what presets set and every key the config leaves at its default, with its value",
+    )
     check.add_argument(
         "--no-preflight", action="store_true", help="skip the pipeline's checks of data sources and plugins"
     )
@@ -133,11 +142,19 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     spec, cfg = load_run_config(args.config, args.overrides, preflight=not args.no_preflight)
     print(f"{args.config}: ok (pipeline {spec.name!r}, {type(cfg).__name__})")
     if args.explain:
-        lines = list(spec.explain(cfg)) if spec.explain is not None else []
-        print(
-            "\n".join(lines) if lines else f"pipeline {spec.name!r} sets nothing beyond the config's defaults"
-        )
+        print("\n".join(_explain(spec, cfg)))
     return 0
+
+
+def _explain(spec: PipelineSpec, cfg: RunConfig) -> list[str]:
+    """What the pipeline's presets set, then every key left at its default (``key: value``, in model order)."""
+    lines = list(spec.explain(cfg)) if spec.explain is not None else []
+    if not lines:
+        lines = [f"pipeline {spec.name!r} has no presets: every key is the config's or its default"]
+    left = list(defaults_left(cfg))
+    lines.append(f"defaults: {len(left)} keys the config leaves unset")
+    lines += [f"  {key}: {value}" for key, value in left]
+    return lines
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:

@@ -19,7 +19,9 @@ The libraries are imported in ``build`` only, so ``roll list`` stays fast and sa
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import os
 import re
 import time
@@ -145,7 +147,20 @@ class TrackioTracker:
         self.run.log({name: self._trackio.Image(str(path)) for name, path in images.items()}, step=step)
 
     def close(self) -> None:
-        self.run.finish()
+        # trackio's finish() prints "Uploading logs to Trackio (please wait...)" even in local mode, where it only
+        # joins the thread that writes the local SQLite store: nothing is uploaded, so that line would mislead.
+        # Any other output of finish() passes through.
+        # trackio's atexit hook finishes its current run again (printing again): this run is finished, so it is no
+        # longer current.
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            self.run.finish()
+        current = self._trackio.context_vars.current_run
+        if current.get() is self.run:
+            current.set(None)
+        kept = [line for line in buffer.getvalue().splitlines() if "Uploading logs to Trackio" not in line]
+        if kept:
+            print("\n".join(kept))
 
 
 def _build_mlflow(output_dir: Path, config: TrackingConfig, run_config: Mapping[str, Any] | None) -> Tracker:

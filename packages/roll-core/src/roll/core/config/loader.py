@@ -7,7 +7,7 @@ are only echoes. This module imports neither torch nor Ray: validating a config 
 
 Typical use::
 
-    config = load_config("examples/rlvr.yaml", ["trainer.lr=1e-5"], model=RlvrConfig)
+    config = load_config("examples/quickstart.yaml", ["max_steps=10"], model=RLVRConfig)
     (config.output_dir / "config.yaml").write_text(dump_yaml(config))
 
 When the model depends on the tree (the ``pipeline:`` key picks it), load the tree first, then validate::

@@ -63,7 +63,12 @@ def parse_override(text: str, position: int) -> Override:
     key, eq, raw = body.partition("=")
     keys = tuple(key.strip().split("."))
     if not key.strip() or not all(keys):
-        raise _error(key, f"malformed key {key.strip()!r}", "write dotted keys like trainer.lr=1e-5", source)
+        raise _error(
+            key,
+            f"malformed key {key.strip()!r}",
+            "write dotted keys like actor_train.strategy.optimizer.lr=1e-5",
+            source,
+        )
     if op == "delete":
         if eq:
             raise _error(key, "a deletion takes no value", f"write ~{key.strip()}", source)

@@ -1,0 +1,191 @@
+"""The documentation is checked like code: every YAML block validates, every ``roll`` command line parses and its
+config validates with the overrides it passes, the configuration reference is what the config models say today,
+and the 8-GPU recipe puts every role on GPUs.
+
+YAML blocks (```` ```yaml ```` in README.md and docs/**/*.md) come in four kinds, told apart by their first line:
+
+- ``--8<-- "examples/x.yaml"`` (an MkDocs snippet include): the included example validates;
+- ``# over: examples/x.yaml``: a partial config laid over that example (as its ``defaults:``) validates;
+- ``# fragment``: not a whole config (a section shown alone, a manifest); it must parse as YAML;
+- anything else: a whole config that names its pipeline, validated through roll's loader.
+
+Command lines are ``roll validate|train|eval|list`` (after an optional ``uv run``) in ```` ```bash ```` blocks, in
+inline code of the docs, and in the ``# Run:``-style comments of examples/**/*.yaml.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from roll.core.cli import _parser, load_run_config
+from roll.core.config.reference import reference_pages
+from roll.core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+EXAMPLES = sorted((ROOT / "examples").rglob("*.yaml"))
+SNIPPET = re.compile(r'^--8<-- "([^"]+)"\s*$')
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def _yaml_blocks() -> list[tuple[str, str]]:
+    found = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for i, block in enumerate(re.findall(r"^```yaml\n(.*?)^```", text, flags=re.S | re.M)):
+            found.append((f"{_rel(doc)}#{i}", block))
+    return found
+
+
+YAML_BLOCKS = _yaml_blocks()
+
+
+def test_docs_have_yaml_blocks_of_every_kind() -> None:
+    firsts = [block.split("\n", 1)[0] for _, block in YAML_BLOCKS]
+    assert any(SNIPPET.match(f) for f in firsts), "no example included with --8<--: the pattern broke"
+    assert any(f.startswith("# over: ") for f in firsts)
+    assert any(f.startswith("pipeline: ") for f in firsts), "no whole config in the docs"
+    assert len(YAML_BLOCKS) >= 20
+
+
+@pytest.mark.parametrize("where,block", YAML_BLOCKS, ids=[w for w, _ in YAML_BLOCKS])
+def test_yaml_block_validates(where: str, block: str, tmp_path: Path) -> None:
+    first = block.split("\n", 1)[0].strip()
+    if first == "# fragment":
+        assert yaml.safe_load(block) is not None, f"{where}: an empty fragment"
+        return
+    if (m := SNIPPET.match(first)) is not None:
+        path = ROOT / m.group(1)
+        assert path.suffix == ".yaml" and path.exists(), (
+            f"{where}: includes {m.group(1)}, which does not exist"
+        )
+    elif first.startswith("# over: "):
+        base = ROOT / first.removeprefix("# over: ").strip()
+        assert base.exists(), f"{where}: laid over {base}, which does not exist"
+        path = tmp_path / "snippet.yaml"
+        path.write_text(f"defaults: [{base}]\n{block}", encoding="utf-8")
+    else:
+        path = tmp_path / "snippet.yaml"
+        path.write_text(block, encoding="utf-8")
+    spec, config = load_run_config(path, [])
+    assert config.pipeline == spec.name
+
+
+COMMAND = re.compile(
+    r"(?:uv run )?\broll (?:validate|train|eval|list)\b(?:[^`\n#();|]*?)(?=\s{3,}|[`\n#();|]|$)"
+)
+OVERRIDE_HINT = re.compile(r"\(override anything: ([^)]*)\)")
+"""An example header's ``Run: uv run roll train examples/x.yaml   (override anything: a=1 b=2)``: checked as
+the command with those overrides."""
+
+
+def _commands() -> list[tuple[str, str]]:
+    found: dict[tuple[str, str], None] = {}
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        chunks = re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M) + re.findall(
+            r"`([^`\n]+)`", text
+        )
+        for chunk in chunks:
+            for line in chunk.splitlines():
+                found.update(((_rel(doc), m.group(0).strip()), None) for m in COMMAND.finditer(line))
+    for example in EXAMPLES:
+        for line in example.read_text(encoding="utf-8").splitlines():
+            if not line.startswith("#"):
+                continue
+            for m in COMMAND.finditer(line):
+                hint = OVERRIDE_HINT.search(line, m.end())
+                command = m.group(0).strip() + (f" {hint.group(1)}" if hint else "")
+                found[(_rel(example), command)] = None
+    # a command named in prose (`roll validate --explain` says ...) is not a command line: no config file named
+    return [
+        (w, c) for w, c in found if c.split()[-1] == "list" or any(a.endswith(".yaml") for a in c.split())
+    ]
+
+
+COMMANDS = _commands()
+
+
+def test_docs_show_commands() -> None:
+    kinds = {shlex.split(cmd.removeprefix("uv run "))[1] for _, cmd in COMMANDS}
+    assert {"validate", "train", "eval", "list"} <= kinds
+    assert any("grpo_qwen2.5_7b_8gpu.yaml" in cmd for _, cmd in COMMANDS)
+
+
+@pytest.mark.parametrize("where,command", COMMANDS, ids=[f"{w}:{c}" for w, c in COMMANDS])
+def test_command_parses_and_its_config_validates(where: str, command: str) -> None:
+    """The argv parses as the CLI would parse it; a config it names validates with the overrides it passes (for
+    ``validate`` with the pipeline's pre-flight checks too, as ``roll validate`` runs them)."""
+    argv = shlex.split(command.removeprefix("uv run "))
+    assert argv[0] == "roll", f"{where}: {command}"
+    args = _parser().parse_args(argv[1:])
+    if args.command == "list":
+        return
+    assert (ROOT / args.config).exists(), f"{where}: {command}: no file {args.config}"
+    overrides = list(args.overrides)
+    if args.command == "eval" and "pipeline" not in yaml.safe_load((ROOT / args.config).read_text()):
+        overrides.insert(0, "+pipeline=rlvr_rollout")
+    preflight = args.command == "validate" and not args.no_preflight
+    if line_expects_exit_2(where, command):
+        with pytest.raises(ConfigError):
+            load_run_config(ROOT / args.config, overrides, preflight=preflight)
+        return
+    spec, config = load_run_config(ROOT / args.config, overrides, preflight=preflight)
+    assert config.pipeline == spec.name
+
+
+def line_expects_exit_2(where: str, command: str) -> bool:
+    """A docs line that shows a config error on purpose ends with ``# exits 2``."""
+    text = (ROOT / where).read_text(encoding="utf-8")
+    return any(command in line and line.rstrip().endswith("# exits 2") for line in text.splitlines())
+
+
+# ------------------------------------------------------------------------------------------------ reference
+
+
+def test_config_reference_is_current() -> None:
+    """docs/reference/*.md equal what the config models render today (rerun scripts/gen_config_reference.py)."""
+    pages = reference_pages()
+    stale = [
+        name
+        for name, text in pages.items()
+        if not (ROOT / "docs/reference" / name).exists()
+        or (ROOT / "docs/reference" / name).read_text(encoding="utf-8") != text
+    ]
+    assert not stale, f"stale reference pages {stale}: run uv run python scripts/gen_config_reference.py"
+
+
+def test_reference_lists_every_plugin_and_key() -> None:
+    """Spot checks a reader relies on: a pipeline key, a strategy key, a reward option, an env option."""
+    pages = reference_pages()
+    assert "| `algorithm.preset` |" in pages["pipelines.md"] and "## `dpo`" in pages["pipelines.md"]
+    assert "| `gpu_memory_utilization` | float (> 0.0, <= 1.0) | `0.5` |" in pages["strategies.md"]
+    assert "## `exact_match`" in pages["rewards.md"] and "| `pattern` |" in pages["rewards.md"]
+    assert "## `sokoban`" in pages["envs.md"] and "## `calculator`" in pages["tools.md"]
+    assert "`trackio`" in pages["trackers.md"]
+    assert "| `seed` | int | `42` |" in pages["run.md"]
+
+
+# ------------------------------------------------------------------------------------------------ recipes
+
+
+def test_the_8_gpu_grpo_recipe_puts_every_role_on_gpus() -> None:
+    path = ROOT / "examples/gpu/grpo_qwen2.5_7b_8gpu.yaml"
+    _, config = load_run_config(path, [], preflight=True)
+    roles = {name: getattr(config, name) for name in ("actor_train", "actor_infer", "reference")}
+    assert all(r is not None and r.gpus_per_worker >= 1 for r in roles.values()), roles
+    assert sum(r.num_workers * r.gpus_per_worker for r in roles.values()) == 3 * 8  # time-shared on 8 GPUs
+    assert {r.device_group for r in roles.values()} == {"node0"}
+    assert (
+        config.actor_infer.strategy.type == "vllm"
+        and config.actor_train.model.path == "Qwen/Qwen2.5-7B-Instruct"
+    )
+    assert config.algorithm.adv_estimator == "grpo" and config.algorithm.kl_mode == "loss"
