@@ -18,6 +18,7 @@ import torch
 
 from roll.core.checkpoint import (
     MANIFEST,
+    CheckpointInfo,
     CheckpointManager,
     PipelineState,
     capture_rng_state,
@@ -255,9 +256,13 @@ def test_resolve_resume(tmp_path: Path) -> None:
     save(manager, 2)
     last = save(manager, 4)
     assert manager.resolve_resume("never", "sft") is None
-    assert manager.resolve_resume("auto", "sft") == last
-    assert manager.resolve_resume(tmp_path / "step_000002", "sft") == tmp_path / "step_000002"
-    assert manager.resolve_resume("step_000002", "sft") == tmp_path / "step_000002"
+    assert _path(manager.resolve_resume("auto", "sft")) == last
+    assert _path(manager.resolve_resume(tmp_path / "step_000002", "sft")) == tmp_path / "step_000002"
+    assert _path(manager.resolve_resume("step_000002", "sft")) == tmp_path / "step_000002"
+
+
+def _path(info: CheckpointInfo | None) -> Path | None:
+    return info.path if info else None
 
 
 def test_resolve_resume_errors(tmp_path: Path) -> None:

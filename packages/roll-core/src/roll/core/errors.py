@@ -94,3 +94,8 @@ class CheckpointError(RollError, RuntimeError):
 
 class DataError(RollError, ValueError):
     """Data that cannot be read or does not have the fields a pipeline needs."""
+
+
+class RunDirError(RollError, FileExistsError):
+    """An output dir that already holds a run, which a new run would append to or overwrite. The message names
+    the ways on: ``resume=auto`` (continue it) or ``overwrite=true`` (move it aside and start afresh)."""

@@ -10,6 +10,10 @@ Stop conditions: after every step its metrics go to :class:`~roll.core.failures.
 :class:`~roll.core.failures.RunStopped` for a run that cannot learn (error rates of user code, a non-finite loss
 or gradient, steps without updates); pipelines hand it the error reports of their user-code calls to show.
 
+The output dir is claimed and the checkpoint to resume from verified when the pipeline is built, before Ray starts
+(:mod:`roll.core.rundir`): a new run never appends to or overwrites another, and a damaged checkpoint is never
+loaded.
+
 Step numbering: ``self.step`` is the number of completed training steps. ``train_step(step)`` receives the index of
 the step it runs (0-based), so after it returns ``self.step == step + 1``; a checkpoint named ``step_000004`` holds
 the state after four completed steps, and a resumed run continues with ``train_step(4)``.
@@ -19,13 +23,14 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from roll.core import plugins
+from roll.core import plugins, rundir
 from roll.core.checkpoint import CheckpointManager, PipelineState, restore_rng_state
 from roll.core.cluster import Cluster, RayHandle, ResourceManager, Worker, init_ray, shutdown_ray
 from roll.core.config.loader import dump_yaml
@@ -47,12 +52,13 @@ class BasePipeline(ABC):
         self.name = name
         self.output_dir = Path(config.output_dir)
         self.step = 0
-        self.checkpoints = CheckpointManager(  # checks the output dir is writable, before any work
-            config.checkpoint.dir or self.output_dir / "checkpoints",
-            config.checkpoint.keep_last,
-            pipeline_name=name,
+        root = config.checkpoint.dir or self.output_dir / "checkpoints"
+        rundir.claim(config, root)  # refuses a dir that holds another run, or moves it aside (overwrite)
+        self.checkpoints = CheckpointManager(root, config.checkpoint.keep_last, pipeline_name=name)
+        self.run_start = rundir.plan(config, self.checkpoints, name)  # verified before any worker exists
+        self.tracker: Tracker = (
+            MultiTracker([]) if self.run_start.finished else build_trackers(config, self.output_dir)
         )
-        self.tracker: Tracker = build_trackers(config, self.output_dir)
         self.failures = FailureGuard(config.failures)
         """Shows user-code errors once and stops a run that cannot learn (:mod:`roll.core.failures`); a step's
         metrics are checked after they are logged, so the step that tripped a limit is in the records."""
@@ -127,10 +133,15 @@ class BasePipeline(ABC):
     def run(self) -> dict[str, float]:
         """Train until ``max_steps``; returns the last step's metrics. Always call :meth:`shutdown` after.
 
+        First says on stderr what the run continues from (:meth:`roll.core.rundir.RunStart.describe`); a run whose checkpoint is
+        already at ``max_steps`` returns ``{}`` there, before Ray starts.
         Raises :class:`~roll.core.recovery.Preempted` after a graceful stop on SIGTERM/SIGINT (a checkpoint was
         written), ``KeyboardInterrupt`` when a step was abandoned. A lost worker is recovered from up to
         ``max_restarts`` times (see :mod:`roll.core.recovery`).
         """
+        print(f"roll: {self.run_start.describe(self.name)}", file=sys.stderr, flush=True)
+        if self.run_start.finished:
+            return {}
         stop = StopSignals(grace_s=self.config.stop_grace_s)
         with stop.installed():
             try:
@@ -207,7 +218,7 @@ class BasePipeline(ABC):
             logger.error("%s: %s; giving up after %d restarts (max_restarts)", self.name, lost, self.restarts)
             raise exc
         self.restarts += 1
-        latest = self.checkpoints.latest()
+        latest = self.checkpoints.latest_intact()
         logger.error(
             "%s: %s (the step failed with %s: %s). Restart %d of %d: rebuilding the clusters, resuming from %s",
             self.name, lost, type(exc).__name__, str(exc).splitlines()[0][:300], self.restarts, limit,
@@ -233,7 +244,8 @@ class BasePipeline(ABC):
         self.resources.allocate()  # raises with the arithmetic when the roles don't fit
 
     def _resume(self) -> None:
-        path = self._restart_from or self.checkpoints.resolve_resume(self.config.resume, self.name)
+        start = self.run_start.checkpoint
+        path = self._restart_from or (start.path if start else None)
         if path is None:
             return
         self.load_files(path)

@@ -126,9 +126,11 @@ class JsonlTracker:
     """Appends ``{"step": int, "time": unix seconds, "metrics": {...}}`` per call to ``<output_dir>/metrics.jsonl``.
 
     Each line is flushed when written, so a crashed run keeps every step it logged. The file is opened for
-    appending: a resumed run continues the same file, and steps logged after the last checkpoint of the crashed
-    run appear twice (readers should keep the last line of a step). Non-finite values are written as ``NaN`` /
-    ``Infinity``, which Python's json and pandas read.
+    appending: a resumed run continues its own file, which the pipeline first rewinds to the resumed step
+    (:func:`rewind_jsonl`), so each step appears once. (A restart after a lost worker, within one process, logs
+    again the steps since its checkpoint: readers keep the last line of a step.) A new run never opens another
+    run's file: :mod:`roll.core.rundir` refuses an output dir that holds one. Non-finite values are written as
+    ``NaN`` / ``Infinity``, which Python's json and pandas read.
     """
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
@@ -148,6 +150,30 @@ class JsonlTracker:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def rewind_jsonl(path: Path, last_step: int) -> int:
+    """Drop the records of ``path`` (a :class:`JsonlTracker` file) past ``last_step``, and a torn last line that
+    a killed run left; returns how many lines were dropped. Rewritten through a temp file and a rename, so a
+    crash leaves the old file or the new one. A missing file is nothing to rewind (0)."""
+    if not path.is_file():
+        return 0
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kept = [line for line in lines if (step := _step_of(line)) is not None and step <= last_step]
+    if len(kept) == len(lines):
+        return 0
+    temp = path.with_name(f".{path.name}.rewind")
+    temp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    temp.replace(path)
+    return len(lines) - len(kept)
+
+
+def _step_of(line: str) -> int | None:
+    try:
+        step = json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return step if isinstance(step, int) else None
 
 
 class TensorboardTracker:
@@ -349,4 +375,5 @@ __all__ = [
     "format_metrics_line",
     "reduce_metrics",
     "reduction_for",
+    "rewind_jsonl",
 ]

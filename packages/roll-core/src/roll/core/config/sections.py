@@ -6,12 +6,13 @@ A pipeline's config model extends :class:`RunConfig` with its own sections. Noth
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
 from roll.core.config.base import RollModel
-from roll.core.config.validate import moved_keys_error
+from roll.core.config.validate import issues_error, moved_keys_error
+from roll.core.errors import ConfigIssue
 
 
 class RayConfig(RollModel):
@@ -100,7 +101,16 @@ class RunConfig(RollModel):
     output_dir: Path = Path("outputs/run")
     max_steps: int = Field(1, ge=1)
     eval_every: int = Field(0, ge=0, description="0 disables evaluation")
-    resume: Literal["auto", "never"] | Path = "never"
+    resume: Literal["auto", "never"] | Path = Field(
+        "never",
+        description="auto: continue the run in output_dir from its newest intact checkpoint; a path: from that "
+        "checkpoint; never: start a new run (refused when output_dir already holds one, unless overwrite)",
+    )
+    overwrite: bool = Field(
+        False,
+        description="start afresh in an output_dir that holds a run: the old run is first moved aside to "
+        "<output_dir>.old-<timestamp> (never deleted)",
+    )
     max_restarts: int = Field(
         3,
         ge=0,
@@ -131,3 +141,14 @@ class RunConfig(RollModel):
         if error is not None:
             raise error
         return data
+
+    @model_validator(mode="after")
+    def _overwrite_or_resume(self) -> Self:
+        if self.overwrite and self.resume == "auto":
+            issue = ConfigIssue(
+                "overwrite",
+                "overwrite=true moves the run in output_dir aside, resume=auto continues it: they contradict",
+                "keep one: resume=auto to continue the run, or overwrite=true to start afresh",
+            )
+            raise issues_error([issue])
+        return self

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from roll.core.batch import PAD_COLUMN, Batch
+from roll.core.checkpoint import require_finite
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
@@ -97,7 +98,9 @@ class SmokePipeline(BasePipeline):
         return Batch({"x_BF": torch.from_numpy(x), "y_B": torch.from_numpy(y)}, meta={"global_count": n})
 
     def save_files(self, directory: Path) -> None:
-        torch.save(self.workers.state_dict(), directory / WEIGHTS_FILE)
+        state = self.workers.state_dict()
+        require_finite(state, "the smoke model's weights")
+        torch.save(state, directory / WEIGHTS_FILE)
 
     def load_files(self, directory: Path) -> None:
         self.workers.load_state_dict(torch.load(directory / WEIGHTS_FILE, weights_only=True))

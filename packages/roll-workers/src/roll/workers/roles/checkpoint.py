@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
+from roll.core.checkpoint import first_non_finite
 from roll.core.errors import CheckpointError
 from roll.workers.types import TrainStrategy
 
@@ -26,8 +27,10 @@ OPTIMIZER_FILE = "optimizer.pt"
 
 
 def save(strategy: TrainStrategy, path: Path, rank: int) -> None:
-    """Collective over the strategy's ranks."""
+    """Collective over the strategy's ranks. Weights holding NaN or inf are refused on every rank, before any
+    file is written: a :class:`CheckpointError` naming the tensor."""
     state = strategy.model_state_dict()
+    _refuse_non_finite(state, path)
     if rank == 0:
         path.mkdir(parents=True, exist_ok=True)
         save_file(_unshared(state), str(path / MODEL_FILE))
@@ -48,6 +51,20 @@ def load(strategy: TrainStrategy, path: Path, rank: int) -> None:
     rng_file = path / f"rng_rank{rank}.pt"
     if rng_file.exists():
         _set_rng_state(torch.load(str(rng_file), weights_only=False))
+
+
+def _refuse_non_finite(state: dict[str, torch.Tensor], path: Path) -> None:
+    """Rank 0 holds the full state (others ``{}``) and checks it; its verdict is broadcast so that every rank
+    raises, rather than the others waiting at the next barrier for a rank that gave up."""
+    verdict = [first_non_finite(state)]
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(verdict, src=0)
+    if verdict[0] is not None:
+        raise CheckpointError(
+            f"refusing to save the model to {path}: tensor {verdict[0]}; the weights diverged (nothing was "
+            "written)",
+            tensor=verdict[0],
+        )
 
 
 def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
