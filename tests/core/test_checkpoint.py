@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import xxhash
 
 from roll.core.checkpoint import (
     MANIFEST,
@@ -23,7 +24,9 @@ from roll.core.checkpoint import (
     PipelineState,
     capture_rng_state,
     read_manifest,
+    require_finite,
     restore_rng_state,
+    verify,
 )
 from roll.core.errors import CheckpointError
 
@@ -302,6 +305,128 @@ def test_manifest_errors(tmp_path: Path) -> None:
     (tmp_path / MANIFEST).write_text(json.dumps({"step": 1}))
     with pytest.raises(CheckpointError, match=r"roll_checkpoint.json is unreadable: KeyError\('pipeline'\)$"):
         read_manifest(tmp_path)
+
+
+# ------------------------------------------------------------------------------------ verified checkpoints
+
+
+def flip_byte(file: Path, offset: int) -> None:
+    """XOR one byte with 0xFF: the size stays, the content changes (what bit rot or a bad copy does)."""
+    data = bytearray(file.read_bytes())
+    data[offset] ^= 0xFF
+    file.write_bytes(bytes(data))
+
+
+def test_manifest_holds_size_and_xxh3_of_every_other_file(tmp_path: Path) -> None:
+    """The checksums are recomputed here with xxhash directly, from the bytes on disk."""
+    path = save(CheckpointManager(tmp_path, keep_last=1), 3)
+    raw = json.loads((path / MANIFEST).read_text())
+    on_disk = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
+    assert raw["format"] == 2 and raw["hash"] == "xxh3_128"
+    assert sorted(raw["files"]) == [name for name in on_disk if name != MANIFEST]
+    for name, entry in raw["files"].items():
+        data = (path / name).read_bytes()
+        assert entry == {"size": len(data), "xxh3_128": xxhash.xxh3_128(data).hexdigest()}
+    assert raw["files"]["model.bin"]["xxh3_128"] == xxhash.xxh3_128(b"\x03" * 4).hexdigest()
+
+
+def test_a_flipped_byte_and_a_truncated_file_are_named(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=3)
+    path = save(manager, 1)
+    assert verify(path).step == 1
+    flip_byte(path / "model.bin", 2)
+    (path / "optim" / "state.txt").write_text("optim")  # 11 -> 5 bytes
+    with pytest.raises(CheckpointError) as info:
+        verify(path)
+    assert str(info.value) == (
+        f"checkpoint {path} is damaged: model.bin does not match its xxh3_128 checksum in the manifest (its bytes "
+        "changed); optim/state.txt has 5 bytes, the manifest says 11"
+    )
+
+
+def test_resume_auto_skips_damaged_checkpoints_for_the_newest_intact_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Steps 2, 4, 6: 6 has a flipped byte, 4 a truncated file; auto takes 2 and warns about each, with why."""
+    manager = CheckpointManager(tmp_path, keep_last=3, pipeline_name="sft")
+    for step in (2, 4, 6):
+        save(manager, step)
+    flip_byte(tmp_path / "step_000006" / "pipeline_state.json", 5)
+    with (tmp_path / "step_000004" / "model.bin").open("r+b") as file:
+        file.truncate(2)
+    with caplog.at_level(logging.WARNING, logger="roll.core.checkpoint"):
+        info = manager.resolve_resume("auto", "sft")
+    assert info is not None and (info.path, info.step) == (tmp_path / "step_000002", 2)
+    assert manager.latest() == tmp_path / "step_000006"  # latest() reads manifests only: it cannot tell
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        f"skipping damaged checkpoint {tmp_path / 'step_000006'}: pipeline_state.json does not match its xxh3_128 "
+        "checksum in the manifest (its bytes changed); using step_000002 (step 2) instead",
+        f"skipping damaged checkpoint {tmp_path / 'step_000004'}: model.bin has 2 bytes, the manifest says 4; "
+        "using step_000002 (step 2) instead",
+    ]
+    assert manager.latest_intact() == tmp_path / "step_000002"
+
+
+def test_resume_auto_with_no_intact_checkpoint_refuses_to_start_over(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=3, pipeline_name="sft")
+    save(manager, 2)
+    (tmp_path / "step_000002" / "model.bin").unlink()
+    (tmp_path / "step_000003").mkdir()  # a step dir without a manifest: damaged too
+    with pytest.raises(CheckpointError) as info:
+        manager.resolve_resume("auto", "sft")
+    assert str(info.value) == (
+        f"resume=auto: no intact checkpoint under {tmp_path} (step_000003: {tmp_path / 'step_000003'} is not a "
+        f"complete checkpoint: no {MANIFEST}; step_000002: model.bin is missing). Resume from another copy with "
+        "resume=<path>, or start afresh with overwrite=true"
+    )
+
+
+def test_an_explicit_damaged_resume_path_is_refused_naming_the_file(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=3, pipeline_name="sft")
+    save(manager, 2)
+    bad = save(manager, 4)
+    flip_byte(bad / "optim" / "state.txt", 0)
+    with pytest.raises(CheckpointError) as info:
+        manager.resolve_resume(bad, "sft")
+    assert str(info.value) == (
+        f"resume path {bad} is damaged: optim/state.txt does not match its xxh3_128 checksum in the manifest "
+        f"(its bytes changed); complete checkpoints under {tmp_path}: step_000002, step_000004"
+    )
+
+
+def test_a_format_1_manifest_is_still_read_and_checked_by_size(tmp_path: Path) -> None:
+    path = save(CheckpointManager(tmp_path, keep_last=1), 1)
+    raw = json.loads((path / MANIFEST).read_text())
+    raw["files"] = {name: entry["size"] for name, entry in raw["files"].items()}
+    (path / MANIFEST).write_text(json.dumps({**raw, "format": 1}))
+    assert verify(path).files["model.bin"] == 4 and verify(path).digests == {}
+    (path / "model.bin").write_bytes(b"xx")
+    with pytest.raises(CheckpointError, match="model.bin has 2 bytes, the manifest says 4$"):
+        verify(path)
+
+
+def test_non_finite_weights_are_refused_naming_step_and_tensor(tmp_path: Path) -> None:
+    """Weights with one NaN (in the second tensor) and one inf: the save fails naming step 3, the first bad
+    tensor and its count; nothing is published and step 2 stays the latest."""
+    manager = CheckpointManager(tmp_path, keep_last=3)
+    save(manager, 2)
+    weights = {"embed.weight": torch.ones(2, 3), "layer.weight": torch.ones(4), "steps": torch.tensor([7])}
+    weights["layer.weight"][1] = float("nan")
+    weights["layer.weight"][3] = float("inf")
+    require_finite({k: v for k, v in weights.items() if k != "layer.weight"}, "ok")  # finite: no error
+
+    def write(directory: Path) -> None:
+        require_finite(weights, "the model")
+        torch.save(weights, directory / "model.pt")
+
+    with pytest.raises(CheckpointError) as info:
+        manager.save(3, write, {"step": 3})
+    assert str(info.value).startswith(
+        "saving checkpoint step 3 failed (CheckpointError: refusing to save the model: tensor layer.weight "
+        "(2 of 4 values are NaN or inf); the weights diverged (nothing was written))"
+    )
+    assert names(tmp_path) == ["step_000002"]
 
 
 # ----------------------------------------------------------------------------------------- a real SIGKILL

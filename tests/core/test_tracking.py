@@ -25,6 +25,7 @@ from roll.core.tracking import (
     format_metrics_line,
     reduce_metrics,
     reduction_for,
+    rewind_jsonl,
 )
 from roll.core.types import Tracker, TrackerSpec
 
@@ -132,6 +133,19 @@ def test_jsonl_contents_exact_and_appends_on_resume(tmp_path: Path) -> None:
     )
     with pytest.raises(DataError, match=r"is closed$"):
         resumed.log({"loss": 1.0}, step=4)
+
+
+def test_rewind_jsonl_keeps_steps_up_to_the_checkpoint_and_drops_a_torn_line(tmp_path: Path) -> None:
+    """Steps 1..4 logged, then a SIGKILL mid-write left half a line: rewinding to step 2 keeps exactly the first
+    two lines, byte for byte; rewinding again, or a missing file, drops nothing."""
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": step, "time": 1.0, "metrics": {"loss": 1.0 / step}}) for step in (1, 2, 3, 4)]
+    path.write_text("".join(line + "\n" for line in lines) + '{"step": 5, "ti')
+    assert rewind_jsonl(path, 2) == 3
+    assert path.read_text() == lines[0] + "\n" + lines[1] + "\n"
+    assert rewind_jsonl(path, 2) == 0 and rewind_jsonl(tmp_path / "none.jsonl", 2) == 0
+    assert rewind_jsonl(path, 0) == 2 and path.read_text() == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # no temp file left
 
 
 def test_jsonl_spec_writes_under_output_dir(tmp_path: Path) -> None:
