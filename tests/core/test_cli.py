@@ -76,3 +76,46 @@ def test_validate_explain_lists_every_key_left_at_its_default(tmp_path: Path) ->
     assert left["max_restarts"] == "3" and left["ray.address"] == "null"
     assert left["ray.call_timeout_s"] == "600.0" and left["checkpoint.export_hf"] == "false"
     assert not {"seed", "ray.num_cpus", "checkpoint.keep_last", "workers.num_workers", "lr"} & left.keys()
+
+
+# ------------------------------------------------------------------------------------------- run dirs
+# ray.address points at a closed port: a command that reached Ray would fail with a connection error instead.
+NO_RAY = "ray.address=127.0.0.1:1"
+
+
+def _smoke_checkpoints(out: Path, *steps: int) -> Path:
+    from roll.core.checkpoint import CheckpointManager, PipelineState
+
+    manager = CheckpointManager(out / "checkpoints", keep_last=5, pipeline_name="smoke")
+    for step in steps:
+        manager.save(step, lambda d: (d / "linear.pt").write_bytes(bytes(range(64))), PipelineState(step))
+    return out / "checkpoints"
+
+
+def test_a_second_train_on_the_same_dir_stops_before_ray(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    _smoke_checkpoints(out, 2)
+    (out / "metrics.jsonl").write_text('{"step": 1, "time": 1.0, "metrics": {"loss": 1.0}}\n')
+    smoke = str(ROOT / "examples" / "smoke.yaml")
+    run = _roll("train", smoke, f"output_dir={out}", NO_RAY, cwd=tmp_path)
+    assert run.returncode == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stderr.startswith(f"roll: error: {out} already holds a run (")
+    assert "Continue it with resume=auto, or start afresh with overwrite=true" in run.stderr
+    assert (out / "metrics.jsonl").read_text().count("\n") == 1
+
+
+def test_resume_auto_on_a_finished_run_and_a_damaged_resume_path_stop_before_ray(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    root = _smoke_checkpoints(out, 2, 4)
+    smoke = str(ROOT / "examples" / "smoke.yaml")
+    finished = _roll("train", smoke, f"output_dir={out}", "max_steps=4", "resume=auto", NO_RAY, cwd=tmp_path)
+    assert finished.returncode == 0, finished.stderr
+    assert f"the run in {out} is finished: checkpoint {root / 'step_000004'} is at step 4" in finished.stderr
+    with (root / "step_000002" / "linear.pt").open("r+b") as file:
+        file.truncate(10)
+    damaged = _roll("train", smoke, f"output_dir={out}", f"resume={root / 'step_000002'}", NO_RAY, cwd=tmp_path)
+    assert damaged.returncode == 1 and "Traceback" not in damaged.stderr
+    assert damaged.stderr.startswith(
+        f"roll: error: resume path {root / 'step_000002'} is damaged: linear.pt has 10 bytes, the manifest says 64"
+    )

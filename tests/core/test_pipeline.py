@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,37 @@ def test_resume_equals_uninterrupted_run(clean: dict[str, Any], tmp_path: Path) 
     _run(_config(tmp_path / "split", *CLEAN, "max_steps=3"))  # its final checkpoint is step 3
     resumed = _run(_config(tmp_path / "split", *CLEAN, "resume=auto"))
     assert _losses(tmp_path / "split") == _losses(clean["out"])  # bitwise, step for step
+    for name in clean["weights"]:
+        assert torch.equal(clean["weights"][name], resumed["weights"][name])
+
+
+@pytest.mark.slow
+def test_resume_auto_skips_damaged_checkpoints_and_matches_the_uninterrupted_run(
+    clean: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real 18-step run checkpoints at 6, 12 and 18; then step 18's weights get one byte flipped (same size)
+    and step 12's are cut to half. ``resume=auto`` warns about both, naming the file and why, says it continues
+    from step 6, and ends in the uninterrupted run's metrics (every step once: the 12 steps after the checkpoint
+    that the first run logged are dropped, then logged again) and its weights, bitwise."""
+    out = tmp_path / "damaged"
+    keep = "checkpoint.keep_last=3"
+    _run(_config(out, *CLEAN, "max_steps=18", keep))
+    ckpts = out / "checkpoints"
+    flipped, cut = ckpts / "step_000018" / "linear.pt", ckpts / "step_000012" / "linear.pt"
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    flipped.write_bytes(bytes(data))
+    with cut.open("r+b") as file:
+        file.truncate(cut.stat().st_size // 2)
+    capsys.readouterr()
+    with caplog.at_level(logging.WARNING, logger="roll.core.checkpoint"):
+        resumed = _run(_config(out, *CLEAN, keep, "resume=auto"))
+    assert f"skipping damaged checkpoint {ckpts / 'step_000018'}: linear.pt does not match its xxh3_128" in caplog.text
+    assert f"skipping damaged checkpoint {ckpts / 'step_000012'}: linear.pt has " in caplog.text
+    assert f"roll: smoke: resuming from {ckpts / 'step_000006'} (step 6 of 30)" in capsys.readouterr().err
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == list(range(1, STEPS + 1))
+    assert _losses(out) == _losses(clean["out"])
     for name in clean["weights"]:
         assert torch.equal(clean["weights"][name], resumed["weights"][name])
 

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch.multiprocessing.spawn import start_processes
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from roll.core.errors import CheckpointError
 from roll.workers.config import FSDP2Config, LoraConfig, OptimizerConfig, SchedulerConfig
 from roll.workers.fsdp2 import FSDP2TrainStrategy, lr_multiplier
 from roll.workers.specs import FSDP2
@@ -223,6 +224,26 @@ def test_saving_before_the_first_step_changes_nothing(tmp_path: Path) -> None:
             strategy.train_step(make_batch(seed=seed), TokenMeanNLL())
     assert_params_close(params_of(saver), params_of(plain), atol=0)
     assert_params_close(params_of(restored), params_of(plain), atol=0)
+
+
+def test_a_checkpoint_of_non_finite_weights_is_refused_naming_the_tensor(tmp_path: Path) -> None:
+    """The trainer's checkpoint writer (roles.checkpoint.save, what fsdp2 and megatron actors call) checks the
+    full state before writing: one NaN in a layer's weight fails the save naming that tensor, and nothing is
+    written; the same strategy with finite weights saves."""
+    from roll.workers.roles import checkpoint
+
+    strategy = FSDP2TrainStrategy(tiny_model(), config())
+    checkpoint.save(strategy, tmp_path / "good", rank=0)
+    assert (tmp_path / "good" / checkpoint.MODEL_FILE).is_file()
+    with torch.no_grad():
+        strategy.model.get_parameter("model.layers.1.mlp.up_proj.weight")[3, 5] = float("nan")
+    with pytest.raises(CheckpointError) as info:
+        checkpoint.save(strategy, tmp_path / "bad", rank=0)
+    assert str(info.value) == (
+        f"refusing to save the model to {tmp_path / 'bad'}: tensor model.layers.1.mlp.up_proj.weight (1 of 8192 "
+        "values are NaN or inf); the weights diverged (nothing was written)"
+    )
+    assert not (tmp_path / "bad").exists()
 
 
 def test_export_hf_round_trips_through_from_pretrained(tmp_path: Path) -> None:
