@@ -402,7 +402,7 @@ def test_a_format_1_manifest_is_still_read_and_checked_by_size(tmp_path: Path) -
     (path / MANIFEST).write_text(json.dumps({**raw, "format": 1}))
     assert verify(path).files["model.bin"] == 4 and verify(path).digests == {}
     (path / "model.bin").write_bytes(b"xx")
-    with pytest.raises(CheckpointError, match="model.bin has 2 bytes, the manifest says 4$"):
+    with pytest.raises(CheckpointError, match=r"model\.bin has 2 bytes, the manifest says 4$"):
         verify(path)
 
 

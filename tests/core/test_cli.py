@@ -114,7 +114,9 @@ def test_resume_auto_on_a_finished_run_and_a_damaged_resume_path_stop_before_ray
     assert f"the run in {out} is finished: checkpoint {root / 'step_000004'} is at step 4" in finished.stderr
     with (root / "step_000002" / "linear.pt").open("r+b") as file:
         file.truncate(10)
-    damaged = _roll("train", smoke, f"output_dir={out}", f"resume={root / 'step_000002'}", NO_RAY, cwd=tmp_path)
+    damaged = _roll(
+        "train", smoke, f"output_dir={out}", f"resume={root / 'step_000002'}", NO_RAY, cwd=tmp_path
+    )
     assert damaged.returncode == 1 and "Traceback" not in damaged.stderr
     assert damaged.stderr.startswith(
         f"roll: error: resume path {root / 'step_000002'} is damaged: linear.pt has 10 bytes, the manifest says 64"

@@ -89,7 +89,10 @@ def test_resume_equals_uninterrupted_run(clean: dict[str, Any], tmp_path: Path) 
 
 @pytest.mark.slow
 def test_resume_auto_skips_damaged_checkpoints_and_matches_the_uninterrupted_run(
-    clean: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+    clean: dict[str, Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A real 18-step run checkpoints at 6, 12 and 18; then step 18's weights get one byte flipped (same size)
     and step 12's are cut to half. ``resume=auto`` warns about both, naming the file and why, says it continues
@@ -108,7 +111,10 @@ def test_resume_auto_skips_damaged_checkpoints_and_matches_the_uninterrupted_run
     capsys.readouterr()
     with caplog.at_level(logging.WARNING, logger="roll.core.checkpoint"):
         resumed = _run(_config(out, *CLEAN, keep, "resume=auto"))
-    assert f"skipping damaged checkpoint {ckpts / 'step_000018'}: linear.pt does not match its xxh3_128" in caplog.text
+    assert (
+        f"skipping damaged checkpoint {ckpts / 'step_000018'}: linear.pt does not match its xxh3_128"
+        in caplog.text
+    )
     assert f"skipping damaged checkpoint {ckpts / 'step_000012'}: linear.pt has " in caplog.text
     assert f"roll: smoke: resuming from {ckpts / 'step_000006'} (step 6 of 30)" in capsys.readouterr().err
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

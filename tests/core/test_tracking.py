@@ -139,7 +139,9 @@ def test_rewind_jsonl_keeps_steps_up_to_the_checkpoint_and_drops_a_torn_line(tmp
     """Steps 1..4 logged, then a SIGKILL mid-write left half a line: rewinding to step 2 keeps exactly the first
     two lines, byte for byte; rewinding again, or a missing file, drops nothing."""
     path = tmp_path / "metrics.jsonl"
-    lines = [json.dumps({"step": step, "time": 1.0, "metrics": {"loss": 1.0 / step}}) for step in (1, 2, 3, 4)]
+    lines = [
+        json.dumps({"step": step, "time": 1.0, "metrics": {"loss": 1.0 / step}}) for step in (1, 2, 3, 4)
+    ]
     path.write_text("".join(line + "\n" for line in lines) + '{"step": 5, "ti')
     assert rewind_jsonl(path, 2) == 3
     assert path.read_text() == lines[0] + "\n" + lines[1] + "\n"
