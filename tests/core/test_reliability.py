@@ -193,4 +193,5 @@ def test_resume_auto_continues_exactly_through_a_sigkilled_worker(
     assert summary["restarts"] == 1.0
     assert _metrics(out) == clean
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == list(range(1, STEPS + 1))  # resume and restart rewound the file
     assert rows[-1]["metrics"]["restarts"] == 1.0 and rows[0]["metrics"].get("restarts") is None

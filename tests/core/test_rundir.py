@@ -136,3 +136,15 @@ def test_resuming_another_runs_checkpoint_into_a_dir_holding_a_run_is_refused(tm
     with pytest.raises(RunDirError, match="overwrite=true would move it aside, and with it resume="):
         SmokePipeline(_config(out, "resume=step_000003", "overwrite=true"))
     assert (out / "checkpoints" / "step_000003").is_dir()  # refused before anything moved
+
+
+def test_resume_auto_before_any_checkpoint_starts_over_and_drops_the_attempts_metrics(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    _lay_down_run(out, steps=3, checkpoints=())
+    pipeline = SmokePipeline(_config(out, "resume=auto"))
+    pipeline.tracker.close()
+    assert pipeline.run_start.checkpoint is None and (out / "metrics.jsonl").read_text() == ""
+    assert pipeline.run_start.describe("smoke") == (
+        f"smoke: no checkpoint to resume in {out}: starting at step 0 of 6 (dropped the 3 metrics lines of the "
+        "earlier attempt)"
+    )

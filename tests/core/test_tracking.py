@@ -150,6 +150,19 @@ def test_rewind_jsonl_keeps_steps_up_to_the_checkpoint_and_drops_a_torn_line(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # no temp file left
 
 
+def test_a_restart_rewinds_the_open_jsonl_file_through_multi_tracker(tmp_path: Path) -> None:
+    """Steps 1..4 logged, a restart from the step-2 checkpoint: step 3 is logged once more, each step once."""
+    path = tmp_path / "metrics.jsonl"
+    tracker = MultiTracker([JsonlTracker(path, clock=lambda: 0.0), StdoutTracker(patterns=["none"])])
+    for step in (1, 2, 3, 4):
+        tracker.log({"loss": float(step)}, step)
+    tracker.rewind(2)
+    tracker.log({"loss": 30.0}, 3)
+    tracker.close()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(row["step"], row["metrics"]["loss"]) for row in rows] == [(1, 1.0), (2, 2.0), (3, 30.0)]
+
+
 def test_jsonl_spec_writes_under_output_dir(tmp_path: Path) -> None:
     tracker = JSONL.build(tmp_path / "run", TrackingConfig(), None)
     tracker.log({"x": 1.0}, step=1)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from roll.core import plugins, rundir
-from roll.core.checkpoint import CheckpointManager, PipelineState, restore_rng_state
+from roll.core.checkpoint import CheckpointManager, PipelineState, read_manifest, restore_rng_state
 from roll.core.cluster import Cluster, RayHandle, ResourceManager, Worker, init_ray, shutdown_ray
 from roll.core.config.loader import dump_yaml
 from roll.core.config.sections import RoleConfig, RunConfig
@@ -232,7 +232,14 @@ class BasePipeline(ABC):
             self.resources.release()
             self.resources.allocate()
         self._restart_from = latest
+        self._rewind_tracker(read_manifest(latest).step if latest else self.run_start.step)
         self.step = 0
+
+    def _rewind_tracker(self, last_step: int) -> None:
+        """The steps past ``last_step`` run again after a restart: their lines go, so each step is logged once."""
+        rewind = getattr(self.tracker, "rewind", None)
+        if rewind is not None:
+            rewind(last_step)
 
     def _start_runtime(self) -> None:
         import ray

@@ -54,6 +54,11 @@ class RunStart:
     def describe(self, name: str) -> str:
         """The start-up line: what this run continues from, or that there is nothing left to do."""
         ckpt = self.checkpoint
+        if ckpt is None and self.dropped:
+            return (
+                f"{name}: no checkpoint to resume in {self.output_dir}: starting at step 0 of {self.max_steps} "
+                f"(dropped the {self.dropped} metrics lines of the earlier attempt)"
+            )
         if ckpt is None:
             return f"{name}: new run in {self.output_dir} ({self.max_steps} steps)"
         if self.finished:

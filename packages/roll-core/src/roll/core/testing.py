@@ -118,8 +118,8 @@ START_TIMEOUT_S = 300
 
 
 def read_metrics(out: Path) -> Metrics:
-    """``{step: metrics}`` of a run's ``metrics.jsonl``; a step logged twice keeps its last line (a resumed
-    run logs again the steps after its checkpoint that the killed run had already logged)."""
+    """``{step: metrics}`` of a run's ``metrics.jsonl``; were a step logged twice, its last line would count (a
+    resume or a restart rewinds the file to its checkpoint first, so it is not)."""
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return {row["step"]: row["metrics"] for row in rows}
 

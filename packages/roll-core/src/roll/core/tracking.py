@@ -127,10 +127,9 @@ class JsonlTracker:
 
     Each line is flushed when written, so a crashed run keeps every step it logged. The file is opened for
     appending: a resumed run continues its own file, which the pipeline first rewinds to the resumed step
-    (:func:`rewind_jsonl`), so each step appears once. (A restart after a lost worker, within one process, logs
-    again the steps since its checkpoint: readers keep the last line of a step.) A new run never opens another
-    run's file: :mod:`roll.core.rundir` refuses an output dir that holds one. Non-finite values are written as
-    ``NaN`` / ``Infinity``, which Python's json and pandas read.
+    (:func:`rewind_jsonl`), and a restart after a lost worker rewinds it the same way (:meth:`rewind`), so each
+    step appears once. A new run never opens another run's file: :mod:`roll.core.rundir` refuses an output dir
+    that holds one. Non-finite values are written as ``NaN`` / ``Infinity``, which Python's json and pandas read.
     """
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
@@ -145,6 +144,14 @@ class JsonlTracker:
         record = {"step": step, "time": self._clock(), "metrics": {k: float(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+
+    def rewind(self, last_step: int) -> None:
+        """Drop the lines past ``last_step`` (a restart continues from that checkpoint) and keep appending."""
+        if self._file is None:
+            raise DataError(f"jsonl tracker for {self.path} is closed")
+        self._file.close()
+        rewind_jsonl(self.path, last_step)
+        self._file = self.path.open("a", encoding="utf-8")
 
     def close(self) -> None:
         if self._file is not None:
@@ -237,6 +244,14 @@ class MultiTracker:
             log_images = getattr(tracker, "log_images", None)
             if log_images is not None:
                 log_images(images, step)
+
+    def rewind(self, last_step: int) -> None:
+        """Tell every tracker that keeps a file of steps (those with a ``rewind`` method) that the run continues
+        after ``last_step`` again: a restart from a checkpoint."""
+        for tracker in self.trackers:
+            rewind = getattr(tracker, "rewind", None)
+            if rewind is not None:
+                rewind(last_step)
 
     def close(self) -> None:
         errors: list[BaseException] = []
