@@ -308,15 +308,40 @@ def _two_rank_worker(rank: int, port: int, out_dir: str) -> None:
         sd = strategy.state_dict()
         if rank == 0:
             torch.save(sd, Path(out_dir) / "two_ranks.pt")
+        _save_with_a_nan_in_rank_1s_shard(strategy, rank, Path(out_dir))
     finally:
         dist.destroy_process_group()
 
 
+NAN_PARAM = "model.layers.1.mlp.up_proj.weight"
+
+
+def _save_with_a_nan_in_rank_1s_shard(strategy: FSDP2TrainStrategy, rank: int, out: Path) -> None:
+    """Rank 1 puts a NaN in its shard (global row 64 of 128); the checkpoint must be refused on both ranks (rank 0
+    sees it in the gathered state and its verdict is broadcast), so neither waits at a barrier for the other."""
+    from roll.workers.roles import checkpoint
+
+    if rank == 1:
+        with torch.no_grad():
+            strategy.model.get_parameter(NAN_PARAM).to_local()[0, 0] = float("nan")
+    try:
+        checkpoint.save(strategy, out / "nan", rank)
+    except CheckpointError as err:
+        (out / f"refused_rank{rank}.txt").write_text(str(err))
+
+
 def test_two_ranks_with_half_batches_equal_one_rank(tmp_path: Path) -> None:
-    """Rank 0 uses micro-batches of 2 and rank 1 of 4, so the ranks also run different micro-batch counts."""
+    """Rank 0 uses micro-batches of 2 and rank 1 of 4, so the ranks also run different micro-batch counts.
+    Afterwards the same two ranks try a checkpoint with a NaN in rank 1's shard (see the helper)."""
     args = (_free_port(), str(tmp_path))
     start_processes(_two_rank_worker, args=args, nprocs=2, start_method="fork")  # type: ignore[no-untyped-call]
     single = FSDP2TrainStrategy(tiny_model(), config(), total_steps=3)
     for step in range(3):
         single.train_step(make_batch(seed=step), TokenMeanNLL())
     assert_params_close(torch.load(tmp_path / "two_ranks.pt"), params_of(single), atol=1e-5)
+    for rank in (0, 1):  # then: a NaN in rank 1's shard alone refuses the checkpoint on both ranks
+        assert (tmp_path / f"refused_rank{rank}.txt").read_text() == (
+            f"refusing to save the model to {tmp_path / 'nan'}: tensor {NAN_PARAM} (1 of 8192 values are NaN or "
+            "inf); the weights diverged (nothing was written)"
+        )
+    assert not (tmp_path / "nan").exists()
