@@ -100,6 +100,47 @@ def test_killed_run_resumes_to_the_same_metrics(trained: Path, tmp_path: Path, k
     assert kill_and_resume(SFT_YAML, COMMON, _metrics(trained), tmp_path) < STEPS
 
 
+@pytest.mark.slow
+def test_a_damaged_last_checkpoint_is_skipped_and_the_resume_matches(
+    trained: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shared run's last checkpoint (step 100) gets one byte of its weights flipped, in the tensor data: the
+    size is unchanged, so only the checksum can tell. ``resume=auto`` names it and why, continues from step 90
+    instead of loading it (before checksums, it loaded it and trained on), and logs steps 91..100 exactly as the
+    uninterrupted run did; each step appears once in the metrics file."""
+    import logging
+    import shutil
+
+    from roll.pipelines.sft.pipeline import SFTPipeline
+
+    out = tmp_path / "run"
+    shutil.copytree(trained, out)
+    weights = out / "checkpoints" / "step_000100" / "actor_train" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) * 3 // 4] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    capsys.readouterr()
+    with caplog.at_level(logging.WARNING, logger="roll.core.checkpoint"):
+        pipeline = SFTPipeline(_config(out, "resume=auto", "checkpoint.export_hf=false"))
+        try:
+            pipeline.run()
+        finally:
+            pipeline.shutdown()
+    assert (
+        f"skipping damaged checkpoint {out / 'checkpoints' / 'step_000100'}: actor_train/model.safetensors does not "
+        "match its xxh3_128 checksum" in caplog.text
+    )
+    resumed_from = out / "checkpoints" / "step_000090"
+    assert f"roll: sft: resuming from {resumed_from} (step 90 of {STEPS})" in capsys.readouterr().err
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == list(range(1, STEPS + 1))
+    expected, got = _metrics(trained), _metrics(out)
+    for step in range(91, STEPS + 1):
+        for name, value in expected[step].items():
+            if not name.startswith(("time/", "throughput/")):
+                assert got[step][name] == value, (step, name)
+
+
 # ------------------------------------------------------------------------------------------- no Ray needed
 
 
