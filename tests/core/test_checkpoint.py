@@ -357,15 +357,27 @@ def test_resume_auto_skips_damaged_checkpoints_for_the_newest_intact_one(
     with caplog.at_level(logging.WARNING, logger="roll.core.checkpoint"):
         info = manager.resolve_resume("auto", "sft")
     assert info is not None and (info.path, info.step) == (tmp_path / "step_000002", 2)
-    assert manager.latest() == tmp_path / "step_000006"  # latest() reads manifests only: it cannot tell
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [
         f"skipping damaged checkpoint {tmp_path / 'step_000006'}: pipeline_state.json does not match its xxh3_128 "
-        "checksum in the manifest (its bytes changed); using step_000002 (step 2) instead",
+        "checksum in the manifest (its bytes changed); using step_000002 (step 2) instead, and moved the damaged "
+        "one to step_000006.damaged",
         f"skipping damaged checkpoint {tmp_path / 'step_000004'}: model.bin has 2 bytes, the manifest says 4; "
-        "using step_000002 (step 2) instead",
+        "using step_000002 (step 2) instead, and moved the damaged one to step_000004.damaged",
     ]
-    assert manager.latest_intact() == tmp_path / "step_000002"
+    # Kept for a look, but no longer checkpoints: the continued run's next saves and pruning see only step 2.
+    assert names(tmp_path) == ["step_000002", "step_000004.damaged", "step_000006.damaged"]
+    assert manager.latest() == manager.latest_intact() == tmp_path / "step_000002"
+    save(manager, 4)
+    save(manager, 6)
+    save(manager, 8)
+    assert names(tmp_path) == [
+        "step_000004",
+        "step_000004.damaged",
+        "step_000006",
+        "step_000006.damaged",
+        "step_000008",
+    ]
 
 
 def test_resume_auto_with_no_intact_checkpoint_refuses_to_start_over(tmp_path: Path) -> None:

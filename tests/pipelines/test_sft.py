@@ -111,6 +111,7 @@ def test_a_damaged_last_checkpoint_is_skipped_and_the_resume_matches(
     import logging
     import shutil
 
+    from roll.core.checkpoint import verify
     from roll.pipelines.sft.pipeline import SFTPipeline
 
     out = tmp_path / "run"
@@ -134,6 +135,9 @@ def test_a_damaged_last_checkpoint_is_skipped_and_the_resume_matches(
     assert f"roll: sft: resuming from {resumed_from} (step 90 of {STEPS})" in capsys.readouterr().err
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == list(range(1, STEPS + 1))
+    checkpoints = out / "checkpoints"  # the damaged one kept aside; the continued run's own step 100 saved
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000090", "step_000100", "step_000100.damaged"]
+    assert verify(checkpoints / "step_000100").step == STEPS
     expected, got = _metrics(trained), _metrics(out)
     for step in range(91, STEPS + 1):
         for name, value in expected[step].items():

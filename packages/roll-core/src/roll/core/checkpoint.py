@@ -64,6 +64,8 @@ _HASH_CHUNK = 8 << 20
 
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 _TEMP_PREFIX = ".tmp-"
+DAMAGED_SUFFIX = ".damaged"
+"""A damaged checkpoint that ``resume: auto`` skipped is renamed ``step_NNNNNN.damaged`` (not deleted)."""
 _ASIDE_PREFIX = ".old-"
 _TENSOR_REF = "__tensor__"
 
@@ -410,9 +412,28 @@ class CheckpointManager:
 
 
 def _warn_skipped(skipped: list[tuple[Path, str]], taken: CheckpointInfo | None) -> None:
-    instead = f"using {taken.path.name} (step {taken.step}) instead" if taken else "no older one is intact"
+    """Warn about each damaged checkpoint skipped for ``taken`` and rename it to ``step_NNNNNN.damaged``: kept
+    for a look, but no longer a checkpoint, so neither a later ``latest()`` (the final save's check) nor
+    keep-last pruning counts it in place of the ones the continued run writes."""
+    if taken is None:
+        for path, why in skipped:
+            logger.warning("skipping damaged checkpoint %s: %s; no older one is intact", path, why)
+        return
     for path, why in skipped:
-        logger.warning("skipping damaged checkpoint %s: %s; %s", path, why, instead)
+        aside = unused_path(path.with_name(path.name + DAMAGED_SUFFIX))
+        os.rename(path, aside)
+        logger.warning(
+            "skipping damaged checkpoint %s: %s; using %s (step %d) instead, and moved the damaged one to %s",
+            path, why, taken.path.name, taken.step, aside.name,
+        )  # fmt: skip
+
+
+def unused_path(path: Path) -> Path:
+    """``path``, or ``path-1``, ``path-2``... the first that does not exist."""
+    candidate, n = path, 1
+    while candidate.exists():
+        candidate, n = path.with_name(f"{path.name}-{n}"), n + 1
+    return candidate
 
 
 # ----------------------------------------------------------------------------------------------- manifest
@@ -637,6 +658,7 @@ def _fsync_tree(root: Path) -> None:
 
 
 __all__ = [
+    "DAMAGED_SUFFIX",
     "MANIFEST",
     "STATE_JSON",
     "STATE_TENSORS",
@@ -651,5 +673,6 @@ __all__ = [
     "restore_rng_state",
     "step_dir_name",
     "step_dirs",
+    "unused_path",
     "verify",
 ]

@@ -68,6 +68,7 @@ class BasePipeline(ABC):
         self.last_metrics: dict[str, float] = {}
         self.restarts = 0
         self._restart_from: Path | None = None
+        self._saved_step: int | None = None
         self._closed = False
         self._owns_ray = False
 
@@ -287,14 +288,17 @@ class BasePipeline(ABC):
             self.save_checkpoint()
 
     def _final_checkpoint(self) -> None:
-        latest = self.checkpoints.latest()
-        if latest is None or not latest.name.endswith(f"{self.step:06d}"):
+        """Save the current step unless this run just did (a checkpoint of that step from an earlier run, or an
+        abandoned timeline of an explicit resume, is not this state)."""
+        if self._saved_step != self.step:
             self.save_checkpoint()
 
     def save_checkpoint(self) -> Path:
         """Save models, optimizer and pipeline state (step, data position, RNG) atomically."""
         state = PipelineState.capture(self.step, data=self.state())
-        return self.checkpoints.save(self.step, self.save_files, state)
+        path = self.checkpoints.save(self.step, self.save_files, state)
+        self._saved_step = self.step
+        return path
 
     def _write_config(self) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from roll.core.checkpoint import CheckpointInfo, CheckpointManager, step_dirs
+from roll.core.checkpoint import CheckpointInfo, CheckpointManager, step_dirs, unused_path
 from roll.core.config.sections import RunConfig
 from roll.core.errors import RunDirError
 from roll.core.tracking import JSONL_FILE, rewind_jsonl
@@ -126,18 +126,11 @@ def _move_aside(out: Path, checkpoint_root: Path) -> list[Path]:
     moved = []
     for path in (out, checkpoint_root):
         if path.exists() and (path == out or not _inside(path, out)):
-            target = _free_name(path.with_name(f"{path.name}{ASIDE_SUFFIX}{stamp}"))
+            target = unused_path(path.with_name(f"{path.name}{ASIDE_SUFFIX}{stamp}"))
             os.rename(path, target)
             logger.warning("overwrite=true: moved the run that was in %s aside to %s", path, target)
             moved.append(target)
     return moved
-
-
-def _free_name(path: Path) -> Path:
-    candidate, n = path, 1
-    while candidate.exists():
-        candidate, n = path.with_name(f"{path.name}-{n}"), n + 1
-    return candidate
 
 
 def _refuse_resume_inside(config: RunConfig, moved: list[Path], held: str) -> None:
