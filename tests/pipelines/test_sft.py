@@ -136,7 +136,11 @@ def test_a_damaged_last_checkpoint_is_skipped_and_the_resume_matches(
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == list(range(1, STEPS + 1))
     checkpoints = out / "checkpoints"  # the damaged one kept aside; the continued run's own step 100 saved
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000090", "step_000100", "step_000100.damaged"]
+    assert sorted(p.name for p in checkpoints.iterdir()) == [
+        "step_000090",
+        "step_000100",
+        "step_000100.damaged",
+    ]
     assert verify(checkpoints / "step_000100").step == STEPS
     expected, got = _metrics(trained), _metrics(out)
     for step in range(91, STEPS + 1):
