@@ -134,8 +134,8 @@ class BasePipeline(ABC):
     def run(self) -> dict[str, float]:
         """Train until ``max_steps``; returns the last step's metrics. Always call :meth:`shutdown` after.
 
-        First says on stderr what the run continues from (:meth:`roll.core.rundir.RunStart.describe`); a run whose checkpoint is
-        already at ``max_steps`` returns ``{}`` there, before Ray starts.
+        First says on stderr what the run continues from (:meth:`roll.core.rundir.RunStart.describe`); a run
+        whose checkpoint is already at ``max_steps`` returns ``{}`` there, before Ray starts.
         Raises :class:`~roll.core.recovery.Preempted` after a graceful stop on SIGTERM/SIGINT (a checkpoint was
         written), ``KeyboardInterrupt`` when a step was abandoned. A lost worker is recovered from up to
         ``max_restarts`` times (see :mod:`roll.core.recovery`).
