@@ -108,8 +108,8 @@ class RunConfig(RollModel):
     )
     overwrite: bool = Field(
         False,
-        description="start afresh in an output_dir that holds a run: the old run is first moved aside to "
-        "<output_dir>.old-<timestamp> (never deleted)",
+        description="start afresh in an output_dir that holds a run: the old run is first moved aside to the "
+        "sibling output_dir.old-YYYYmmdd-HHMMSS (never deleted)",
     )
     max_restarts: int = Field(
         3,
