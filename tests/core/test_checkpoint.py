@@ -496,7 +496,7 @@ def test_sigkill_mid_save_leaves_a_loadable_checkpoint(tmp_path: Path) -> None:
     assert manager.load_state(latest) == {"step": 2, "data": {"index": 16}}
     assert (latest / "model.bin").read_bytes() == b"\x02" * 100_000
     assert (latest / "optimizer.bin").read_bytes() == b"\x02" * 1000
-    assert manager.resolve_resume("auto", "demo") == latest
+    assert _path(manager.resolve_resume("auto", "demo")) == latest
 
 
 @pytest.mark.gpu
