@@ -88,9 +88,13 @@ def shared_prefix_scores(
         return None
     cache.reorder_cache(
         cast("torch.LongTensor", inverse_B)
-    )  # [U, ...] -> [B, ...]; its backward sums the rows' gradients per prompt
+    )  # [U, ...] -> [B, ...]; its backward sums the rows' gradients per prompt (index_select: in order)
+    # index_select, not ``first_UV[inverse_B]``: the backward of advanced indexing is an accumulating index_put
+    # whose CPU kernel adds rows sharing a prompt in thread-timing order, so two identical steps could differ
+    # in the last bit (and two runs drift apart); index_select's backward (index_add) sums in index order.
+    first_BV = first_UV.index_select(0, inverse_B)
     return _suffix_scores(
-        model, input_ids, score_mask.bool(), prefix_B, length_B, first_UV[inverse_B], pmask_UL[inverse_B],
+        model, input_ids, score_mask.bool(), prefix_B, length_B, first_BV, pmask_UL.index_select(0, inverse_B),
         cache, temperature, with_entropy,
     )  # fmt: skip
 

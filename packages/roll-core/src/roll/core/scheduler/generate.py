@@ -32,6 +32,9 @@ What it does, in the order a step sees it:
   to the inference cluster queue behind the requests already sent to an actor (Ray runs an actor's calls in
   order), so a request never sees weights change half-way. With ``async_ratio == 0`` (sync mode) the caller's
   thread does the work inside :meth:`get_batch` and ``max_staleness`` is 0.
+- **Row order**: in sync mode a batch's groups are in prompt-feed order, whatever order requests finished in, so
+  two runs of one config train on identical micro-batches. Async mode hands groups out first come, first served:
+  timing decides which groups (and which weights made them) land in a step, so it is not reproducible.
 - **Counters per batch**: a batch's metrics count what happened since the previous batch was handed out;
   ``rollout/prompts_generated`` counts the prompts whose groups came back (kept or dropped) in that window, so
   in async mode it is the generation done for this batch while the previous step trained.
@@ -141,6 +144,8 @@ class GenerateOptions:
 class _Group:
     batch: Batch
     version: int
+    order: tuple[int, int] = (0, 0)
+    """(request id, place in the request): the group's place in the prompt feed, whatever order requests finish in."""
 
 
 @dataclass
@@ -301,7 +306,17 @@ class GenerateScheduler:
             generated += n_prompts
             self._run_round(n_prompts)
         self._evict_stale(trainer_version)
+        self._in_feed_order()
         return self._pop_groups(num_groups, start, surplus_dropped=True)
+
+    def _in_feed_order(self) -> None:
+        """Sort the buffers by the groups' place in the prompt feed. Requests finish (and get scored) in an order
+        that timing decides; the batch's row order must not, or its micro-batches, padding and float sums would
+        differ between two runs of one config."""
+        for buffer in (self._kept, self._rejected):
+            ordered = sorted(buffer, key=lambda g: g.order)
+            buffer.clear()
+            buffer.extend(ordered)
 
     def _run_round(self, n_prompts: int) -> None:
         """Generate and score ``n_prompts`` prompts request by request; results land in the buffers. Wakes up
@@ -450,7 +465,7 @@ class GenerateScheduler:
         if self.scorer is None:
             with self._lock:
                 self._jobs.pop(job_id)
-            self._accept(samples)
+            self._accept(samples, job_id)
             return
         job = self.scorer.submit(samples)
         with self._lock:
@@ -460,14 +475,15 @@ class GenerateScheduler:
         with self._lock:
             _, started, _ = self._jobs.pop(job_id)
             self._counters.reward_s += time.perf_counter() - started
-        self._accept(scored)
+        self._accept(scored, job_id)
 
-    def _accept(self, scored: Batch) -> None:
+    def _accept(self, scored: Batch, job_id: int) -> None:
         """Split a scored request into groups, filter them, and put them into the buffers."""
         G = self.options.group_size
         if len(scored) % G:
             raise DataError(f"generate returned {len(scored)} rows, not a multiple of the group size {G}")
-        groups = [_Group(g, self._version(g)) for g in scored.split([G] * (len(scored) // G))]
+        parts = scored.split([G] * (len(scored) // G))
+        groups = [_Group(g, self._version(g), (job_id, i)) for i, g in enumerate(parts)]
         keep_P, stats = self._filter(scored, len(groups))
         with self._lock:
             for group, keep in zip(groups, keep_P.tolist()):
