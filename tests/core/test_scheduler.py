@@ -33,16 +33,19 @@ G = 4
 
 
 class Rollout(Worker):
-    def __init__(self, ctx: WorkerContext, bonus: float = 0.0, delay_s: float = 0.0) -> None:
+    def __init__(
+        self, ctx: WorkerContext, bonus: float = 0.0, delay_s: float = 0.0, slow_below: int = 0
+    ) -> None:
         super().__init__(ctx)
         self.version = 0
         self.bonus = bonus
         self.delay_s = delay_s
+        self.slow_below = slow_below  # prompts x < slow_below take 1 s more: their request finishes last
 
     @register(Dispatch.DP_SPLIT)
     def generate(self, prompts: Batch, n: int) -> Batch:
-        time.sleep(self.delay_s)
         x_P = prompts["x_P"]
+        time.sleep(self.delay_s + (1.0 if int(x_P.min()) < self.slow_below else 0.0))
         rows = x_P.repeat_interleave(n)
         out = Batch(
             {
@@ -143,6 +146,16 @@ def test_sync_batch_is_whole_groups_from_many_requests_on_both_ranks(rollout: Cl
     assert out.metrics["rollout/requests"] == 4
     assert set(batch["rank_B"].tolist()) == {0, 1}
     assert out.versions == [0] * 8
+
+
+def test_sync_batch_keeps_feed_order_when_requests_finish_out_of_order(ray_local: Any) -> None:
+    """Request 0 (prompts 0, 1) is the slowest, so requests 1-3 finish before it (both ranks stay busy); the batch
+    must still be prompts 0..7 in feed order, or two runs' batches (micro-batches, float sums) would differ."""
+    role = tiny_role(num_workers=2)
+    with Cluster("rollout_slow", Rollout, role, init_args=(0.0, 0.0, 2)) as slow:
+        with make(slow) as scheduler:
+            batch = scheduler.get_batch(8, trainer_version=0).batch
+    assert batch["x_B"].tolist() == [x for x in range(8) for _ in range(G)]
 
 
 def test_dynamic_sampling_fills_the_batch_and_counts_drops(rollout: Cluster) -> None:

@@ -12,6 +12,7 @@ Load it with ``pytest_plugins = ["roll.core.testing"]`` in the top ``conftest.py
 - ``@pytest.mark.slow``: the slow tier (an end-to-end learning or kill-and-resume run). The workspace's pytest
   settings leave it out of a bare ``pytest`` (``-m "not slow"``); ``pytest -m slow`` runs it, and CI runs both.
 - :func:`tiny_role`: a :class:`RoleConfig` sized for tests (one worker, 0.25 CPU).
+- :func:`assert_identical_runs`: two uninterrupted runs of one config log bitwise the same metrics, timing aside.
 - ``kill_and_resume`` (fixture): the exact-resume check of any pipeline. A real ``roll train`` subprocess is
   SIGKILLed (no clean exit) once its first checkpoint is on disk, ``resume=auto`` finishes the run in a second
   subprocess, and every logged metric of every step after the checkpoint must equal, bitwise, the
@@ -38,7 +39,14 @@ import pytest
 
 from roll.core.config.sections import RayConfig, RoleConfig
 
-__all__ = ["TEST_NUM_CPUS", "kill_and_resume", "ray_local", "read_metrics", "tiny_role"]
+__all__ = [
+    "TEST_NUM_CPUS",
+    "assert_identical_runs",
+    "kill_and_resume",
+    "ray_local",
+    "read_metrics",
+    "tiny_role",
+]
 
 TEST_NUM_CPUS = 4.0
 
@@ -170,6 +178,23 @@ def assert_same_metrics(got: Metrics, expected: Metrics, steps: Sequence[int]) -
         for name, value in expected[step].items():
             if not name.startswith(TIMING_PREFIXES):
                 assert got[step][name] == value, (step, name, got[step][name], value)
+
+
+def assert_identical_runs(first: Metrics, second: Metrics) -> None:
+    """Two runs of one config logged the same steps, each with the same metric names and, timing aside, bitwise the
+    same values. The first difference is reported with its step and name (the place to start bisecting)."""
+    assert sorted(first) == sorted(second), f"different steps logged: {sorted(first)} vs {sorted(second)}"
+    for step in sorted(first):
+        names = {n for n in first[step] if not n.startswith(TIMING_PREFIXES)}
+        other = {n for n in second[step] if not n.startswith(TIMING_PREFIXES)}
+        assert names == other, (step, sorted(names ^ other))
+    differences = [
+        (step, name, first[step][name], second[step][name])
+        for step in sorted(first)
+        for name in sorted(first[step])
+        if not name.startswith(TIMING_PREFIXES) and first[step][name] != second[step][name]
+    ]
+    assert not differences, f"{len(differences)} metrics differ; the first: {differences[:3]}"
 
 
 def _resume_matches(run: Run, workdir: Path, *, steps: int = 4, at: int = 2) -> Metrics:

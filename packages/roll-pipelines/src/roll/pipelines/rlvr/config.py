@@ -43,8 +43,9 @@ class RolloutConfig(RollModel):
     async_mode: Literal["stream", "step_ahead"] = Field(
         "stream",
         description="stream: a generator thread keeps up to ratio steps of groups ready (timing decides which "
-        "weights made a group); step_ahead (ratio 1): the next step's batch generates on this step's weights "
-        "while it trains and the sync waits for it: one update stale, reproducible, resumed exactly",
+        "groups a step gets and which weights made them, so two runs of one config differ and a resume is not "
+        "exact); step_ahead (ratio 1): the next step's batch generates on this step's weights while it trains "
+        "and the sync waits for it: one update stale, reproducible, resumed exactly",
     )
 
 
