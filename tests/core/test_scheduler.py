@@ -152,9 +152,9 @@ def test_sync_batch_keeps_feed_order_when_requests_finish_out_of_order(ray_local
     """Request 0 (prompts 0, 1) is the slowest, so requests 1-3 finish before it (both ranks stay busy); the batch
     must still be prompts 0..7 in feed order, or two runs' batches (micro-batches, float sums) would differ."""
     role = tiny_role(num_workers=2)
-    with Cluster("rollout_slow", Rollout, role, init_args=(0.0, 0.0, 2)) as slow:
-        with make(slow) as scheduler:
-            batch = scheduler.get_batch(8, trainer_version=0).batch
+    slow = Cluster("rollout_slow", Rollout, role, init_args=(0.0, 0.0, 2))
+    with slow, make(slow) as scheduler:
+        batch = scheduler.get_batch(8, trainer_version=0).batch
     assert batch["x_B"].tolist() == [x for x in range(8) for _ in range(G)]
 
 
