@@ -17,6 +17,8 @@ RewardNorm = Literal["none", "batch", "group", "tag", "running"]
 ``tag`` within the rows of each tag (domains or envs with different reward scales), ``running`` by a running mean
 and std over the run (population std everywhere)."""
 RatioLevel = Literal["token", "sequence"]
+MismatchCorrectionType = Literal["tis", "mis", "icepop"]
+"""Corrections of the train/infer mismatch (:data:`.registry.MISMATCH_CORRECTIONS`)."""
 DivergenceName = Literal[
     "forward_kl", "reverse_kl", "skew_forward_kl", "skew_reverse_kl", "js", "adaptive_kl"
 ]

@@ -1,5 +1,6 @@
 """The :class:`~roll.workers.types.LossFn` objects of the RL modes (rlvr, agentic, on-policy distillation): the
-policy loss (every :data:`~.registry.POLICY_LOSSES` entry, with KL, entropy bonus and TIS), the critic's value
+policy loss (every :data:`~.registry.POLICY_LOSSES` entry, with KL, entropy bonus, the train/infer mismatch
+metrics and a :data:`~.registry.MISMATCH_CORRECTIONS` correction), the critic's value
 loss and the warm-up's masked NLL.
 
 A LossFn returns a *sum* over its units and the training strategy divides by the global unit count of the whole
@@ -14,7 +15,7 @@ units and the worker returns them next to its own.
 
 Batch columns read (names from :mod:`roll.core.columns`): ``response_mask_BT``, ``advantages_BT``, and as the
 algorithm asks ``old_logp_BT`` (several optimizer steps per rollout), ``ref_logp_BT`` (KL in the loss),
-``infer_logp_BT`` (TIS), ``old_values_BT`` and ``returns_BT`` (the critic), ``labels_BT`` (the NLL).
+``infer_logp_BT`` (mismatch metrics, TIS/MIS/IcePop), ``old_values_BT`` and ``returns_BT`` (the critic), ``labels_BT`` (the NLL).
 """
 
 from __future__ import annotations
@@ -29,16 +30,16 @@ from roll.core.errors import DataError
 from roll.pipelines.algorithms.aggregate import Aggregation, masked_mean
 from roll.pipelines.algorithms.choices import LossAggMode
 from roll.pipelines.algorithms.kl import kl_loss
+from roll.pipelines.algorithms.mismatch import mismatch_metrics
 from roll.pipelines.algorithms.policy_loss import (
     cispo_policy_loss,
     entropy_bonus,
     gspo_policy_loss,
     ppo_policy_loss,
     topr_policy_loss,
-    truncated_is_weight,
 )
 from roll.pipelines.algorithms.presets import AlgorithmConfig
-from roll.pipelines.algorithms.registry import POLICY_LOSSES
+from roll.pipelines.algorithms.registry import MISMATCH_CORRECTIONS, POLICY_LOSSES
 from roll.pipelines.algorithms.value_loss import action_values, clipped_value_loss
 from roll.workers.metrics import LossMetrics
 from roll.workers.types import ForwardOutput, MicroBatch
@@ -100,7 +101,7 @@ class PolicyLoss:
         mask_BT = micro_batch[C.RESPONSE_MASK].to(logp_BT.dtype)
         old_BT = micro_batch[C.OLD_LOGP].to(logp_BT) if self.use_old_logp else logp_BT.detach()
         adv_BT = micro_batch[C.ADVANTAGES].to(logp_BT)
-        is_weight_BT, metrics = self._tis(old_BT, micro_batch, mask_BT)
+        is_weight_BT, metrics = self._mismatch(old_BT, micro_batch, mask_BT)
         loss, pg_metrics = self._surrogate(logp_BT, old_BT, adv_BT, mask_BT, is_weight_BT)
         metrics.update(pg_metrics)
         if self.algo.kl_mode == "loss":
@@ -117,15 +118,23 @@ class PolicyLoss:
             metrics.update(ent_metrics)
         return loss, metrics
 
-    def _tis(
+    def _mismatch(
         self, old_BT: torch.Tensor, micro_batch: MicroBatch, mask_BT: torch.Tensor
     ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
-        if self.algo.tis_cap is None or C.INFER_LOGP not in micro_batch:
+        """The rollout-vs-trainer metrics whenever the batch carries the sampler's log-probs, and the weight of
+        the configured correction (None without one). ``old_BT`` is the trainer's log-prob of the policy that
+        sampled (``old_logp_BT``, or this forward's own when one optimizer step trains on the rollout)."""
+        if C.INFER_LOGP not in micro_batch:
             return None, {}
         infer_BT = micro_batch[C.INFER_LOGP].to(old_BT)
-        return truncated_is_weight(
-            old_BT, infer_BT, mask_BT, cap=self.algo.tis_cap, level=self.algo.tis_level
+        metrics = mismatch_metrics(old_BT, infer_BT, mask_BT)
+        correction = self.algo.correction()
+        if correction is None:
+            return None, metrics
+        weight_BT, correction_metrics = MISMATCH_CORRECTIONS.implementation(correction.type)(
+            old_BT, infer_BT, mask_BT, cfg=correction
         )
+        return weight_BT, {**metrics, **correction_metrics}
 
     def _surrogate(
         self,

@@ -24,6 +24,7 @@ from roll.pipelines.algorithms.choices import (
     KLEstimator,
     KLMode,
     LossAggMode,
+    MismatchCorrectionType,
     PolicyLossType,
     PresetName,
     RatioLevel,
@@ -95,6 +96,43 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+class MismatchCorrection(RollModel):
+    """How the policy loss corrects for the train/infer mismatch (``rho = pi_old / pi_infer`` per token, see
+    :mod:`roll.pipelines.algorithms.mismatch`): ``tis`` truncates the weight at ``high``; ``mis`` keeps ``rho``
+    inside ``[low, high]`` and drops the token (or, at sequence level, the sequence) outside; ``icepop`` masks
+    tokens outside ``[low, high]`` with no reweighting."""
+
+    type: MismatchCorrectionType = Field(description="tis, mis or icepop (registry MISMATCH_CORRECTIONS)")
+    level: RatioLevel = Field(
+        "token", description="token ratio, or the sequence ratio exp(sum of token log-ratios); icepop: token"
+    )
+    low: float | None = Field(
+        None, gt=0, le=1, description="mis/icepop lower bound on rho; None: 1 / high (tis has none)"
+    )
+    high: float = Field(2.0, gt=0, description="tis cap; mis/icepop upper bound on rho (>= 1)")
+
+    @property
+    def lower(self) -> float:
+        """The lower bound in use: ``low``, else ``1 / high``."""
+        return self.low if self.low is not None else 1.0 / self.high
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        issues = []
+        if self.type == "tis" and self.low is not None:
+            message = "tis truncates the weight from above only; low applies to mis and icepop"
+            issues.append(ConfigIssue("low", message, "remove low, or use type: mis"))
+        if self.type != "tis" and self.high < 1:
+            message = f"{self.type} accepts rho in [low, high], which must hold rho = 1; high is {self.high}"
+            issues.append(ConfigIssue("high", message, "set high >= 1 (2 to 5 is usual)"))
+        if self.type == "icepop" and self.level != "token":
+            message = "icepop is a token mask; a sequence-level mask is mis with level: sequence"
+            issues.append(ConfigIssue("level", message, "use level: token, or type: mis"))
+        if issues:
+            raise issues_error(issues, title=type(self).__name__)
+        return self
+
+
 class AlgorithmConfig(RollModel):
     """The algorithm of an RL run: advantage estimator, policy loss and their hyperparameters.
 
@@ -150,6 +188,9 @@ class AlgorithmConfig(RollModel):
     # Train/infer mismatch
     tis_cap: float | None = Field(None, gt=0, description="truncated IS cap C; None: no correction")
     tis_level: RatioLevel = "token"
+    mismatch_correction: MismatchCorrection | None = Field(
+        None, description="tis, mis or icepop with its bounds; tis_cap C is short for {type: tis, high: C}"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -184,7 +225,17 @@ class AlgorithmConfig(RollModel):
         elif self.dual_clip_c is not None and self.loss_type != "ppo":
             message = f"dual_clip_c applies to loss_type='ppo' only, not {self.loss_type!r}"
             issues.append(ConfigIssue("dual_clip_c", message, "remove dual_clip_c or use loss_type=ppo"))
+        if self.tis_cap is not None and self.mismatch_correction is not None:
+            message = "tis_cap and mismatch_correction both pick a mismatch correction"
+            hint = "keep one: tis_cap C is mismatch_correction {type: tis, high: C}"
+            issues.append(ConfigIssue("tis_cap", message, hint))
         return issues
+
+    def correction(self) -> MismatchCorrection | None:
+        """The mismatch correction in use: ``mismatch_correction``, or TIS from ``tis_cap``, or None."""
+        if self.tis_cap is not None:
+            return MismatchCorrection(type="tis", level=self.tis_level, high=self.tis_cap)
+        return self.mismatch_correction
 
     def _kl_issues(self) -> list[ConfigIssue]:
         if self.kl_mode == "none" and self.kl_target is not None:
@@ -229,4 +280,4 @@ def preset_config(name: PresetName, **overrides: Any) -> AlgorithmConfig:
     return AlgorithmConfig.model_validate({"preset": name, **overrides})
 
 
-__all__ = ["PRESETS", "PRESET_NAMES", "AlgorithmConfig", "preset_config"]
+__all__ = ["PRESETS", "PRESET_NAMES", "AlgorithmConfig", "MismatchCorrection", "preset_config"]

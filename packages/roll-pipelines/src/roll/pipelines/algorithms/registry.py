@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from roll.core.errors import ConfigError, ConfigIssue
-from roll.pipelines.algorithms.choices import AdvEstimator, PolicyLossType
+from roll.pipelines.algorithms.choices import AdvEstimator, MismatchCorrectionType, PolicyLossType
 
 Need = Literal["critic", "groups", "reference"]
 
-__all__ = ["ESTIMATORS", "POLICY_LOSSES", "Entry", "Need", "Registry"]
+__all__ = ["ESTIMATORS", "MISMATCH_CORRECTIONS", "POLICY_LOSSES", "Entry", "Need", "Registry"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,17 @@ POLICY_LOSSES = Registry(
     ],
 )
 
+MISMATCH_CORRECTIONS = Registry(
+    "mismatch correction",
+    "algorithm.mismatch_correction.type",
+    [
+        Entry("tis", "truncated IS weight min(rho, high), token or sequence ratio (Yao et al. 2025)"),
+        Entry("mis", "masked IS: weight rho inside [low, high], 0 outside; token or sequence ratio"),
+        Entry("icepop", "two-sided token mask: 1 inside [low, high], 0 outside, no reweighting (IcePop)"),
+    ],
+)
+"""Corrections of the train/infer mismatch (``rho = pi_old / pi_infer``); implementations in :mod:`.mismatch`."""
+
 if set(ESTIMATORS.names) != set(get_args(AdvEstimator)):
     raise ConfigError(
         f"ESTIMATORS {ESTIMATORS.names} and choices.AdvEstimator {get_args(AdvEstimator)} differ"
@@ -153,4 +164,9 @@ if set(ESTIMATORS.names) != set(get_args(AdvEstimator)):
 if set(POLICY_LOSSES.names) != set(get_args(PolicyLossType)):
     raise ConfigError(
         f"POLICY_LOSSES {POLICY_LOSSES.names} and PolicyLossType {get_args(PolicyLossType)} differ"
+    )
+if set(MISMATCH_CORRECTIONS.names) != set(get_args(MismatchCorrectionType)):
+    raise ConfigError(
+        f"MISMATCH_CORRECTIONS {MISMATCH_CORRECTIONS.names} and MismatchCorrectionType "
+        f"{get_args(MismatchCorrectionType)} differ"
     )
