@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from roll.core.config.base import RollModel
 from roll.core.config.batch import BatchConfig
 from roll.core.config.sections import RoleConfig, RunConfig
 from roll.core.errors import ConfigIssue
@@ -47,6 +48,18 @@ actor_train's actors): an ``actor_infer`` value that differs would be silently u
 with ``placement=hybrid``."""
 
 
+class SyncCheckConfig(RollModel):
+    """The check after a weight sync (:mod:`roll.pipelines.policy.sync_check`): one prompt decoded greedily by the
+    generator and scored by the trainer; metrics ``mismatch/sync_logp_diff_{mean,max}``."""
+
+    every: int = Field(1, ge=0, description="check after every N-th weight sync; 0: never")
+    threshold: float = Field(
+        0.05, gt=0, description="warn when the probe's mean |log-prob difference| exceeds it"
+    )
+    warn_every: int = Field(10, ge=1, description="at most one warning per N checks past the threshold")
+    max_new_tokens: int = Field(16, ge=1, description="tokens the generator decodes for the probe")
+
+
 class PolicyRunConfig(RunConfig):
     """See the module docstring. ``reference`` runs when ``algorithm.kl_mode`` is not ``none``, ``critic`` when
     ``algorithm.use_critic``; their ``model`` defaults to ``actor_train``'s (before any warm-up)."""
@@ -67,6 +80,10 @@ class PolicyRunConfig(RunConfig):
     bucket_mb: float = Field(256.0, gt=0, description="model-update bucket size")
     batch: BatchConfig
     algorithm: AlgorithmConfig = Field(default_factory=lambda: AlgorithmConfig(preset="grpo"))
+    sync_check: SyncCheckConfig = Field(
+        default_factory=SyncCheckConfig,
+        description="after a weight sync, compare one prompt's log-probs on trainer and generator",
+    )
 
     @classmethod
     def moved_keys(cls) -> dict[str, str]:

@@ -41,8 +41,9 @@ from roll.core.failures import RunStopped
 from roll.core.tracking import reduce_metrics
 from roll.pipelines.algorithms.losses import ValueLoss
 from roll.pipelines.common.export import export_hf
-from roll.pipelines.policy.config import Placement, PolicyRunConfig
+from roll.pipelines.policy.config import Placement, PolicyRunConfig, SyncCheckConfig
 from roll.pipelines.policy.critic import Critic
+from roll.pipelines.policy.sync_check import SyncCheck
 from roll.pipelines.policy.views import active_rows, training_view, without_inert_rows
 from roll.workers.model_update import ModelUpdateGroup
 from roll.workers.roles.actor import ActorTrainWorker
@@ -99,6 +100,9 @@ class PolicySpec:
     non_finite: Literal["stop", "skip"] = "stop"
     """``failures.non_finite``: a NaN/inf loss or gradient norm stops the run (the strategies have already dropped
     that update), or the run goes on without it."""
+    sync_check: SyncCheckConfig = SyncCheckConfig(every=0)
+    """The check after a weight sync (:mod:`~roll.pipelines.policy.sync_check`); off unless a mode passes its
+    config's."""
 
 
 def policy_spec(cfg: PolicyRunConfig, *, warmup_steps: int, norm_len: int) -> PolicySpec:
@@ -117,7 +121,7 @@ def policy_spec(cfg: PolicyRunConfig, *, warmup_steps: int, norm_len: int) -> Po
         reference=cfg.reference if cfg.needs_reference else None, critic=critic,
         cpu_threads=cfg.cpu_threads, bucket_mb=cfg.bucket_mb, seed=cfg.seed, placement=cfg.placement,
         checkpoint_root=cfg.checkpoint.dir or cfg.output_dir / "checkpoints",
-        non_finite=cfg.failures.non_finite,
+        non_finite=cfg.failures.non_finite, sync_check=cfg.sync_check,
     )  # fmt: skip
 
 
@@ -134,6 +138,7 @@ class PolicyGroup:
         self.updater: ModelUpdateGroup
         self.ref_updater: ModelUpdateGroup | None = None
         self._phase_metrics: dict[str, float] = {}
+        self.sync_check = SyncCheck(spec.sync_check)
 
     # ------------------------------------------------------------------------------------------ building
 
@@ -262,6 +267,7 @@ class PolicyGroup:
         (:mod:`roll.core.failures` stops a run with too many steps without one). A non-finite loss or gradient
         norm on any rank raises :class:`~roll.core.failures.RunStopped` naming step, role and rank, unless the
         spec's ``non_finite`` is ``skip``."""
+        self.sync_check.remember(batch)
         parts = [batch]
         if optimizer_steps > 1:
             order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(self.spec.seed + step))
@@ -347,8 +353,16 @@ class PolicyGroup:
         tmp.rename(root / REFERENCE_START)
 
     def sync(self, version: int | None = None) -> None:
-        """Push the trained weights to the inference workers; the new policy version is ``version`` or +1."""
+        """Push the trained weights to the inference workers; the new policy version is ``version`` or +1. Then
+        the sync check (:mod:`~roll.pipelines.policy.sync_check`) when due; its metrics join
+        :meth:`pop_phase_metrics`."""
         self.updater.sync(version)
+        self._phase_metrics.update(self.sync_check.after_sync(self.actor, self.infer, self.version))
+
+    def check_sync(self) -> dict[str, float]:
+        """The sync check now, whatever its cadence: ``mismatch/sync_logp_diff_{mean,max}`` (warns past the
+        threshold). Needs a trained batch (the probe prompt comes from the first one)."""
+        return self.sync_check.check(self.actor, self.infer, self.version)
 
     @contextmanager
     def phase(self, name: Literal["generate", "train"]) -> Iterator[None]:
@@ -368,7 +382,8 @@ class PolicyGroup:
 
     def pop_phase_metrics(self) -> dict[str, float]:
         """The time-sharing metrics since the last call (``colocate/<role>_{offload,reload}_s``,
-        ``colocate/<role>_freed_mib``); empty when the roles do not share devices."""
+        ``colocate/<role>_freed_mib``; empty when the roles do not share devices) and the last sync check's
+        (``mismatch/sync_*``)."""
         out, self._phase_metrics = self._phase_metrics, {}
         return out
 

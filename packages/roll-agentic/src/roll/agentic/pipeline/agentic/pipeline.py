@@ -104,6 +104,7 @@ class AgenticPipeline(BasePipeline):
         _timed(timings, "rollout_wait", self.ahead.wait)  # the next rollout ends on the weights it began with
         if samples:
             _timed(timings, "sync", self.sync_weights)
+        metrics.update(self.policy.pop_phase_metrics())  # time-sharing costs, the sync check's gap
         return self.log(metrics, samples, timings)
 
     def _informative(self, samples: list[Sample]) -> tuple[list[Sample], dict[str, float]]:
