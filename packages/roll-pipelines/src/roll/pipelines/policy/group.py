@@ -27,7 +27,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -100,7 +100,7 @@ class PolicySpec:
     non_finite: Literal["stop", "skip"] = "stop"
     """``failures.non_finite``: a NaN/inf loss or gradient norm stops the run (the strategies have already dropped
     that update), or the run goes on without it."""
-    sync_check: SyncCheckConfig = SyncCheckConfig(every=0)
+    sync_check: SyncCheckConfig = field(default_factory=lambda: SyncCheckConfig(every=0))
     """The check after a weight sync (:mod:`~roll.pipelines.policy.sync_check`); off unless a mode passes its
     config's."""
 
