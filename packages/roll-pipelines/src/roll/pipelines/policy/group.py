@@ -411,12 +411,16 @@ class PolicyGroup:
             self.critic.cluster.load_checkpoint(str(directory / CRITIC_FILES))
 
     def state(self) -> dict[str, Any]:
-        return {"version": self.version}
+        return {"version": self.version, "sync_check": self.sync_check.state_dict()}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore the served version: the inference workers get the checkpoint's weights (the reference keeps
-        its start weights, see :meth:`load`)."""
+        its start weights, see :meth:`load`); then the sync check's probe and counters, so a resumed run checks
+        the same prompt on the same cadence."""
         self.sync(int(state["version"]))
+        self._phase_metrics.clear()
+        if "sync_check" in state:
+            self.sync_check.load_state_dict(state["sync_check"])
 
     def export_hf(self, output_dir: Path) -> Path:
         """The trained policy as a transformers ``save_pretrained`` folder under ``output_dir/hf``."""

@@ -21,6 +21,8 @@ is comparable step to step). Batches with images or videos are not probed (the p
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -73,6 +75,13 @@ class SyncCheck:
         self.prompt_ids: list[int] | None = None
         self.syncs = 0
         self.over = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"prompt_ids": self.prompt_ids, "syncs": self.syncs, "over": self.over}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.prompt_ids = list(state["prompt_ids"]) if state["prompt_ids"] is not None else None
+        self.syncs, self.over = int(state["syncs"]), int(state["over"])
 
     def remember(self, batch: Batch) -> None:
         if self.prompt_ids is None and self.cfg.every > 0:
