@@ -106,6 +106,9 @@ TEXT: Final = "text"
 REWARD_ERROR_REPORT: Final = "reward_error_report"
 """A :class:`~roll.core.failures.ErrorReport` where the reward could not score the row (``reward_error_B`` 1),
 else ``None``; the driver shows the first of each kind with its traceback."""
+REWARD_ANSWER: Final = "reward_answer"
+"""The final answer the reward extracted from the response (its ``info["answer"]``, as text), else ``None``:
+what a majority vote over samples (``maj@k``) counts."""
 PROMPT_TRUNCATED: Final = "prompt_truncated"
 """True where the prompt was longer than ``tokenize.max_prompt_length`` (or ``max_length``) and was cut."""
 SUCCESS: Final = "success"

@@ -50,11 +50,26 @@ class RolloutConfig(RollModel):
 
 
 class ValidationConfig(RollModel):
-    """Greedy generation on held-out prompts every ``eval_every`` steps (``data.eval_*`` supplies them)."""
+    """Generation on held-out prompts every ``eval_every`` steps (``data.eval_*`` supplies them): greedy, one
+    answer per prompt, by default; ``samples_per_prompt: k`` with a temperature adds ``mean@k``, ``pass@k`` and
+    ``maj@k`` (:mod:`roll.pipelines.common.sampled_eval`), overall and per domain."""
 
     num_prompts: int = Field(64, ge=1)
     temperature: float = Field(0.0, ge=0)
     max_new_tokens: int | None = Field(None, ge=1, description="default: rollout.max_new_tokens")
+    samples_per_prompt: int = Field(
+        1, ge=1, description="answers per prompt (k): > 1 logs mean@k, pass@k, maj@k; needs a temperature > 0"
+    )
+
+    @model_validator(mode="after")
+    def _sampled(self) -> Self:
+        if self.samples_per_prompt > 1 and self.temperature == 0:
+            message = f"samples_per_prompt = {self.samples_per_prompt} greedy answers would all be the same"
+            hint = (
+                "set validation.temperature > 0 (the rollout's, often 0.6 to 1.0), or samples_per_prompt: 1"
+            )
+            raise issues_error([ConfigIssue("samples_per_prompt", message, hint)], title="ValidationConfig")
+        return self
 
 
 class RewardDomainConfig(RollModel):

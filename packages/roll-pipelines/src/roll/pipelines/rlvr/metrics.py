@@ -49,8 +49,7 @@ def domain_metrics(
     """``<prefix>/<domain>/mean``, ``/std``, ``/accuracy``, ``/count`` for every domain present. A row no tag
     routes belongs to ``default`` (the domain that scored it), else to its own tag, else to ``untagged``: a
     metric name never holds an empty part (``reward//mean``)."""
-    names = [domain_of.get(str(t)) or default or str(t) or "untagged" for t in batch[C.TAG]]
-    domains = np.array(names, dtype=object)
+    domains = np.array(row_domains(batch, domain_of, default=default), dtype=object)
     out: dict[str, float] = {}
     for domain in sorted(set(domains.tolist())):
         rows = torch.from_numpy(np.flatnonzero(domains == domain))
@@ -60,6 +59,11 @@ def domain_metrics(
         out[f"{prefix}/{domain}/accuracy"] = float(_t(batch, C.CORRECT)[rows].float().mean())
         out[f"{prefix}/{domain}/count"] = float(len(rows))
     return out
+
+
+def row_domains(batch: Batch, domain_of: Mapping[str, str], default: str | None = None) -> list[str]:
+    """Each row's domain, named as :func:`domain_metrics` names it."""
+    return [domain_of.get(str(t)) or default or str(t) or "untagged" for t in batch[C.TAG]]
 
 
 def throughput(tokens: float, seconds: float, phase: str) -> dict[str, float]:

@@ -44,6 +44,7 @@ from roll.pipelines.algorithms.estimators import (
 )
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
 from roll.pipelines.common.data import load_image_processor_for, load_tokenizer, prepare_data
+from roll.pipelines.common.sampled_eval import sampled_metrics, vote_key
 from roll.pipelines.curriculum import CurriculumFeeder, curriculum_feeder
 from roll.pipelines.policy.critic import batch_metrics
 from roll.pipelines.policy.group import PolicyGroup, policy_spec
@@ -339,17 +340,39 @@ class RLVRPipeline(BasePipeline):
     # ------------------------------------------------------------------------------------------- evaluation
 
     def evaluate(self, step: int) -> Mapping[str, float]:
-        """Greedy answers on held-out prompts: reward and accuracy, overall and per domain."""
+        """Answers on held-out prompts (greedy by default): reward and accuracy, overall and per domain; with
+        ``validation.samples_per_prompt: k > 1`` also mean@k, pass@k and maj@k (:meth:`_sampled_metrics`). The
+        samples are seeded per prompt (the scheduler's evaluation stream), so two runs evaluate alike."""
         if self.eval_prompts is None or self.scheduler is None:
             return {}
         v = self.config.validation
-        params = self._sampling(n=1, temperature=v.temperature, max_new_tokens=v.max_new_tokens)
+        params = self._sampling(
+            n=v.samples_per_prompt, temperature=v.temperature, max_new_tokens=v.max_new_tokens
+        )
         params = params.model_copy(update={"temperature": v.temperature})
         samples = self.scheduler.generate_all(self.eval_prompts, params)
         scored = self.rewards.score(samples)
         self.show_errors(scored)
         out = {"reward": float(scored[C.SCORES].mean()), "accuracy": float(scored[C.CORRECT].mean())}
         out.update(M.domain_metrics(scored, self.domain_of, prefix="domain", default=self.default_domain))
+        if v.samples_per_prompt > 1:
+            out.update(self._sampled_metrics(scored, v.samples_per_prompt))
+        return out
+
+    def _sampled_metrics(self, scored: Batch, k: int) -> dict[str, float]:
+        """``mean@k``, ``pass@k``, ``maj@k`` overall and ``domain/<d>/...`` per domain; ``scored`` holds ``k``
+        answers per prompt, in prompt order."""
+        answers = scored[C.REWARD_ANSWER] if C.REWARD_ANSWER in scored else [None] * len(scored)
+        keys = [vote_key(a, t) for a, t in zip(answers, scored[C.TEXT])]
+        correct = [bool(c) for c in scored[C.CORRECT].tolist()]
+        domains = M.row_domains(scored, self.domain_of, default=self.default_domain)
+        rows_by = {"": list(range(0, len(scored), k))}
+        for p in rows_by[""]:
+            rows_by.setdefault(f"domain/{domains[p]}/", []).append(p)
+        out: dict[str, float] = {}
+        for prefix, starts in rows_by.items():
+            correct_PG = [correct[p : p + k] for p in starts]
+            out.update(sampled_metrics(correct_PG, [keys[p : p + k] for p in starts], prefix=prefix))
         return out
 
     # ------------------------------------------------------------------------------------------- checkpoints

@@ -54,7 +54,8 @@ class RewardWorker(Worker):
 
     @register(Dispatch.RANK_ZERO)  # the RewardScheduler sends each rank its share itself
     def score(self, rows: Rows) -> dict[str, list[Any]]:
-        """``scores_B``, ``correct_B``, ``reward_error_B`` and ``reward_error_report`` of every row, in order."""
+        """``scores_B``, ``correct_B``, ``reward_error_B``, ``reward_error_report`` and ``reward_answer`` of every
+        row, in order."""
         n = len(next(iter(rows.values()), []))
         requests = [_request(rows, i) for i in range(n)]
         results = checked_results(self.reward, requests, self.source)
@@ -63,6 +64,7 @@ class RewardWorker(Worker):
             C.CORRECT: [_correct(r) for r in results],
             C.REWARD_ERROR: [float(r.is_unscored) for r in results],
             C.REWARD_ERROR_REPORT: [self._report(r, q) for r, q in zip(results, requests)],
+            C.REWARD_ANSWER: [_answer(r) for r in results],
         }
 
     def _report(self, result: RewardResult, request: RewardRequest) -> ErrorReport | None:
@@ -113,6 +115,7 @@ def timed_out_rows(domain: str, n: int, reason: str) -> dict[str, list[Any]]:
         C.CORRECT: [0.0] * n,
         C.REWARD_ERROR: [1.0] * n,
         C.REWARD_ERROR_REPORT: [report] * n,
+        C.REWARD_ANSWER: [None] * n,
     }
 
 
@@ -124,6 +127,12 @@ def _request(rows: Rows, i: int) -> RewardRequest:
     return RewardRequest(
         response=text(C.TEXT), prompt=text(C.PROMPT), ground_truth=text(C.GROUND_TRUTH), tag=text(C.TAG)
     )
+
+
+def _answer(result: RewardResult) -> str | None:
+    """The extracted answer a reward reports in ``info["answer"]`` (as text), else None."""
+    answer = result.info.get("answer")
+    return None if answer is None else str(answer)
 
 
 def _correct(result: RewardResult) -> float:

@@ -1,17 +1,13 @@
-"""Pure metrics of an evaluation: pass@k (the unbiased estimator), accuracy per domain, lengths."""
+"""Pure metrics of an evaluation: pass@k (the unbiased estimator of :mod:`roll.pipelines.common.sampled_eval`,
+shared with the RL modes' validation), accuracy per domain, lengths."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from math import comb
 
+from roll.pipelines.common.sampled_eval import pass_at_k
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Chance that at least one of ``k`` answers drawn without replacement from ``n`` (``c`` correct) is correct:
-    ``1 - C(n - c, k) / C(n, k)`` (Chen et al. 2021). ``n = 4, c = 1, k = 2``: ``1 - 3/6 = 0.5``."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    return 1.0 - comb(n - c, k) / comb(n, k)
+__all__ = ["domain_table", "pass_at_k", "summarize"]
 
 
 def summarize(
