@@ -46,7 +46,8 @@ from roll.workers.types import ForwardOutput, MicroBatch
 
 
 class PolicyLoss:
-    """Policy-gradient loss of an :class:`AlgorithmConfig`: surrogate + optional KL, entropy bonus and TIS.
+    """Policy-gradient loss of an :class:`AlgorithmConfig`: surrogate + optional KL, entropy bonus and mismatch
+    correction (TIS, MIS, IcePop; :mod:`.mismatch`), and the mismatch metrics whenever ``infer_logp_BT`` is there.
 
     ``norm_len`` is Dr. GRPO's constant (``loss_agg_norm_len`` or the rollout's max new tokens).
     ``use_old_logp=False`` treats the current policy as the old one (one optimizer step per rollout, where both
@@ -78,9 +79,9 @@ class PolicyLoss:
     def inert_rows(self, micro_batch: MicroBatch) -> torch.Tensor | None:
         """``bool [B]``: rows whose contribution to the gradient is exactly zero, or None when no row can be.
 
-        Every surrogate here (PPO, GSPO, CISPO, TOPR, with or without TIS) is the advantage times a factor, so a row
-        whose advantages are 0 on all its response tokens (a GRPO group whose samples all scored the same) adds
-        0 to the loss and to every gradient; only its units count, through the normalizer. A KL loss or an
+        Every surrogate here (PPO, GSPO, CISPO, TOPR, with or without a mismatch correction) is the advantage
+        times a factor, so a row whose advantages are 0 on all its response tokens (a GRPO group whose samples all
+        scored the same) adds 0 to the loss and to every gradient; only its units count, through the normalizer. A KL loss or an
         entropy bonus pulls on every row, so with either no row is inert. ``skip_zero_advantage: false`` turns
         the check off.
         """
