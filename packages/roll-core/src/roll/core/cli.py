@@ -21,6 +21,7 @@ from roll.core.config.reference import defaults_left
 from roll.core.config.sections import RunConfig
 from roll.core.errors import ConfigError, ConfigIssue, RollError
 from roll.core.recovery import EXIT_PREEMPTED, Preempted
+from roll.core.startup import startup_issues
 from roll.core.types import GROUPS, PipelineSpec
 
 EXIT_CONFIG = 2
@@ -97,8 +98,10 @@ def load_run_config(
 ) -> tuple[PipelineSpec, RunConfig]:
     """Compose the YAML, pick the pipeline plugin its ``pipeline:`` key names, and validate against its model.
 
-    With ``preflight``, the pipeline's own :attr:`PipelineSpec.preflight` checks run too (data sources, plugin
-    options); their issues are located in the YAML like any other and raise one :class:`ConfigError`.
+    With ``preflight``, every start-up check runs too (:func:`roll.core.startup.startup_issues`: trackers, node
+    pins, then the pipeline's own :attr:`PipelineSpec.preflight` of data sources, model paths and plugin options),
+    the same for ``roll validate`` and ``roll train``; their issues are located in the YAML like any other and
+    raise one :class:`ConfigError`.
     """
     # Two passes: the first only reads which pipeline (and so which model) applies; the second lets overrides
     # set any key that model declares, even keys the YAML leaves to their defaults.
@@ -106,8 +109,8 @@ def load_run_config(
     spec = _pipeline_spec(picked)
     tree = load_tree(path, overrides, model=spec.config_model)
     config = validate(tree, spec.config_model)
-    if preflight and spec.preflight is not None:
-        issues = [_located(issue, tree) for issue in spec.preflight(config)]
+    if preflight:
+        issues = [_located(issue, tree) for issue in startup_issues(spec, config)]
         if issues:
             raise ConfigError(issues=issues)
     return spec, config

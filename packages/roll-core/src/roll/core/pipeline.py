@@ -35,9 +35,10 @@ from roll.core.checkpoint import CheckpointManager, PipelineState, read_manifest
 from roll.core.cluster import Cluster, RayHandle, ResourceManager, Worker, init_ray, shutdown_ray
 from roll.core.config.loader import dump_yaml
 from roll.core.config.sections import RoleConfig, RunConfig
-from roll.core.errors import ConfigError, ConfigIssue, PluginError
+from roll.core.errors import ConfigError
 from roll.core.failures import FailureGuard, RunStopped
 from roll.core.recovery import LostWorker, Preempted, StopSignals, find_lost_worker
+from roll.core.startup import tracker_issues
 from roll.core.tracking import MultiTracker, Progress
 from roll.core.types import Tracker
 
@@ -330,19 +331,12 @@ class BasePipeline(ABC):
 
 def build_trackers(config: RunConfig, output_dir: Path) -> Tracker:
     """The trackers ``tracking.backends`` names, found through the ``roll.tracker`` plugin group."""
-    trackers: list[Tracker] = []
-    issues: list[ConfigIssue] = []
-    run_config = config.model_dump(mode="json")
-    for i, name in enumerate(config.tracking.backends):
-        try:
-            spec = plugins.load("roll.tracker", name)
-        except PluginError as exc:
-            issues.append(ConfigIssue(f"tracking.backends.{i}", str(exc)))
-            continue
-        trackers.append(spec.build(output_dir, config.tracking, run_config))
+    issues = tracker_issues(config)  # the check roll validate runs too
     if issues:
         raise ConfigError(issues=issues)
-    return MultiTracker(trackers)
+    run_config = config.model_dump(mode="json")
+    specs = [plugins.load("roll.tracker", name) for name in config.tracking.backends]
+    return MultiTracker([spec.build(output_dir, config.tracking, run_config) for spec in specs])
 
 
 def _quietly(fn: Any, what: str) -> None:

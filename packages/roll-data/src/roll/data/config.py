@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from roll.core.config.base import RollModel
 
@@ -124,3 +124,15 @@ class TokenizeConfig(RollModel):
     length_policy: LengthPolicy = "truncate"
     num_proc: int | None = Field(None, ge=1, description="worker processes for datasets.map")
     load_from_cache_file: bool = True
+
+    @field_validator("template")
+    @classmethod
+    def _known_template(cls, name: str | None) -> str | None:
+        from roll.data.templates import TEMPLATES
+
+        if name is not None and name not in TEMPLATES:
+            known = ", ".join(sorted(TEMPLATES))
+            raise ValueError(
+                f"unknown chat template {name!r}; known: {known} (or leave it unset for the tokenizer's own)"
+            )
+        return name

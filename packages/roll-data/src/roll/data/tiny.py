@@ -137,24 +137,36 @@ def resolve_model_path(name_or_path: str) -> str:
     :class:`DataError` naming it (instead of a confusing hub lookup); anything else is taken for a hub id and
     returned unchanged.
     """
-    from roll.data.tiny_vl import VL_PRESETS, is_vl_preset, tiny_vl_model_path
+    from roll.data.tiny_vl import is_vl_preset, tiny_vl_model_path
 
     if is_preset(name_or_path):
         return str(tiny_model_path(name_or_path))
     if is_vl_preset(name_or_path):
         return str(tiny_vl_model_path(name_or_path))
+    problem = missing_model_path(name_or_path)
+    if problem is not None:
+        raise DataError(problem)
+    return name_or_path
+
+
+def missing_model_path(name_or_path: str) -> str | None:
+    """Why ``name_or_path`` cannot be a model, or ``None``: a reference that looks local (absolute, ``./``,
+    ``../``, ``~``, more than one ``/``) but does not exist. Presets, existing paths and hub ids pass (a hub id is
+    never fetched to check it). Reads nothing but the file system's entries; builds no preset."""
+    from roll.data.tiny_vl import VL_PRESETS
+
     path = Path(name_or_path).expanduser()
-    if path.exists():
-        return name_or_path
+    if is_preset(name_or_path) or name_or_path in VL_PRESETS or path.exists():
+        return None
     looks_local = (
         path.is_absolute()
         or name_or_path.startswith((".", "~"))
         or name_or_path.count("/") > 1
         or "\\" in name_or_path
     )
-    if looks_local:
-        raise DataError(
-            f"model path {name_or_path!r} does not exist; pass an existing folder, a hub id like 'org/name', "
-            f"or a tiny preset ({', '.join(sorted([*PRESETS, *VL_PRESETS]))})"
-        )
-    return name_or_path
+    if not looks_local:
+        return None
+    return (
+        f"model path {name_or_path!r} does not exist; pass an existing folder, a hub id like 'org/name', "
+        f"or a tiny preset ({', '.join(sorted([*PRESETS, *VL_PRESETS]))})"
+    )
