@@ -2,10 +2,12 @@
 
 ``roll validate`` and ``roll train`` call :func:`rlvr_preflight` through the pipeline spec's ``preflight`` hook:
 
+- every role's model path, and a chat template for the policy's tokenizer (:mod:`roll.pipelines.common.checks`);
 - every reward domain's plugin and options (:func:`roll.pipelines.rewards.check.reward_issues`);
 - the first rows of every data source (:func:`roll.data.peek.peek_data`): readable, a ``prompt`` or
   ``messages`` field (warm-up data: an SFT layout), and a ``tag`` that routes each row to a reward domain. With one
-  domain, an untagged row goes to it (the reward scheduler does the same); with several, every row needs a tag.
+  domain, an untagged row goes to it (the reward scheduler does the same); with several, every row needs a tag;
+  rows with images or videos need files that open and a vision-language policy.
 
 :func:`rlvr_explain` says what the algorithm preset set, for ``roll validate --explain``.
 """
@@ -17,6 +19,7 @@ from typing import Any
 from roll.core.errors import ConfigIssue
 from roll.data.peek import Peek, peek_data
 from roll.pipelines.algorithms.presets import PRESETS
+from roll.pipelines.common.checks import chat_template_issues, model_issues, vision_issues
 from roll.pipelines.rewards.check import reward_issues
 
 PRESET_NOTES: dict[str, str] = {
@@ -31,13 +34,15 @@ DAPO_NOTE = (
 
 
 def rlvr_preflight(config: Any) -> list[ConfigIssue]:
-    """Every problem found in the reward domains and the first rows of the data sources."""
-    issues = reward_issues(config.rewards)
+    """Every problem found in the model paths, the reward domains and the first rows of the data sources."""
+    role = "actor_train" if getattr(config, "actor_train", None) is not None else "actor_infer"
+    issues = model_issues(config) + reward_issues(config.rewards)
     peeks, data_issues = peek_data(config.data, kind="prompt", where="data")
     issues += data_issues + tag_issues(peeks, config.rewards)
+    issues += vision_issues(peeks, getattr(config, role).model.path, role=role)
     if getattr(config, "warmup", None) is not None:
         issues += peek_data(config.warmup.data, kind="sft", where="warmup.data")[1]
-    return issues
+    return issues + chat_template_issues(config, role)
 
 
 def tag_issues(peeks: list[Peek], rewards: dict[str, Any]) -> list[ConfigIssue]:

@@ -34,8 +34,10 @@ def env_issues(envs: Sequence[EnvEntryConfig], *, prefix: str = "env_manager.env
 
 
 def env_preflight(config: Any) -> list[ConfigIssue]:
-    """The agentic pipelines' ``preflight``: the env mix of ``config.env_manager``."""
-    return env_issues(config.env_manager.envs)
+    """The agentic pipelines' ``preflight``: every role's model path, and the env mix of ``config.env_manager``."""
+    from roll.pipelines.common.checks import model_issues
+
+    return model_issues(config) + env_issues(config.env_manager.envs)
 
 
 def _option_issues(spec: Any, entry: EnvEntryConfig, where: str) -> list[ConfigIssue]:

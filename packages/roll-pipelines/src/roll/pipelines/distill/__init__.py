@@ -137,6 +137,12 @@ class DistillConfig(RunConfig):
         return [ConfigIssue("teacher_warmup.micro_batch_samples", message)]
 
 
+def _preflight(config: Any) -> list[ConfigIssue]:
+    from roll.pipelines.common.checks import offline_preflight
+
+    return offline_preflight("sft", role="student")(config)
+
+
 def _build(config: Any) -> Pipeline:
     from roll.pipelines.distill.pipeline import DistillPipeline
 
@@ -147,6 +153,7 @@ SPEC = PipelineSpec(
     name="distill",
     config_model=DistillConfig,
     build=_build,
+    preflight=_preflight,
     description="knowledge distillation from a teacher's top-k logits (KL family, JS, adaptive KL; CE mixing)",
 )
 
@@ -154,6 +161,7 @@ VLM_SPEC = PipelineSpec(
     name="distill_vlm",
     config_model=DistillConfig,
     build=_build,
+    preflight=_preflight,
     description="distill on image rows (the same pipeline: rows with `images`, VLM teacher and student)",
 )
 """Top-k distillation from a VLM teacher: ``distill`` itself takes image rows; this alias says so in ``roll list``."""

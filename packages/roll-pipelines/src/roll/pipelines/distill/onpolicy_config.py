@@ -77,6 +77,12 @@ class OnPolicyDistillConfig(RLVRConfig):
         return self
 
 
+def _preflight(config: Any) -> list[ConfigIssue]:
+    from roll.pipelines.preflight import rlvr_preflight
+
+    return rlvr_preflight(config)
+
+
 def _build(config: Any) -> Pipeline:
     from roll.pipelines.distill.onpolicy import build_pipeline
 
@@ -87,5 +93,6 @@ SPEC = PipelineSpec(
     name="distill_onpolicy",
     config_model=OnPolicyDistillConfig,
     build=_build,
+    preflight=_preflight,
     description="on-policy distillation: RLVR rollouts, advantage from -(logp_student - logp_teacher) per token",
 )

@@ -79,6 +79,12 @@ class DPOConfig(RunConfig):
         return self
 
 
+def _preflight(config: Any) -> list[ConfigIssue]:
+    from roll.pipelines.common.checks import offline_preflight
+
+    return offline_preflight("preference", role="actor_train")(config)
+
+
 def _build(config: Any) -> Pipeline:
     from roll.pipelines.dpo.pipeline import DPOPipeline
 
@@ -89,5 +95,6 @@ SPEC = PipelineSpec(
     name="dpo",
     config_model=DPOConfig,
     build=_build,
+    preflight=_preflight,
     description="DPO / conservative DPO / IPO on preference pairs, reference worker or precomputed log-probs",
 )

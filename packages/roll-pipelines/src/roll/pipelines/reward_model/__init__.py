@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 
 from roll.core.config.batch import BatchConfig, issues_error
 from roll.core.config.sections import RunConfig
+from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.pipelines.common.config import EvalConfig, TrainRoleConfig, batch_issues
@@ -41,6 +42,12 @@ class RewardModelConfig(RunConfig):
         return self
 
 
+def _preflight(config: Any) -> list[ConfigIssue]:
+    from roll.pipelines.common.checks import offline_preflight
+
+    return offline_preflight("preference", role="actor_train")(config)
+
+
 def _build(config: Any) -> Pipeline:
     from roll.pipelines.reward_model.pipeline import RewardModelPipeline
 
@@ -51,5 +58,6 @@ SPEC = PipelineSpec(
     name="reward_model",
     config_model=RewardModelConfig,
     build=_build,
+    preflight=_preflight,
     description="Bradley-Terry reward model on preference pairs (sequence-classification head)",
 )

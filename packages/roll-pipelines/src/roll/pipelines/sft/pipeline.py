@@ -21,7 +21,7 @@ from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.tracking import reduce_metrics
 from roll.data.collate import collate_prompts
-from roll.data.tasks import get_task, is_builtin
+from roll.data.tasks import get_task
 from roll.pipelines.common import data as D
 from roll.pipelines.common.config import strategy_for
 from roll.pipelines.common.export import export_hf
@@ -87,7 +87,7 @@ class SFTPipeline(BasePipeline):
         if not rows:
             return {}
         metrics = self.eval_loss(rows)
-        if self.config.eval.generate and self.eval_task() is not None:
+        if self.config.scores_answers:
             metrics["answer_accuracy"] = self.answer_accuracy(rows[: self.config.eval.max_generate])
         return metrics
 
@@ -106,9 +106,8 @@ class SFTPipeline(BasePipeline):
         return {"loss": sums["nll_sum"] / tokens, "token_accuracy": sums["correct_sum"] / tokens}
 
     def eval_task(self) -> Any:
-        sources = self.config.data.eval_sources or self.config.data.sources
-        src = sources[0]
-        return get_task(src.path, **src.builtin_options) if is_builtin(src.path) else None
+        src = self.config.eval_task_source()
+        return get_task(src.path, **src.builtin_options) if src is not None else None
 
     def answer_accuracy(self, rows: list[D.Row]) -> float:
         task = self.eval_task()
