@@ -11,6 +11,7 @@ from pydantic import Field
 from roll.core.config.base import RollModel
 from roll.core.config.batch import BatchConfig
 from roll.core.errors import ConfigIssue
+from roll.data.config import DataConfig, DatasetSourceConfig
 from roll.workers.roles.config import (
     DEFAULT_MODEL,
     MICRO_BATCH_FIELDS,
@@ -19,7 +20,16 @@ from roll.workers.roles.config import (
     with_micro_batches,
 )
 
-__all__ = ["DEFAULT_MODEL", "EvalConfig", "TrainRoleConfig", "batch_issues", "strategy_for"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "EvalConfig",
+    "GenerateEvalConfig",
+    "TrainRoleConfig",
+    "answer_source",
+    "batch_issues",
+    "generate_issues",
+    "strategy_for",
+]
 
 
 class EvalConfig(RollModel):
@@ -27,6 +37,46 @@ class EvalConfig(RollModel):
 
     batch_size: int = Field(64, ge=1)
     max_rows: int | None = Field(None, ge=1)
+
+
+class GenerateEvalConfig(EvalConfig):
+    """Evaluation that also scores greedy answers of up to ``max_generate`` held-out prompts with the verifier of
+    the held-out ``builtin:`` task (:func:`answer_source`). ``generate`` unset does so when that source is a
+    ``builtin:`` task; ``true`` on other data is rejected at load time (:func:`generate_issues`): no verifier
+    could score the answers, and a metric that silently never appears is worse than an error."""
+
+    generate: bool | None = Field(
+        None,
+        description="score greedy answers with the held-out builtin: task's verifier; null: when the first "
+        "held-out source is builtin:, true: required (rejected for other data), false: never",
+    )
+    max_generate: int = Field(64, ge=1)
+    max_new_tokens: int = Field(16, ge=1)
+
+    def scores_answers(self, data: DataConfig) -> bool:
+        """Whether evaluation scores greedy answers on ``data``'s held-out rows."""
+        return self.generate is not False and answer_source(data) is not None
+
+
+def answer_source(data: DataConfig) -> DatasetSourceConfig | None:
+    """The held-out source answers are scored on (the first of ``eval_sources``, else of ``sources``) when it is
+    a ``builtin:`` task, whose verifier scores them; else ``None``."""
+    source = (data.eval_sources or data.sources)[0]
+    return source if source.path.startswith("builtin:") else None
+
+
+def generate_issues(evaluation: GenerateEvalConfig, data: DataConfig) -> list[ConfigIssue]:
+    """``eval.generate: true`` where no verifier can score the answers (the held-out source is no builtin task)."""
+    if evaluation.generate is not True or answer_source(data) is not None:
+        return []
+    key = "data.eval_sources.0" if data.eval_sources else "data.sources.0"
+    path = (data.eval_sources or data.sources)[0].path
+    message = (
+        f"generate: true scores greedy answers with a builtin: task's verifier, but the held-out source {key} "
+        f"is {path!r}, which has none"
+    )
+    hint = "drop eval.generate (the held-out loss is still reported), or hold out a builtin: task"
+    return [ConfigIssue("eval.generate", message, hint)]
 
 
 def batch_issues(

@@ -32,7 +32,7 @@ from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.data.config import DataConfig, DatasetSourceConfig, TokenizeConfig
 from roll.pipelines.algorithms.choices import DivergenceName
-from roll.pipelines.common.config import EvalConfig, TrainRoleConfig, batch_issues
+from roll.pipelines.common.config import GenerateEvalConfig, TrainRoleConfig, batch_issues, generate_issues
 from roll.workers.roles.config import ModelConfig
 
 DEFAULT_TEACHER = "tiny-10m"
@@ -85,13 +85,9 @@ class TeacherWarmupConfig(RollModel):
     cache: bool = False
 
 
-class DistillEvalConfig(EvalConfig):
+class DistillEvalConfig(GenerateEvalConfig):
     """Held-out KL to the teacher (every ``eval_every`` steps) and, on a ``builtin:`` task, greedy answer accuracy
-    of the student on up to ``max_generate`` held-out prompts."""
-
-    generate: bool = True
-    max_generate: int = Field(64, ge=1)
-    max_new_tokens: int = Field(16, ge=1)
+    of the student on up to ``max_generate`` held-out prompts (see :class:`GenerateEvalConfig`)."""
 
 
 def _default_teacher() -> TrainRoleConfig:
@@ -118,7 +114,7 @@ class DistillConfig(RunConfig):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         issues = batch_issues(self.batch, self.student, role_key="student", pairs=False)
-        issues += self._warmup_issues()
+        issues += self._warmup_issues() + generate_issues(self.eval, self.data)
         if issues:
             raise issues_error(issues)
         return self

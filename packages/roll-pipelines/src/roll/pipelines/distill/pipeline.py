@@ -23,10 +23,10 @@ from roll.core.cluster import Cluster
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.tracking import reduce_metrics
-from roll.data.tasks import get_task, is_builtin
+from roll.data.tasks import get_task
 from roll.data.vision import vision_columns
 from roll.pipelines.common import data as D
-from roll.pipelines.common.config import strategy_for
+from roll.pipelines.common.config import answer_source, strategy_for
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import TRAIN_METRIC_REDUCTION, optimizer_chunks, sum_metrics
@@ -215,7 +215,7 @@ class DistillPipeline(BasePipeline):
         if not rows:
             return {}
         metrics = self.eval_kd(rows)
-        if self.config.eval.generate and self.eval_task() is not None:
+        if self.config.eval.scores_answers(self.config.data):
             metrics["answer_accuracy"] = self.answer_accuracy(self.student, self.eval_prompts())
         return metrics
 
@@ -234,9 +234,8 @@ class DistillPipeline(BasePipeline):
         }
 
     def eval_task(self) -> Any:
-        sources = self.config.data.eval_sources or self.config.data.sources
-        src = sources[0]
-        return get_task(src.path, **src.builtin_options) if is_builtin(src.path) else None
+        src = answer_source(self.config.data)
+        return get_task(src.path, **src.builtin_options) if src is not None else None
 
     def eval_prompts(self) -> list[D.Row]:
         return self.data.eval[: self.config.eval.max_generate]

@@ -19,7 +19,12 @@ from roll.core.config.sections import RunConfig
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.data.config import DataConfig, DatasetSourceConfig, TokenizeConfig
-from roll.pipelines.common.config import EvalConfig, TrainRoleConfig, batch_issues
+from roll.pipelines.common.config import (
+    GenerateEvalConfig,
+    TrainRoleConfig,
+    batch_issues,
+    generate_issues,
+)
 
 
 def _default_data() -> DataConfig:
@@ -30,18 +35,8 @@ def _default_data() -> DataConfig:
     )
 
 
-class SFTEvalConfig(EvalConfig):
-    """SFT evaluation; ``generate`` also scores greedy answers of up to ``max_generate`` held-out prompts with the
-    verifier of the held-out ``builtin:`` task. Unset, it does so when the first held-out source is a ``builtin:``
-    task; ``true`` on other data is rejected at load time (there is no verifier to score the answers)."""
-
-    generate: bool | None = Field(
-        None,
-        description="score greedy answers with the builtin task's verifier; null: when the held-out source is "
-        "builtin:, true: required (rejected for other data)",
-    )
-    max_generate: int = Field(64, ge=1)
-    max_new_tokens: int = Field(16, ge=1)
+class SFTEvalConfig(GenerateEvalConfig):
+    """SFT evaluation: held-out loss and token accuracy; answers scored as :class:`GenerateEvalConfig` says."""
 
 
 class SFTConfig(RunConfig):
@@ -59,35 +54,10 @@ class SFTConfig(RunConfig):
     @model_validator(mode="after")
     def _batch_fits(self) -> Self:
         issues = batch_issues(self.batch, self.actor_train, role_key="actor_train", pairs=False)
-        issues += self._generate_issues()
+        issues += generate_issues(self.eval, self.data)
         if issues:
             raise issues_error(issues)
         return self
-
-    def _generate_issues(self) -> list[ConfigIssue]:
-        if self.eval.generate is not True or self.eval_task_source() is not None:
-            return []
-        key = "data.eval_sources.0" if self.data.eval_sources else "data.sources.0"
-        message = (
-            f"generate: true scores greedy answers with a builtin: task's verifier, but the held-out source "
-            f"{key} is {self.eval_source().path!r}, which has none"
-        )
-        hint = "drop eval.generate (held-out loss and token accuracy are still reported), or hold out a builtin: task"
-        return [ConfigIssue("eval.generate", message, hint)]
-
-    def eval_source(self) -> DatasetSourceConfig:
-        """The held-out source answers are scored on: the first of ``data.eval_sources``, else of ``data.sources``."""
-        return (self.data.eval_sources or self.data.sources)[0]
-
-    def eval_task_source(self) -> DatasetSourceConfig | None:
-        """:meth:`eval_source` when it is a ``builtin:`` task (whose verifier scores answers), else ``None``."""
-        source = self.eval_source()
-        return source if source.path.startswith("builtin:") else None
-
-    @property
-    def scores_answers(self) -> bool:
-        """Whether evaluation scores greedy answers (``eval.generate``, or unset with a builtin held-out task)."""
-        return self.eval.generate is not False and self.eval_task_source() is not None
 
 
 def _preflight(config: Any) -> list[ConfigIssue]:

@@ -23,7 +23,7 @@ from roll.core.tracking import reduce_metrics
 from roll.data.collate import collate_prompts
 from roll.data.tasks import get_task
 from roll.pipelines.common import data as D
-from roll.pipelines.common.config import strategy_for
+from roll.pipelines.common.config import answer_source, strategy_for
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import optimizer_chunks, sum_metrics, train_chunks
@@ -87,7 +87,7 @@ class SFTPipeline(BasePipeline):
         if not rows:
             return {}
         metrics = self.eval_loss(rows)
-        if self.config.scores_answers:
+        if self.config.eval.scores_answers(self.config.data):
             metrics["answer_accuracy"] = self.answer_accuracy(rows[: self.config.eval.max_generate])
         return metrics
 
@@ -106,7 +106,7 @@ class SFTPipeline(BasePipeline):
         return {"loss": sums["nll_sum"] / tokens, "token_accuracy": sums["correct_sum"] / tokens}
 
     def eval_task(self) -> Any:
-        src = self.config.eval_task_source()
+        src = answer_source(self.config.data)
         return get_task(src.path, **src.builtin_options) if src is not None else None
 
     def answer_accuracy(self, rows: list[D.Row]) -> float:
