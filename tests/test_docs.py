@@ -15,6 +15,7 @@ inline code of the docs, and in the ``# Run:``-style comments of examples/**/*.y
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 from pathlib import Path
@@ -122,8 +123,9 @@ def test_docs_show_commands() -> None:
 
 @pytest.mark.parametrize("where,command", COMMANDS, ids=[f"{w}:{c}" for w, c in COMMANDS])
 def test_command_parses_and_its_config_validates(where: str, command: str) -> None:
-    """The argv parses as the CLI would parse it; a config it names validates with the overrides it passes (for
-    ``validate`` with the pipeline's pre-flight checks too, as ``roll validate`` runs them)."""
+    """The argv parses as the CLI would parse it; a config it names validates with the overrides it passes and
+    passes every start-up check (:func:`roll.core.startup.startup_issues`), as ``roll train`` runs them before Ray
+    starts, unless the line says ``--no-preflight``."""
     argv = shlex.split(command.removeprefix("uv run "))
     assert argv[0] == "roll", f"{where}: {command}"
     args = _parser().parse_args(argv[1:])
@@ -133,19 +135,83 @@ def test_command_parses_and_its_config_validates(where: str, command: str) -> No
     overrides = list(args.overrides)
     if args.command == "eval" and "pipeline" not in yaml.safe_load((ROOT / args.config).read_text()):
         overrides.insert(0, "+pipeline=rlvr_rollout")
-    preflight = args.command == "validate" and not args.no_preflight
+    preflight = not args.no_preflight  # train and eval run the same start-up checks as validate
     if line_expects_exit_2(where, command):
         with pytest.raises(ConfigError):
             load_run_config(ROOT / args.config, overrides, preflight=preflight)
         return
-    spec, config = load_run_config(ROOT / args.config, overrides, preflight=preflight)
+    try:
+        spec, config = load_run_config(ROOT / args.config, overrides, preflight=preflight)
+    except ConfigError as exc:
+        # A path an earlier documented run writes (outputs/...) does not exist in a fresh checkout: that, and
+        # only that, may fail here.
+        others = [i for i in exc.issues if not _names_a_run_output(i.message, overrides)]
+        assert not others, f"{where}: {command}: {exc}"
+        return
     assert config.pipeline == spec.name
+
+
+def _names_a_run_output(message: str, overrides: list[str]) -> bool:
+    outputs = [o.split("=", 1)[1] for o in overrides if "=" in o and o.split("=", 1)[1].startswith("outputs/")]
+    return any(f"{path!r} does not exist" in message for path in outputs)
 
 
 def line_expects_exit_2(where: str, command: str) -> bool:
     """A docs line that shows a config error on purpose ends with ``# exits 2``."""
     text = (ROOT / where).read_text(encoding="utf-8")
     return any(command in line and line.rstrip().endswith("# exits 2") for line in text.splitlines())
+
+
+HEADER_OVERRIDE = re.compile(
+    r"(?<![\w./+~-])([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)+|[a-z_][a-z0-9_]*)=(\{[^}]*\}|\[[^\]]*\]|[^\s;,)`]+)"
+)
+"""A ``key=value`` override named in an example's header comment (``Variants: algorithm.k=null``), with a
+``{...}`` or ``[...]`` value kept whole."""
+
+
+def _header_overrides() -> list[tuple[str, str]]:
+    found = []
+    for example in EXAMPLES:
+        for line in example.read_text(encoding="utf-8").splitlines():
+            if not line.startswith("#"):
+                break  # the header ends at the first line of YAML
+            found += [(_rel(example), m.group(0)) for m in HEADER_OVERRIDE.finditer(line)]
+    return found
+
+
+HEADER_OVERRIDES = _header_overrides()
+
+
+def test_example_headers_name_overrides() -> None:
+    """The pattern finds the overrides the headers are known to show (a guard against a pattern that finds none)."""
+    assert ("examples/quickstart.yaml", "rollout.temperature=0.8") in HEADER_OVERRIDES
+    assert ("examples/reward_fl.yaml", "actor_train.strategy.lora={r: 4, alpha: 4}") in HEADER_OVERRIDES
+    assert ("examples/rlvr_rollout.yaml", "actor_infer.model.path=outputs/quickstart/hf") in HEADER_OVERRIDES
+    assert len(HEADER_OVERRIDES) >= 30
+
+
+@pytest.mark.parametrize("where,override", HEADER_OVERRIDES, ids=[f"{w}:{o}" for w, o in HEADER_OVERRIDES])
+def test_header_override_applies_to_its_example(where: str, override: str) -> None:
+    """Every override an example's header suggests (``A real model: actor_train.model.path=...``) is a key of that
+    example's config and passes the start-up checks with it, as ``roll train examples/x.yaml <override>`` would."""
+    test_command_parses_and_its_config_validates(where, f"roll train {where} {shlex.quote(override)}")
+
+
+def test_cli_help_examples_are_valid_overrides() -> None:
+    """The overrides ``roll train --help`` (and every subcommand's help) shows as examples are keys of a real config."""
+    parser = _parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    shown = [
+        m.group(1)
+        for name, command in sub.choices.items()
+        for action in command._actions
+        if (m := re.search(r"e\.g\. (.*)$", action.help or "")) is not None
+    ]
+    assert shown, "no example in the CLI help: the pattern broke"
+    for overrides in shown:
+        args = overrides.split()
+        spec, config = load_run_config(ROOT / "examples/sft.yaml", args, preflight=True)
+        assert config.pipeline == spec.name
 
 
 # ------------------------------------------------------------------------------------------------ reference
