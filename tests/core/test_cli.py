@@ -121,3 +121,20 @@ def test_resume_auto_on_a_finished_run_and_a_damaged_resume_path_stop_before_ray
     assert damaged.stderr.startswith(
         f"roll: error: resume path {root / 'step_000002'} is damaged: linear.pt has 10 bytes, the manifest says 64"
     )
+
+
+def test_validate_and_train_reject_a_pin_and_a_tracker_before_ray(tmp_path: Path) -> None:
+    """The core start-up checks (roll.core.startup): a node label the local Ray's one node does not offer and a
+    tracker that is not installed. ``roll validate`` and ``roll train`` report the same lines with their key paths,
+    train before building the pipeline (no output dir) and without starting Ray."""
+    overrides = ("workers.node=trainer", "tracking.backends=[stdout,nope]", "output_dir=run")
+    config = str(ROOT / "examples" / "smoke.yaml")
+    checked = _roll("validate", config, *overrides, cwd=tmp_path)
+    trained = _roll("train", config, *overrides, cwd=tmp_path)
+    assert checked.returncode == trained.returncode == 2, checked.stderr + trained.stderr
+    assert checked.stderr == trained.stderr
+    assert "roll: 2 problems in config:" in checked.stderr
+    assert "workers.node (<override 1: workers.node=trainer>): no machine offers 'trainer'" in checked.stderr
+    assert "tracking.backends.1 (<override 2: " in checked.stderr and "named 'nope'" in checked.stderr
+    assert "Started a local Ray instance" not in trained.stdout + trained.stderr
+    assert not (tmp_path / "run").exists()

@@ -35,3 +35,23 @@ def test_node_key_is_strict() -> None:
         RoleConfig(node="")
     with pytest.raises(ValidationError):
         RoleConfig.model_validate({"nodes": "trainer"})
+
+
+def test_startup_check_compares_pins_with_the_local_ray_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``roll validate`` (and ``roll train`` before Ray) knows the labels only of the Ray the run starts itself:
+    one node offering ``node:<this machine's IP>``. A label is then a problem naming ``<role>.node``; a pin to
+    this machine is not; with ``ray.address`` or ``RAY_ADDRESS`` the cluster's labels are the run's to check."""
+    from roll.core.smoke import SmokeConfig
+    from roll.core.startup import node_pin_issues
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    pinned = SmokeConfig.model_validate({"pipeline": "smoke", "workers": {"node": "trainer"}})
+    (issue,) = node_pin_issues(pinned)
+    assert issue.path == "workers.node" and "no machine offers 'trainer'" in issue.message
+    assert "--resources" in (issue.hint or "")
+    here = SmokeConfig.model_validate({"pipeline": "smoke", "workers": {"node": "node:127.0.0.1"}})
+    assert node_pin_issues(here) == []
+    remote = pinned.model_copy(update={"ray": pinned.ray.model_copy(update={"address": "10.0.0.1:6379"})})
+    assert node_pin_issues(remote) == []
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert node_pin_issues(pinned) == []
