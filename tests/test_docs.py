@@ -152,7 +152,9 @@ def test_command_parses_and_its_config_validates(where: str, command: str) -> No
 
 
 def _names_a_run_output(message: str, overrides: list[str]) -> bool:
-    outputs = [o.split("=", 1)[1] for o in overrides if "=" in o and o.split("=", 1)[1].startswith("outputs/")]
+    outputs = [
+        o.split("=", 1)[1] for o in overrides if "=" in o and o.split("=", 1)[1].startswith("outputs/")
+    ]
     return any(f"{path!r} does not exist" in message for path in outputs)
 
 

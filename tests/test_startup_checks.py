@@ -45,7 +45,9 @@ def _validate_and_train_agree(tmp_path: Path, config: str, *overrides: str) -> s
     output = trained.stdout + trained.stderr
     assert trained.returncode == 2, output
     assert RAY_STARTED not in output and "Traceback" not in output
-    assert not (tmp_path / "out").exists(), "train built the pipeline (claimed output_dir=out) before rejecting"
+    assert not (tmp_path / "out").exists(), (
+        "train built the pipeline (claimed output_dir=out) before rejecting"
+    )
     assert seconds < 120, f"train took {seconds:.0f}s to reject the config: did it start Ray?"
     report = _problems(checked.stderr)
     assert _problems(trained.stderr) == report
@@ -75,7 +77,10 @@ def test_model_path_column_typo_node_pin_tracker_and_sources_all_at_once(tmp_pat
     )
     assert "roll: 6 problems in config:" in report
     assert "actor_train.model.path (<override 1: " in report and "'/nope/model' does not exist" in report
-    assert "data.sources.0.path (" in report and "fields.rejected: 'badd' names a column that does not exist" in report
+    assert (
+        "data.sources.0.path (" in report
+        and "fields.rejected: 'badd' names a column that does not exist" in report
+    )
     assert "data.eval_sources.0.path (" in report and "missing.jsonl" in report
     assert "data.eval_sources.1.path (" in report and "bad options {'levle': 3}" in report
     assert "actor_train.node (" in report and "no machine offers 'trainer'" in report
@@ -87,7 +92,10 @@ def test_unknown_template(tmp_path: Path) -> None:
     report = _validate_and_train_agree(
         tmp_path, str(ROOT / "examples/sft.yaml"), "tokenize.template=chatmll", "output_dir=out"
     )
-    assert "tokenize.template (<override 1: tokenize.template=chatmll>): unknown chat template 'chatmll'" in report
+    assert (
+        "tokenize.template (<override 1: tokenize.template=chatmll>): unknown chat template 'chatmll'"
+        in report
+    )
     assert "known: chatml, plain, qwen" in report
 
 
@@ -136,7 +144,10 @@ def test_images_for_a_text_model_missing_image_and_reward_options(tmp_path: Path
     )
     assert "rewards.arithmetic.options" in report and "bogus" in report
     assert "data.sources.0.path (" in report
-    assert "rows carry images or videos, but actor_train.model.path 'tiny-1m' is not a vision-language model" in report
+    assert (
+        "rows carry images or videos, but actor_train.model.path 'tiny-1m' is not a vision-language model"
+        in report
+    )
     assert "nope.png' does not exist" in report
 
 
@@ -170,3 +181,14 @@ def test_a_pin_to_this_machine_passes(tmp_path: Path, node: str) -> None:
     """The local Ray's node offers node:<this machine's IP>: a pin to it is no problem."""
     out, _ = _roll("validate", str(ROOT / "examples/sft.yaml"), f"actor_train.node={node}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_missing_diffusers_folder(tmp_path: Path) -> None:
+    """reward_fl's denoiser folder (a diffusers folder, not a transformers one) that does not exist."""
+    report = _validate_and_train_agree(
+        tmp_path,
+        str(ROOT / "examples/reward_fl.yaml"),
+        "actor_train.model.path=./no-such-unet",
+        "output_dir=out",
+    )
+    assert "actor_train.model.path (<override 1: " in report and "'./no-such-unet' does not exist" in report

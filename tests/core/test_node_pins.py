@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from pydantic import ValidationError
 
@@ -45,6 +47,8 @@ def test_startup_check_compares_pins_with_the_local_ray_only(monkeypatch: pytest
     from roll.core.startup import node_pin_issues
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    # as in a fresh `roll validate` process: no Ray up here (another test's shared Ray would be the one used)
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
     pinned = SmokeConfig.model_validate({"pipeline": "smoke", "workers": {"node": "trainer"}})
     (issue,) = node_pin_issues(pinned)
     assert issue.path == "workers.node" and "no machine offers 'trainer'" in issue.message

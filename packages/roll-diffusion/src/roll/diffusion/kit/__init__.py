@@ -29,10 +29,19 @@ def resolve_diffusion_path(name_or_path: str) -> str:
         from roll.diffusion.kit.video import tiny_wan_path
 
         return str(tiny_wan_path())
-    path = Path(name_or_path).expanduser()
-    if name_or_path.startswith((".", "/", "~")) and not path.exists():
-        raise DataError(
-            f"model path {name_or_path!r} does not exist; pass a diffusers folder, a hub id like "
-            f"'org/name', or a kit preset ({', '.join(PRESETS)})"
-        )
+    problem = missing_diffusion_path(name_or_path)
+    if problem is not None:
+        raise DataError(problem)
     return name_or_path
+
+
+def missing_diffusion_path(name_or_path: str) -> str | None:
+    """Why ``name_or_path`` names no diffusers folder (a local-looking path that does not exist), else ``None``;
+    builds no preset. The start-up check of ``roll validate`` and ``roll train`` (before Ray starts)."""
+    path = Path(name_or_path).expanduser()
+    if name_or_path in PRESETS or not name_or_path.startswith((".", "/", "~")) or path.exists():
+        return None
+    return (
+        f"model path {name_or_path!r} does not exist; pass a diffusers folder, a hub id like "
+        f"'org/name', or a kit preset ({', '.join(PRESETS)})"
+    )

@@ -203,6 +203,14 @@ def _algorithm_issues(cfg: RewardFLConfig) -> list[ConfigIssue]:
     return issues
 
 
+def _preflight(config: Any) -> list[ConfigIssue]:
+    """The start-up check the config model cannot make alone: the denoiser's folder exists when it is local."""
+    from roll.diffusion.kit import missing_diffusion_path
+
+    problem = missing_diffusion_path(config.actor_train.model.path)
+    return [] if problem is None else [ConfigIssue("actor_train.model.path", problem)]
+
+
 def _build(config: Any) -> Pipeline:
     from roll.diffusion.reward_fl.pipeline import RewardFLPipeline
 
@@ -213,5 +221,6 @@ SPEC = PipelineSpec(
     name="reward_fl",
     config_model=RewardFLConfig,
     build=_build,
+    preflight=_preflight,
     description="reward feedback learning for diffusion models: DRaFT-K / ReFL / AlignProp, or DDPO",
 )
