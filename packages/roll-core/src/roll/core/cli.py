@@ -32,6 +32,7 @@ EXIT_INTERRUPTED = 130
 # command with resume=auto to continue exactly. Defined in roll.core.recovery.
 EVAL_PIPELINE = "rlvr_rollout"
 """What ``roll eval`` runs when the config names no pipeline (roll-pipelines' rollout-only evaluation)."""
+NO_PREFLIGHT_HELP = "skip the start-up checks (trackers, node pins, model paths, data sources, plugin options)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,28 +59,24 @@ def _parser() -> argparse.ArgumentParser:
         nargs="*",
         help="dotted overrides, e.g. max_steps=10 actor_train.strategy.optimizer.lr=1e-5",
     )
-    train.add_argument(
-        "--no-preflight", action="store_true", help="skip the pipeline's checks of data sources and plugins"
-    )
+    train.add_argument("--no-preflight", action="store_true", help=NO_PREFLIGHT_HELP)
     train.set_defaults(func=_cmd_train)
     evaluate = sub.add_parser(
         "eval", help=f"run an evaluation config (pipeline {EVAL_PIPELINE!r} unless the config names another)"
     )
     evaluate.add_argument("config", type=Path)
-    evaluate.add_argument("overrides", nargs="*")
-    evaluate.add_argument("--no-preflight", action="store_true", help="skip the pipeline's pre-flight checks")
+    evaluate.add_argument("overrides", nargs="*", help="dotted overrides, as for train")
+    evaluate.add_argument("--no-preflight", action="store_true", help=NO_PREFLIGHT_HELP)
     evaluate.set_defaults(func=_cmd_eval)
     check = sub.add_parser("validate", help="check a config and report every problem at once")
     check.add_argument("config", type=Path)
-    check.add_argument("overrides", nargs="*")
+    check.add_argument("overrides", nargs="*", help="dotted overrides, as for train")
     check.add_argument(
         "--explain",
         action="store_true",
         help="also print what presets set and every key the config leaves at its default, with its value",
     )
-    check.add_argument(
-        "--no-preflight", action="store_true", help="skip the pipeline's checks of data sources and plugins"
-    )
+    check.add_argument("--no-preflight", action="store_true", help=NO_PREFLIGHT_HELP)
     check.set_defaults(func=_cmd_validate)
     listing = sub.add_parser("list", help="list installed plugins of every group")
     listing.set_defaults(func=_cmd_list)
