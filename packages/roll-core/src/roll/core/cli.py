@@ -32,7 +32,9 @@ EXIT_INTERRUPTED = 130
 # command with resume=auto to continue exactly. Defined in roll.core.recovery.
 EVAL_PIPELINE = "rlvr_rollout"
 """What ``roll eval`` runs when the config names no pipeline (roll-pipelines' rollout-only evaluation)."""
-NO_PREFLIGHT_HELP = "skip the start-up checks (trackers, node pins, model paths, data sources, plugin options)"
+NO_PREFLIGHT_HELP = (
+    "skip the start-up checks (trackers, node pins, model paths, data sources, plugin options)"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
