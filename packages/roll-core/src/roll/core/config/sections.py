@@ -18,24 +18,35 @@ from roll.core.errors import ConfigIssue
 class RayConfig(RollModel):
     """How to reach Ray. ``address=None`` uses ``RAY_ADDRESS`` when set, else starts a local Ray."""
 
-    address: str | None = None
+    address: str | None = Field(
+        None,
+        description="Ray to attach to (`auto`, `host:port`, `ray://...`); `local` forces a fresh local Ray; unset: "
+        "RAY_ADDRESS when set, else a new local Ray private to this run",
+    )
     num_cpus: float | None = Field(None, gt=0, description="CPUs of a local Ray started on demand")
     num_gpus: int | None = Field(None, ge=0, description="GPUs of a local Ray started on demand")
     object_store_mb: int | None = Field(
         None, ge=80, description="object store of a local Ray started on demand (default: Ray's, 30% of RAM)"
     )
-    namespace: str = "roll"
-    init_timeout_s: float = Field(60.0, gt=0)
+    namespace: str = Field("roll", description="Ray namespace the run's actors are created in")
+    init_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="seconds to wait for the roles' placement groups before failing with what is missing",
+    )
     call_timeout_s: float = Field(600.0, gt=0, description="default timeout of every remote call")
 
 
 class RoleConfig(RollModel):
     """Where a role's workers run. Roles that name the same ``device_group`` share devices (colocated)."""
 
-    num_workers: int = Field(1, ge=1)
-    cpus_per_worker: float = Field(1.0, gt=0)
-    gpus_per_worker: float = Field(0.0, ge=0)
-    device_group: str | None = None
+    num_workers: int = Field(1, ge=1, description="Ray actors (ranks) of this role")
+    cpus_per_worker: float = Field(1.0, gt=0, description="CPUs Ray reserves per worker (fractions allowed)")
+    gpus_per_worker: float = Field(0.0, ge=0, description="GPUs Ray reserves per worker; 0 on CPU")
+    device_group: str | None = Field(
+        None,
+        description="roles naming the same group share its devices (colocated, time-shared); unset: its own",
+    )
     call_timeout_s: float | None = Field(None, gt=0, description="overrides ray.call_timeout_s for this role")
     node: str | None = Field(
         None,
@@ -49,23 +60,33 @@ class RoleConfig(RollModel):
 class TrackingConfig(RollModel):
     """Where metrics go. Names are entry points of the ``roll.tracker`` group."""
 
-    backends: list[str] = Field(default_factory=lambda: ["stdout", "jsonl", "tensorboard"])
-    log_every: int = Field(1, ge=1)
+    backends: list[str] = Field(
+        default_factory=lambda: ["stdout", "jsonl", "tensorboard"],
+        description="roll.tracker entry points that receive every logged metric (see trackers)",
+    )
+    log_every: int = Field(1, ge=1, description="log the metrics of every Nth step (and always the last)")
     stdout_metrics: list[str] = Field(
         default_factory=lambda: ["*"],
         description="fnmatch patterns of the metrics the stdout line shows (files always get all of them)",
     )
-    project: str = "roll"
-    progress: bool = True
+    project: str = Field("roll", description="project/experiment name for wandb, mlflow, swanlab and trackio")
+    progress: bool = Field(
+        True, description="show the stdout progress line with ETA; false prints plain lines"
+    )
 
 
 class CheckpointConfig(RollModel):
     """Checkpoint cadence. ``every_n_steps=0`` saves only at the end of the run."""
 
-    every_n_steps: int = Field(0, ge=0)
-    keep_last: int = Field(3, ge=1)
+    every_n_steps: int = Field(0, ge=0, description="save every N steps; 0: only at the end of the run")
+    keep_last: int = Field(
+        3, ge=1, description="complete checkpoints kept; older ones are deleted after a save"
+    )
     dir: Path | None = Field(None, description="default: <output_dir>/checkpoints")
-    export_hf: bool = False
+    export_hf: bool = Field(
+        False,
+        description="at the end, also write the trained model as a save_pretrained folder, <output_dir>/hf",
+    )
 
 
 class FailureConfig(RollModel):
@@ -96,10 +117,12 @@ class FailureConfig(RollModel):
 class RunConfig(RollModel):
     """The keys every run has. ``pipeline`` names an entry point of the ``roll.pipeline`` group."""
 
-    pipeline: str
-    seed: int = 42
-    output_dir: Path = Path("outputs/run")
-    max_steps: int = Field(1, ge=1)
+    pipeline: str = Field(description="the training mode: an entry point of the roll.pipeline group")
+    seed: int = Field(42, description="seeds model init, data order and per-request sampling of the run")
+    output_dir: Path = Field(
+        Path("outputs/run"), description="where metrics, checkpoints, samples and the resolved config go"
+    )
+    max_steps: int = Field(1, ge=1, description="training steps of the run (optimizer steps of the pipeline)")
     eval_every: int = Field(0, ge=0, description="0 disables evaluation")
     resume: Literal["auto", "never"] | Path = Field(
         "never",

@@ -28,9 +28,11 @@ class SmokeConfig(RunConfig):
     batch: BatchConfig = Field(
         default_factory=lambda: BatchConfig(prompts_per_step=64, micro_batch_samples=8)
     )
-    features: int = Field(8, ge=1)
-    lr: float = Field(0.1, gt=0)
-    noise: float = Field(0.01, ge=0)
+    features: int = Field(8, ge=1, description="input dimension of the linear regression")
+    lr: float = Field(0.1, gt=0, description="learning rate of each worker's optimizer")
+    noise: float = Field(
+        0.01, ge=0, description="std of the Gaussian noise on the targets (the loss floor is its square)"
+    )
 
     @model_validator(mode="after")
     def _batch_fits_workers(self) -> Self:
