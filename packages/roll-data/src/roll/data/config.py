@@ -48,9 +48,16 @@ class DatasetSourceConfig(RollModel):
         sends a local folder through ``datasets.load_dataset`` exactly as a hub name would be.
     """
 
-    path: str = Field(min_length=1)
-    format: SourceFormat = "auto"
-    split: str = "train"
+    path: str = Field(
+        min_length=1,
+        description="a file, glob, data folder, save_to_disk folder, hub name, builtin:<task> or reasoning_gym:<task>",
+    )
+    format: SourceFormat = Field("auto", description="how to read path; auto infers it from the path")
+    split: str = Field(
+        "train",
+        description="the split to read; builtin: sources draw eval/validation/test from problems disjoint from "
+        "train (by a hash of each problem)",
+    )
     subset: str | None = Field(
         None, description="hub sources: the dataset's config name, e.g. 'main' for gsm8k"
     )
@@ -91,14 +98,28 @@ class DataConfig(RollModel):
     has been seen once (rows of small sources repeat).
     """
 
-    sources: list[DatasetSourceConfig] = Field(min_length=1)
-    eval_fraction: float = Field(0.0, ge=0.0, lt=1.0)
-    eval_sources: list[DatasetSourceConfig] = Field(default_factory=list)
-    seed: int = 42
-    shuffle: bool = True
-    streaming: bool = False
+    sources: list[DatasetSourceConfig] = Field(min_length=1, description="training sources, mixed by weight")
+    eval_fraction: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="share of every source's rows held out for evaluation (by a stable hash)",
+    )
+    eval_sources: list[DatasetSourceConfig] = Field(
+        default_factory=list, description="separate evaluation sources (instead of eval_fraction)"
+    )
+    seed: int = Field(
+        42, description="seeds shuffling, mixing, the eval_fraction split and generated sources"
+    )
+    shuffle: bool = Field(True, description="shuffle the training rows (a buffer shuffle when streaming)")
+    streaming: bool = Field(
+        False, description="read sources lazily as iterable datasets instead of into memory"
+    )
     shuffle_buffer: int = Field(10_000, ge=1, description="buffer size of streaming shuffles")
-    mix_stopping: Literal["first_exhausted", "all_exhausted"] = "first_exhausted"
+    mix_stopping: Literal["first_exhausted", "all_exhausted"] = Field(
+        "first_exhausted",
+        description="when a mix of sources ends: when any source runs out, or once every source has been seen",
+    )
 
     @model_validator(mode="after")
     def _one_eval_kind(self) -> DataConfig:
@@ -118,12 +139,20 @@ class TokenizeConfig(RollModel):
     counted in a :class:`~roll.data.tokenize.LengthReport`.
     """
 
-    template: str | None = None
-    max_length: int = Field(2048, ge=2)
-    max_prompt_length: int | None = Field(None, ge=1)
-    length_policy: LengthPolicy = "truncate"
+    template: str | None = Field(
+        None, description="chat template: unset uses the tokenizer's own; a name picks a registered fallback"
+    )
+    max_length: int = Field(2048, ge=2, description="max tokens of a whole sequence (prompt plus response)")
+    max_prompt_length: int | None = Field(
+        None, ge=1, description="max tokens of a prompt (RL prompts, preference prompts); unset: max_length"
+    )
+    length_policy: LengthPolicy = Field(
+        "truncate", description="a row over a limit: drop it, truncate it, or raise an error"
+    )
     num_proc: int | None = Field(None, ge=1, description="worker processes for datasets.map")
-    load_from_cache_file: bool = True
+    load_from_cache_file: bool = Field(
+        True, description="reuse datasets' cached tokenization when the fingerprint matches"
+    )
 
     @field_validator("template")
     @classmethod
