@@ -26,22 +26,22 @@ class SamplingParams(RollModel):
     """
 
     n: int = Field(1, ge=1, description="samples per prompt")
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    temperature: float = Field(1.0, ge=0.0, description="softmax temperature; 0 is greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass; 1 disables it")
     top_k: int = Field(0, ge=0, description="0 disables top-k")
-    max_new_tokens: int = Field(32, ge=1)
-    stop_token_ids: list[int] = Field(default_factory=list)
-    stop_strings: list[str] = Field(default_factory=list)
-    ignore_eos: bool = False
-    seed: int | None = None
+    max_new_tokens: int = Field(32, ge=1, description="max generated tokens per continuation")
+    stop_token_ids: list[int] = Field(default_factory=list, description="token ids that end a continuation")
+    stop_strings: list[str] = Field(default_factory=list, description="texts that end a continuation")
+    ignore_eos: bool = Field(False, description="keep generating past the model's EOS token")
+    seed: int | None = Field(None, description="makes the call reproducible; unset: unseeded sampling")
 
 
 class HFInferConfig(RollModel):
     """The ``hf`` inference strategy: our KV-cached decode loop over a transformers causal LM."""
 
-    type: Literal["hf"] = "hf"
+    type: Literal["hf"] = Field("hf", description="selects this strategy")
     device: str = Field("auto", description="'auto' = cuda when available, else cpu")
-    dtype: DType = "auto"
+    dtype: DType = Field("auto", description="compute dtype; auto: bfloat16 on CUDA, float32 on CPU")
     max_tokens_per_micro_batch: int = Field(
         16384, ge=1, description="padded tokens per forward in compute_logprobs"
     )
@@ -54,10 +54,10 @@ class HFInferConfig(RollModel):
 class OptimizerConfig(RollModel):
     """AdamW hyperparameters."""
 
-    lr: float = Field(1e-5, gt=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(1e-8, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    lr: float = Field(1e-5, gt=0, description="peak learning rate (the scheduler multiplies it)")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's moment decay rates")
+    eps: float = Field(1e-8, gt=0, description="AdamW's denominator epsilon")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW's decoupled weight decay")
 
 
 class SchedulerConfig(RollModel):
@@ -67,19 +67,24 @@ class SchedulerConfig(RollModel):
     (the strategy receives ``total_steps`` at build time, because it derives from the run's ``max_steps``).
     """
 
-    kind: Literal["constant", "linear", "cosine"] = "constant"
-    warmup_steps: int = Field(0, ge=0)
-    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    kind: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="the multiplier's shape after warm-up"
+    )
+    warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear warm-up from 0")
+    min_lr_ratio: float = Field(
+        0.0, ge=0.0, le=1.0, description="linear/cosine: the multiplier reached at total_steps"
+    )
 
 
 class LoraConfig(RollModel):
     """A peft LoRA adapter. Only adapter parameters train; exports then contain the adapter only."""
 
-    r: int = Field(8, ge=1)
-    alpha: int = Field(16, ge=1)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    r: int = Field(8, ge=1, description="rank of the adapter matrices")
+    alpha: int = Field(16, ge=1, description="LoRA scaling numerator: updates are scaled by alpha / r")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapter's input")
     target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="names of the linear modules that get an adapter",
     )
 
 
@@ -91,7 +96,7 @@ class FSDP2Config(RollModel):
     padding-free (one row, position ids restarting per sequence).
     """
 
-    type: Literal["fsdp2"] = "fsdp2"
+    type: Literal["fsdp2"] = Field("fsdp2", description="selects this strategy")
     device: str = Field("auto", description="'auto' = cuda when available, else cpu")
     mixed_precision: Literal["auto", "bf16", "fp32"] = Field(
         "auto", description="'auto' = bf16 params with fp32 reductions on CUDA, fp32 on CPU"
@@ -99,9 +104,17 @@ class FSDP2Config(RollModel):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     max_grad_norm: float | None = Field(1.0, gt=0, description="None disables clipping")
-    micro_batch_size: int | None = Field(None, ge=1)
-    max_tokens_per_micro_batch: int | None = Field(None, ge=1)
-    packed: bool = False
+    micro_batch_size: int | None = Field(
+        None, ge=1, description="rows per micro-batch; filled from batch.micro_batch_samples in pipelines"
+    )
+    max_tokens_per_micro_batch: int | None = Field(
+        None,
+        ge=1,
+        description="valid tokens per micro-batch; filled from batch.micro_batch_tokens in pipelines",
+    )
+    packed: bool = Field(
+        False, description="run each micro-batch padding-free, its sequences packed in one row"
+    )
     shared_prefix: bool = Field(
         True,
         description="run each distinct prompt of a micro-batch once (GRPO groups share it); same scores and "
@@ -110,9 +123,16 @@ class FSDP2Config(RollModel):
     score_without_vision_tokens: bool = Field(
         False, description="a VLM's scores renormalized without its never-sampled vision markers (on-policy)"
     )
-    gradient_checkpointing: bool = False
-    reshard_after_forward: bool = True
-    lora: LoraConfig | None = None
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in backward: less memory, more compute"
+    )
+    reshard_after_forward: bool = Field(
+        True,
+        description="free gathered parameters after forward (FSDP2's ZeRO-3 behaviour); false keeps them",
+    )
+    lora: LoraConfig | None = Field(
+        None, description="train a LoRA adapter instead of all weights; unset: full"
+    )
 
     @model_validator(mode="after")
     def _one_micro_batch_unit(self) -> FSDP2Config:

@@ -25,18 +25,26 @@ class MegatronConfig(RollModel):
     - ``max_grad_norm``: Megatron's ``clip_grad``; ``None`` disables clipping.
     """
 
-    type: Literal["megatron"] = "megatron"
-    tensor_parallel_size: int = Field(1, ge=1)
-    pipeline_parallel_size: int = Field(1, ge=1)
-    layer_spec: Literal["local", "transformer_engine"] = "local"
-    precision: Literal["bf16", "fp32"] = "bf16"
+    type: Literal["megatron"] = Field("megatron", description="selects this strategy")
+    tensor_parallel_size: int = Field(1, ge=1, description="ranks each layer's weights are split over")
+    pipeline_parallel_size: int = Field(1, ge=1, description="stages the layers are split over")
+    layer_spec: Literal["local", "transformer_engine"] = Field(
+        "local", description="local: Megatron-Core's own modules; transformer_engine: TE's fused kernels"
+    )
+    precision: Literal["bf16", "fp32"] = Field(
+        "bf16", description="bf16 weights with fp32 main weights, or full fp32 (slow; equivalence tests)"
+    )
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
-    max_grad_norm: float | None = Field(1.0, gt=0)
-    micro_batch_size: int | None = Field(None, ge=1)
-    use_distributed_optimizer: bool = True
+    max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping norm; None disables it")
+    micro_batch_size: int | None = Field(
+        None, ge=1, description="rows per micro-batch; filled from batch.micro_batch_samples in pipelines"
+    )
+    use_distributed_optimizer: bool = Field(
+        True, description="shard optimizer state over data-parallel ranks (Megatron's distributed optimizer)"
+    )
     vocab_multiple: int = Field(128, ge=1, description="Megatron's make_vocab_size_divisible_by")
-    seed: int = 1234
+    seed: int = Field(1234, description="seed of Megatron's model-parallel RNG tracker")
 
     def parallel_sizes(self) -> tuple[int, int, int]:
         """``(tp, pp, cp)``: how the role's cluster lays out its ranks (``roll.core.cluster.Mesh``)."""

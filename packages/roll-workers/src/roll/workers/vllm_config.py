@@ -26,22 +26,40 @@ class VLLMConfig(RollModel):
       warm-up forward. Sleep mode does not exist there: ``offload``/``reload`` do nothing on CPU.
     """
 
-    type: Literal["vllm"] = "vllm"
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
-    tensor_parallel_size: int = Field(1, ge=1)
-    gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0)
-    max_model_len: int | None = Field(None, ge=1)
+    type: Literal["vllm"] = Field("vllm", description="selects this strategy")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto", description="vLLM's model dtype; auto follows the checkpoint"
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one engine splits the model over")
+    gpu_memory_utilization: float = Field(
+        0.5, gt=0.0, le=1.0, description="share of each GPU vLLM may take for weights and KV cache"
+    )
+    max_model_len: int | None = Field(
+        None, ge=1, description="max prompt plus response tokens; unset: the model's context length"
+    )
     kv_cache_memory_bytes: int | None = Field(None, ge=1, description="KV cache size; set it on CPU")
-    max_num_seqs: int = Field(256, ge=1)
-    enforce_eager: bool = False
-    enable_prefix_caching: bool = True
-    enable_sleep_mode: bool = True
-    sleep_level: Literal[1, 2] = 1
-    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = "processed_logprobs"
-    enable_lora: bool = False
-    max_lora_rank: int = Field(16, ge=1)
-    max_loras: int = Field(1, ge=1)
-    load_format: Literal["auto", "safetensors", "dummy"] = "auto"
+    max_num_seqs: int = Field(256, ge=1, description="sequences the engine decodes at once at most")
+    enforce_eager: bool = Field(False, description="no CUDA graphs: faster start, slower decode")
+    enable_prefix_caching: bool = Field(
+        True, description="reuse KV cache across requests that share a prefix"
+    )
+    enable_sleep_mode: bool = Field(
+        True, description="allow offload/reload between phases when colocated with a trainer"
+    )
+    sleep_level: Literal[1, 2] = Field(
+        1,
+        description="1: weights to CPU and KV cache dropped; 2: weights dropped too (resent at the next sync)",
+    )
+    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
+        "processed_logprobs",
+        description="processed: log-probs after temperature (the repo's convention); raw: before",
+    )
+    enable_lora: bool = Field(False, description="serve a trained LoRA adapter through vLLM's LoRARequest")
+    max_lora_rank: int = Field(16, ge=1, description="largest adapter rank the engine accepts (>= lora.r)")
+    max_loras: int = Field(1, ge=1, description="adapters held in one batch at most")
+    load_format: Literal["auto", "safetensors", "dummy"] = Field(
+        "auto", description="how to read weights; dummy starts random (the first weight sync fills them)"
+    )
     skip_tokenizer_init: bool = Field(False, description="no text or stop strings, token ids only")
-    seed: int = 0
+    seed: int = Field(0, description="the engine's base seed (requests carry their own per-prompt seeds)")
     request_timeout_s: float = Field(600.0, gt=0, description="limit for one generate/RPC call")

@@ -55,12 +55,20 @@ class ModelConfig(RollModel):
     ``seed`` seeds torch before loading, so randomly initialised heads (critic, reward model) are reproducible.
     """
 
-    path: str = Field(min_length=1)
-    tokenizer: str | None = None
-    dtype: LoadDType = "auto"
-    attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = None
-    seed: int = 0
-    trust_remote_code: bool = False
+    path: str = Field(
+        min_length=1, description="tiny preset (tiny-1m, tiny-10m, tiny-50m), local folder or hub id"
+    )
+    tokenizer: str | None = Field(None, description="tokenizer folder or hub id; unset: path")
+    dtype: LoadDType = Field(
+        "auto", description="dtype the weights load in; auto: float32 (fp32 master weights)"
+    )
+    attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = Field(
+        None, description="transformers' attention kernel; unset: transformers' default"
+    )
+    seed: int = Field(0, description="seeds torch before loading, so randomly initialised heads reproduce")
+    trust_remote_code: bool = Field(
+        False, description="allow a hub model's own Python code (transformers' flag)"
+    )
 
 
 DEFAULT_STRATEGY: dict[StrategyKind, str] = {"train": "fsdp2", "infer": "hf"}
@@ -87,8 +95,12 @@ def _check_kind(value: Any, kind: StrategyKind) -> Any:
 class TrainRoleConfig(RoleConfig):
     """A trained model on ``num_workers`` data-parallel workers: placement, model and a train strategy."""
 
-    model: ModelConfig = Field(default_factory=lambda: ModelConfig(path=DEFAULT_MODEL))
-    strategy: TrainStrategyConfig = Field(default_factory=FSDP2Config)
+    model: ModelConfig = Field(
+        default_factory=lambda: ModelConfig(path=DEFAULT_MODEL), description="the model this role trains"
+    )
+    strategy: TrainStrategyConfig = Field(
+        default_factory=FSDP2Config, description="train strategy (fsdp2 or megatron), chosen by its type"
+    )
 
     @field_validator("strategy", mode="before")
     @classmethod
@@ -130,7 +142,9 @@ class InferRoleConfig(RoleConfig):
     strategy."""
 
     model: ModelConfig | None = Field(None, description="default: the trained policy's model (actor_train)")
-    strategy: InferStrategyConfig = Field(default_factory=HFInferConfig)
+    strategy: InferStrategyConfig = Field(
+        default_factory=HFInferConfig, description="infer strategy (hf or vllm), chosen by its type"
+    )
 
     @field_validator("strategy", mode="before")
     @classmethod
@@ -145,8 +159,12 @@ class CriticRoleConfig(TrainRoleConfig):
     """A value model (PPO's critic): a backbone with a one-output value head whose head starts random.
     ``model`` and ``strategy`` default to the trained policy's (``actor_train``, before any warm-up)."""
 
-    model: ModelConfig | None = None  # type: ignore[assignment]
-    strategy: TrainStrategyConfig | None = None  # type: ignore[assignment]
+    model: ModelConfig | None = Field(  # type: ignore[assignment]
+        None, description="the value model's backbone; unset: actor_train's model"
+    )
+    strategy: TrainStrategyConfig | None = Field(  # type: ignore[assignment]
+        None, description="train strategy; unset: actor_train's"
+    )
 
     def resolved(self, actor: TrainRoleConfig) -> TrainRoleConfig:
         """The critic as it runs: ``actor``'s model and strategy where its own are unset (not re-validated: check
