@@ -141,7 +141,10 @@ class AlgorithmConfig(RollModel):
 
     preset: PresetName | None = Field(None, description="named defaults; explicit keys override them")
     # Advantages
-    adv_estimator: AdvEstimator = "grpo"
+    adv_estimator: AdvEstimator = Field(
+        "grpo",
+        description="advantage estimator (gae needs use_critic; group ones need samples_per_prompt >= 2)",
+    )
     use_critic: bool = Field(False, description="train a critic; GAE needs its values")
     gamma: float = Field(1.0, ge=0, le=1, description="discount (GAE, REINFORCE++)")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
@@ -150,16 +153,22 @@ class AlgorithmConfig(RollModel):
     reward_clip: float | None = Field(None, gt=0, description="clamp rewards into [-x, x]")
     advantage_clip: float | None = Field(None, gt=0, description="clamp advantages into [-x, x]")
     # Policy loss
-    loss_type: PolicyLossType = "ppo"
+    loss_type: PolicyLossType = Field(
+        "ppo",
+        description="policy loss: ppo (clipped), gspo (sequence ratio), cispo (clipped IS weight), topr",
+    )
     clip_low: float = Field(0.2, ge=0, le=1, description="ratio lower bound 1 - clip_low")
     clip_high: float = Field(0.2, ge=0, description="ratio upper bound 1 + clip_high (DAPO clip-higher)")
     dual_clip_c: float | None = Field(None, description="PPO dual-clip ratio bound for A < 0; must be > 1")
-    topr_level: RatioLevel = "sequence"
-    loss_agg_mode: LossAggMode = "token-mean"
+    topr_level: RatioLevel = Field("sequence", description="loss_type=topr: ratio per token or per sequence")
+    loss_agg_mode: LossAggMode = Field(
+        "token-mean",
+        description="how per-token losses reduce to one number: over all tokens or per sequence first",
+    )
     loss_agg_norm_len: int | None = Field(
         None, gt=0, description="Dr. GRPO's constant; None: the rollout's max new tokens"
     )
-    entropy_coef: float = Field(0.0, ge=0)
+    entropy_coef: float = Field(0.0, ge=0, description="weight of the entropy bonus in the loss; 0: none")
     skip_zero_advantage: bool = Field(
         True,
         description="leave rows whose advantages are all 0 out of the training forward when their gradient is "
@@ -168,26 +177,40 @@ class AlgorithmConfig(RollModel):
     )
     value_clip: float | None = Field(0.2, gt=0, description="critic value clipping range")
     # KL to the reference policy
-    kl_mode: KLMode = "none"
-    kl_estimator: KLEstimator = "low_var_kl"
+    kl_mode: KLMode = Field(
+        "none",
+        description="KL to the reference: none, as a reward penalty, or as a loss term (needs a reference)",
+    )
+    kl_estimator: KLEstimator = Field(
+        "low_var_kl", description="per-token KL estimator (k1, k2, k3, low_var_kl, ...)"
+    )
     kl_coef: float = Field(0.0, ge=0, description="fixed coefficient, or the adaptive controller's start")
     kl_target: float | None = Field(
         None, gt=0, description="adaptive KL target (Ziegler et al.); None: fixed"
     )
     kl_horizon: int = Field(10000, gt=0, description="adaptive KL horizon")
     # Sample shaping (DAPO)
-    dynamic_sampling: bool = False
-    dynamic_sampling_min_std: float = Field(0.0, ge=0)
-    dynamic_sampling_max_std: float | None = Field(None, gt=0)
+    dynamic_sampling: bool = Field(
+        False,
+        description="DAPO: drop groups whose rewards are all equal and sample more prompts to fill the step",
+    )
+    dynamic_sampling_min_std: float = Field(
+        0.0, ge=0, description="dynamic sampling: keep only groups whose reward std is at least this"
+    )
+    dynamic_sampling_max_std: float | None = Field(
+        None,
+        gt=0,
+        description="dynamic sampling: keep only groups whose reward std is at most this; None: no bound",
+    )
     overlong_filter: bool = Field(False, description="mask out truncated samples")
     overlong_penalty: bool = Field(False, description="soft overlong punishment")
     overlong_cache_len: int | None = Field(
         None, gt=0, description="None: 20% of max new tokens (DAPO's ratio)"
     )
-    overlong_penalty_factor: float = Field(1.0, ge=0)
+    overlong_penalty_factor: float = Field(1.0, ge=0, description="the soft overlong penalty at max length")
     # Train/infer mismatch
     tis_cap: float | None = Field(None, gt=0, description="truncated IS cap C; None: no correction")
-    tis_level: RatioLevel = "token"
+    tis_level: RatioLevel = Field("token", description="truncated IS weights per token or per sequence")
     mismatch_correction: MismatchCorrection | None = Field(
         None, description="tis, mis or icepop with its bounds; tis_cap C is short for {type: tis, high: C}"
     )

@@ -27,12 +27,14 @@ SUPPORTED_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinf
 class RolloutConfig(RollModel):
     """How rollouts are sampled and scheduled (see :mod:`roll.core.scheduler.generate`)."""
 
-    max_new_tokens: int = Field(32, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
+    max_new_tokens: int = Field(32, ge=1, description="max tokens of one sampled response")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass; 1 disables it")
+    top_k: int = Field(0, ge=0, description="sample among the k likeliest tokens; 0 disables it")
     request_prompts: int = Field(8, ge=1, description="prompts per generation request sent to one worker")
-    max_inflight_per_rank: int = Field(2, ge=1)
+    max_inflight_per_rank: int = Field(
+        2, ge=1, description="generation requests one inference rank holds at once"
+    )
     max_rounds: int = Field(4, ge=1, description="dynamic sampling: rounds of oversampling before filling")
     async_generation_ratio: float = Field(
         0.0, ge=0, description="0: sync; r > 0: generate up to r steps ahead while training"
@@ -54,8 +56,10 @@ class ValidationConfig(RollModel):
     answer per prompt, by default; ``samples_per_prompt: k`` with a temperature adds ``mean@k``, ``pass@k`` and
     ``maj@k`` (:mod:`roll.pipelines.common.sampled_eval`), overall and per domain."""
 
-    num_prompts: int = Field(64, ge=1)
-    temperature: float = Field(0.0, ge=0)
+    num_prompts: int = Field(
+        64, ge=1, description="held-out prompts evaluated: the first N of data's eval split"
+    )
+    temperature: float = Field(0.0, ge=0, description="0 is greedy decoding")
     max_new_tokens: int | None = Field(None, ge=1, description="default: rollout.max_new_tokens")
     samples_per_prompt: int = Field(
         1, ge=1, description="answers per prompt (k): > 1 logs mean@k, pass@k, maj@k; needs a temperature > 0"
@@ -86,15 +90,18 @@ class RewardDomainConfig(RollModel):
     tags: list[str] | None = Field(
         None, min_length=1, description="the row tags it scores; unset: every row no other domain takes"
     )
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the reward plugin's own keys (see rewards), validated at build time",
+    )
     workers: RoleConfig = Field(default_factory=lambda: RoleConfig(num_workers=1, cpus_per_worker=0.1))
 
 
 class WarmupConfig(RollModel):
     """An SFT warm-up on ``actor_train`` before RL: teaches the answer format so RL has a signal to amplify."""
 
-    steps: int = Field(20, ge=1)
-    batch_size: int = Field(32, ge=1)
+    steps: int = Field(20, ge=1, description="SFT optimizer steps before RL")
+    batch_size: int = Field(32, ge=1, description="rows per warm-up step (the data repeats when it runs out)")
     lr: float | None = Field(None, gt=0, description="default: the RL optimizer's lr")
     data: DataConfig
 
@@ -109,10 +116,14 @@ class CurriculumConfig(RollModel):
     """
 
     levels: int = Field(ge=2, description="levels 0 .. levels - 1")
-    start: int = Field(0, ge=0)
-    threshold: float = Field(0.8, gt=0, le=1)
+    start: int = Field(0, ge=0, description="the level the run starts at")
+    threshold: float = Field(
+        0.8, gt=0, le=1, description="raise the level when the window's mean metric reaches this"
+    )
     window: int = Field(4, ge=1, description="steps whose mean metric decides a raise")
-    metric: Literal["reward/accuracy", "reward/mean"] = "reward/accuracy"
+    metric: Literal["reward/accuracy", "reward/mean"] = Field(
+        "reward/accuracy", description="the step metric the rule watches"
+    )
 
 
 class RLVRConfig(PolicyRunConfig):
