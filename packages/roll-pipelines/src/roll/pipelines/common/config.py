@@ -35,8 +35,10 @@ __all__ = [
 class EvalConfig(RollModel):
     """Held-out evaluation: ``batch_size`` sequences per forward, at most ``max_rows`` held-out rows."""
 
-    batch_size: int = Field(64, ge=1)
-    max_rows: int | None = Field(None, ge=1)
+    batch_size: int = Field(64, ge=1, description="held-out sequences per evaluation forward")
+    max_rows: int | None = Field(
+        None, ge=1, description="evaluate the first this many held-out rows; unset: all"
+    )
 
 
 class GenerateEvalConfig(EvalConfig):
@@ -50,8 +52,8 @@ class GenerateEvalConfig(EvalConfig):
         description="score greedy answers with the held-out builtin: task's verifier; null: when the first "
         "held-out source is builtin:, true: required (rejected for other data), false: never",
     )
-    max_generate: int = Field(64, ge=1)
-    max_new_tokens: int = Field(16, ge=1)
+    max_generate: int = Field(64, ge=1, description="held-out prompts answered greedily at most")
+    max_new_tokens: int = Field(16, ge=1, description="max tokens of one greedy answer")
 
     def scores_answers(self, data: DataConfig) -> bool:
         """Whether evaluation scores greedy answers on ``data``'s held-out rows."""

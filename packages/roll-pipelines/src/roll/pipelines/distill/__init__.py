@@ -56,15 +56,28 @@ class DistillLossConfig(RollModel):
     included (the cross-entropy stays on the response).
     """
 
-    divergence: DivergenceName = "forward_kl"
-    top_k: int = Field(64, ge=1)
-    kd_weight: float = Field(1.0, ge=0, le=1)
-    student_temperature: float = Field(1.0, gt=0)
-    teacher_temperature: float = Field(1.0, gt=0)
-    alpha: float = Field(0.1, ge=0, lt=1)
-    beta: float = Field(0.5, gt=0, lt=1)
-    mu: float = Field(0.5, gt=0, le=1)
-    distill_prompt: bool = False
+    divergence: DivergenceName = Field(
+        "forward_kl",
+        description="the student-teacher divergence (forward/reverse KL, skewed KLs, js, adaptive_kl)",
+    )
+    top_k: int = Field(64, ge=1, description="teacher tokens per position sent to the student and compared")
+    kd_weight: float = Field(
+        1.0, ge=0, le=1, description="weight of the divergence; 1 - kd_weight goes to the cross-entropy"
+    )
+    student_temperature: float = Field(
+        1.0, gt=0, description="temperature of the student's logits in the divergence"
+    )
+    teacher_temperature: float = Field(
+        1.0, gt=0, description="temperature of the teacher's logits in the divergence"
+    )
+    alpha: float = Field(
+        0.1, ge=0, lt=1, description="skew of skew_forward_kl / skew_reverse_kl (0: plain KL)"
+    )
+    beta: float = Field(0.5, gt=0, lt=1, description="js: the generalized JSD's weight (0.5: the usual JSD)")
+    mu: float = Field(0.5, gt=0, le=1, description="adaptive_kl: teacher probability mass of the head tokens")
+    distill_prompt: bool = Field(
+        False, description="distill prompt tokens too (the cross-entropy stays on the response)"
+    )
 
 
 class TeacherWarmupConfig(RollModel):
@@ -77,12 +90,14 @@ class TeacherWarmupConfig(RollModel):
     path: leave ``cache`` off for a local folder whose weights change.
     """
 
-    steps: int = Field(60, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    batch_size: int = Field(32, ge=1)
+    steps: int = Field(60, ge=1, description="SFT optimizer steps of the teacher")
+    lr: float = Field(3e-3, gt=0, description="the teacher's learning rate during its warm-up")
+    batch_size: int = Field(32, ge=1, description="rows per warm-up step")
     micro_batch_samples: int | None = Field(None, ge=1, description="default: batch_size")
-    data: DataConfig | None = None
-    cache: bool = False
+    data: DataConfig | None = Field(None, description="warm-up data; unset: the run's data")
+    cache: bool = Field(
+        False, description="keep the warmed teacher in the user's cache, keyed on the recipe, for later runs"
+    )
 
 
 class DistillEvalConfig(GenerateEvalConfig):
@@ -103,7 +118,11 @@ class DistillConfig(RunConfig):
     teacher: TrainRoleConfig = Field(default_factory=_default_teacher)
     teacher_warmup: TeacherWarmupConfig | None = None
     distill: DistillLossConfig = Field(default_factory=DistillLossConfig)
-    transfer: Literal["object_store", "collective"] = "object_store"
+    transfer: Literal["object_store", "collective"] = Field(
+        "object_store",
+        description="how teacher top-k logits reach the students: via the driver and Ray's object store, or "
+        "point to point over a gloo/NCCL group",
+    )
     data: DataConfig = Field(default_factory=_default_data)
     tokenize: TokenizeConfig = Field(default_factory=lambda: TokenizeConfig(max_length=128))
     batch: BatchConfig = Field(

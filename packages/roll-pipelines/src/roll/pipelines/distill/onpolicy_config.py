@@ -22,8 +22,12 @@ class OnPolicyTeacherConfig(TrainRoleConfig):
     """One teacher: its placement and model, the sample tags it scores (``None``: every tag no other teacher
     claims), and an optional SFT warm-up (its ``strategy`` is used only there)."""
 
-    tags: list[str] | None = None
-    warmup: TeacherWarmupConfig | None = None
+    tags: list[str] | None = Field(
+        None, description="sample tags this teacher scores; unset: every unclaimed tag"
+    )
+    warmup: TeacherWarmupConfig | None = Field(
+        None, description="SFT of this teacher before the run; unset: none"
+    )
 
 
 class OnPolicyDistillSettings(RollModel):
@@ -39,11 +43,20 @@ class OnPolicyDistillSettings(RollModel):
     ``examples/distill_onpolicy.yaml``).
     """
 
-    distill_coef: float = Field(1.0, ge=0)
-    rl_coef: float = Field(0.0, ge=0)
-    clip: float | None = Field(None, gt=0)
-    gamma: float = Field(1.0, ge=0, le=1)
-    advantage_baseline: Literal["none", "batch_mean", "whiten"] = "batch_mean"
+    distill_coef: float = Field(
+        1.0, ge=0, description="weight of the teacher log-ratio term in the advantage"
+    )
+    rl_coef: float = Field(0.0, ge=0, description="weight of the RL (reward) advantage; 0: pure distillation")
+    clip: float | None = Field(
+        None, gt=0, description="bound on the per-token log-ratio r_t; None: unbounded"
+    )
+    gamma: float = Field(
+        1.0, ge=0, le=1, description="discount of future r_t (1: whole-sequence reverse KL, 0: per token)"
+    )
+    advantage_baseline: Literal["none", "batch_mean", "whiten"] = Field(
+        "batch_mean",
+        description="subtract the batch mean of D (batch_mean), and also divide by its std (whiten)",
+    )
 
 
 class OnPolicyDistillConfig(RLVRConfig):

@@ -31,8 +31,13 @@ from roll.workers.roles.config import ModelConfig
 class ReferenceConfig(RoleConfig):
     """Where reference log-probs come from. ``model=None`` means the actor's initial model."""
 
-    mode: Literal["precompute", "worker"] = "precompute"
-    model: ModelConfig | None = None
+    mode: Literal["precompute", "worker"] = Field(
+        "precompute",
+        description="precompute: score every pair once before training; worker: a reference actor scores each step",
+    )
+    model: ModelConfig | None = Field(
+        None, description="the reference model; unset: the actor's initial model"
+    )
     strategy_name: str = Field("hf", description="a roll.strategy plugin; 'hf' scores forward-only")
 
 
@@ -43,10 +48,14 @@ class DPOLossConfig(RollModel):
     for DPO, as the DPO paper does.
     """
 
-    type: Literal["sigmoid", "ipo"] = "sigmoid"
-    beta: float = Field(0.1, gt=0)
-    label_smoothing: float = Field(0.0, ge=0, lt=0.5)
-    average_logp: bool | None = None
+    type: Literal["sigmoid", "ipo"] = Field("sigmoid", description="sigmoid: DPO; ipo: IPO's squared loss")
+    beta: float = Field(0.1, gt=0, description="strength of the implicit KL to the reference")
+    label_smoothing: float = Field(
+        0.0, ge=0, lt=0.5, description="sigmoid only: assumed share of flipped labels (conservative DPO)"
+    )
+    average_logp: bool | None = Field(
+        None, description="use mean per-token response log-probs; unset: on for ipo, off for sigmoid"
+    )
 
     @property
     def averages(self) -> bool:

@@ -25,7 +25,7 @@ class ExactMatchConfig(RollModel):
     pattern: str | None = Field(
         None, description=r"regex whose last match holds the answer (group 1 if any), e.g. 'answer is (\S+)'"
     )
-    case_sensitive: bool = False
+    case_sensitive: bool = Field(False, description="compare answers case-sensitively")
     strip_chars: str = Field(".", description="characters stripped from both ends after whitespace")
 
     @field_validator("pattern")

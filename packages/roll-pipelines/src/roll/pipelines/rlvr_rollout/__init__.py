@@ -44,17 +44,21 @@ class RolloutEvalConfig(RunConfig):
 
     pipeline: str = "rlvr_rollout"
     actor_infer: EvalModelRoleConfig
-    cpu_threads: int | None = Field(None, ge=1)
+    cpu_threads: int | None = Field(None, ge=1, description="OMP threads of each inference worker (CPU runs)")
     data: DataConfig
     tokenize: TokenizeConfig = Field(default_factory=TokenizeConfig)
     rewards: dict[str, RewardDomainConfig] = Field(min_length=1)
     samples: int = Field(1, ge=1, description="answers per prompt (n)")
-    pass_k: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    pass_k: list[int] = Field(
+        default_factory=lambda: [1],
+        min_length=1,
+        description="the k of each pass@k reported; each <= samples",
+    )
     max_prompts: int | None = Field(None, ge=1, description="evaluate the first this many prompts")
     temperature: float = Field(0.0, ge=0.0, description="0: greedy (needs samples: 1)")
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_new_tokens: int = Field(64, ge=1)
-    request_prompts: int = Field(8, ge=1)
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass; 1 disables it")
+    max_new_tokens: int = Field(64, ge=1, description="max tokens of one answer")
+    request_prompts: int = Field(8, ge=1, description="prompts per generation request sent to one worker")
 
     @classmethod
     def moved_keys(cls) -> dict[str, str]:
