@@ -35,7 +35,11 @@ __all__ = ["ActionParseConfig", "ParsedAction", "parse_action", "strip_think"]
 class ActionParseConfig(RollModel):
     """How :func:`parse_action` reads a model's output."""
 
-    answer_tag: str = Field(default="answer", pattern=r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+    answer_tag: str = Field(
+        default="answer",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_\-]*$",
+        description="the action is read from the last <tag>...</tag> of the output",
+    )
     strip_think: bool = Field(
         default=True, description="drop <think>...</think> before looking for the answer"
     )

@@ -43,7 +43,10 @@ class EnvManagerConfig(RollModel):
     states for GiGPO.
     """
 
-    mode: ManagerMode = "trajectory"
+    mode: ManagerMode = Field(
+        "trajectory",
+        description="trajectory: one sample per episode; step: one sample per turn (GiGPO needs it)",
+    )
     envs: list[EnvEntryConfig] = Field(
         default_factory=lambda: [EnvEntryConfig(type="guess_direction")], min_length=1
     )
@@ -54,8 +57,8 @@ class EnvManagerConfig(RollModel):
     max_context_tokens: int = Field(
         2048, ge=16, description="an episode whose next prompt + turn would not fit is truncated"
     )
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    temperature: float = Field(1.0, ge=0.0, description="sampling temperature of each turn; 0 is greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass; 1 disables it")
     format_penalty: float = Field(
         -0.1, le=0.0, description="added to a turn's reward when the output broke the answer format"
     )

@@ -34,19 +34,25 @@ _ALLOWED_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
 
 
 class CountdownConfig(EnvConfig):
-    type: Literal["countdown"] = "countdown"
-    num_numbers: int = Field(default=4, ge=2, le=8)
-    min_number: int = Field(default=1, ge=1)
-    max_number: int = Field(default=50, ge=1)
-    max_target: int = Field(default=1000, ge=10)
-    max_steps: int = Field(default=3, ge=1)
-    correct_reward: float = 1.0
-    wrong_answer_reward: float = 0.0
-    format_error_reward: float = Field(default=0.0, le=0.0)
+    type: Literal["countdown"] = Field("countdown", description="selects this env (its roll.env entry point)")
+    num_numbers: int = Field(default=4, ge=2, le=8, description="numbers given per problem")
+    min_number: int = Field(default=1, ge=1, description="smallest given number")
+    max_number: int = Field(default=50, ge=1, description="largest given number")
+    max_target: int = Field(default=1000, ge=10, description="largest target a generated problem may have")
+    max_steps: int = Field(default=3, ge=1, description="turns after which the episode is truncated")
+    correct_reward: float = Field(1.0, description="reward of a valid expression equal to the target")
+    wrong_answer_reward: float = Field(
+        0.0, description="reward of any other submitted answer (ends the episode)"
+    )
+    format_error_reward: float = Field(
+        default=0.0, le=0.0, description="reward of an output without an answer tag (the episode goes on)"
+    )
     use_calculator: bool = Field(
         default=True, description="make_countdown wraps the env with a calculator tool"
     )
-    tools: ToolWrapperConfig = ToolWrapperConfig()
+    tools: ToolWrapperConfig = Field(
+        ToolWrapperConfig(), description="limits and rewards of the calculator tool wrapper (use_calculator)"
+    )
     seed: int | None = Field(default=None, description="seeds the env's RNG for reset(seed=None)")
 
     @model_validator(mode="after")

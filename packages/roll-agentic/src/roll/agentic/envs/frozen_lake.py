@@ -65,12 +65,14 @@ IMAGE_TEXT = f"{IMAGE_MARKER}\nThe lake: grey ice, blue holes, green goal, red s
 
 
 class FrozenLakeConfig(EnvConfig):
-    type: Literal["frozen_lake"] = "frozen_lake"
-    size: int = Field(default=4, ge=2, le=32)
+    type: Literal["frozen_lake"] = Field(
+        "frozen_lake", description="selects this env (its roll.env entry point)"
+    )
+    size: int = Field(default=4, ge=2, le=32, description="side of the square grid")
     frozen_prob: float = Field(default=0.8, gt=0.0, le=1.0, description="chance a cell is frozen, not a hole")
-    slippery: bool = False
+    slippery: bool = Field(False, description="moves may slip sideways (with slip_prob)")
     slip_prob: float = Field(default=2 / 3, ge=0.0, le=1.0, description="chance of a perpendicular move")
-    max_steps: int = Field(default=20, ge=1)
+    max_steps: int = Field(default=20, ge=1, description="steps after which the episode is truncated")
     seed: int | None = Field(default=None, description="seeds the env's RNG for reset(seed=None)")
     observation: Literal["text", "image"] = Field(
         default="text", description="text grid, or a picture of it (ImageObservation) for a VLM policy"

@@ -39,16 +39,16 @@ DEFAULT_SYSTEM_PROMPT = (
 class GemEnvConfig(EnvConfig):
     """A GEM env by id; ``env_kwargs`` go to ``gem.make`` (e.g. ``{max_turns: 8}``)."""
 
-    type: Literal["gem"] = "gem"
+    type: Literal["gem"] = Field("gem", description="selects this env (its roll.env entry point)")
     env_id: str = Field(min_length=1, description="GEM registry id, e.g. game:GuessTheNumber-v0-easy")
-    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="gem.make keyword arguments")
     tools: list[Literal["python"]] = Field(default_factory=list, description="GEM tools to wrap the env with")
-    max_tool_uses: int = Field(5, ge=1)
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_tool_uses: int = Field(5, ge=1, description="tool calls allowed per episode (with tools)")
+    system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="the system message of every episode")
     success_reward: float = Field(
         1.0, description="a terminating step with at least this reward is a success"
     )
-    max_steps: int = Field(default=20, ge=1)
+    max_steps: int = Field(default=20, ge=1, description="steps after which the episode is truncated")
     answers: list[str] | None = Field(
         None, min_length=2, description="named answers the env advertises as its valid actions"
     )

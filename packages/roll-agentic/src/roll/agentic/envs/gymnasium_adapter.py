@@ -43,7 +43,7 @@ def ansi_to_text(frame: str) -> str:
 class GymnasiumEnvConfig(EnvConfig):
     """A gymnasium env by id, with the text layer the module docstring describes."""
 
-    type: Literal["gymnasium"] = "gymnasium"
+    type: Literal["gymnasium"] = Field("gymnasium", description="selects this env (its roll.env entry point)")
     env_id: str = Field(min_length=1, description="gymnasium id, e.g. FrozenLake-v1")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="gymnasium.make keyword arguments")
     render: str | None = Field(None, description="module:name of render(observation, info, env) -> str")
@@ -51,12 +51,17 @@ class GymnasiumEnvConfig(EnvConfig):
     action_names: list[str] | None = Field(
         None, min_length=2, description="names of Discrete actions, in order"
     )
-    system_prompt: str = "You act in an environment. Read the observation and choose the next action."
-    invalid_action_reward: float = 0.0
+    system_prompt: str = Field(
+        "You act in an environment. Read the observation and choose the next action.",
+        description="the system message of every episode",
+    )
+    invalid_action_reward: float = Field(
+        0.0, description="reward of a turn with no valid action (the env does not step)"
+    )
     success_reward: float = Field(
         1.0, description="a terminating step with at least this reward is a success"
     )
-    max_steps: int = Field(default=100, ge=1)
+    max_steps: int = Field(default=100, ge=1, description="steps after which the episode is truncated")
 
     @field_validator("render", "parse")
     @classmethod

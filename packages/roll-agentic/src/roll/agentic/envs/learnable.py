@@ -39,10 +39,12 @@ PHRASES: dict[str, str] = {
 
 
 class GuessDirectionConfig(EnvConfig):
-    type: Literal["guess_direction"] = "guess_direction"
+    type: Literal["guess_direction"] = Field(
+        "guess_direction", description="selects this env (its roll.env entry point)"
+    )
     num_directions: Literal[2, 4] = Field(default=4, description="2: Left/Right only; 4: all four")
     max_steps: int = Field(default=1, ge=1, le=10, description="rounds per episode")
-    correct_reward: float = 1.0
+    correct_reward: float = Field(1.0, description="reward of a correct guess")
     seed: int | None = Field(default=None, description="seeds the env's RNG for reset(seed=None)")
 
 

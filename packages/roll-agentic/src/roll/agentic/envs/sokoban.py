@@ -70,20 +70,20 @@ IMAGE_LEGEND = (
 
 
 class SokobanConfig(EnvConfig):
-    type: Literal["sokoban"] = "sokoban"
-    width: int = Field(default=6, ge=4, le=30)
-    height: int = Field(default=6, ge=4, le=30)
-    num_boxes: int = Field(default=1, ge=1, le=8)
-    max_steps: int = Field(default=30, ge=1)
+    type: Literal["sokoban"] = Field("sokoban", description="selects this env (its roll.env entry point)")
+    width: int = Field(default=6, ge=4, le=30, description="room width in cells, walls included")
+    height: int = Field(default=6, ge=4, le=30, description="room height in cells, walls included")
+    num_boxes: int = Field(default=1, ge=1, le=8, description="boxes (and targets) per generated level")
+    max_steps: int = Field(default=30, ge=1, description="moves after which the episode is truncated")
     search_depth: int = Field(default=300, ge=1, description="reverse-play steps when generating a level")
     seed: int | None = Field(default=None, description="seeds the env's RNG for reset(seed=None)")
     level: str | None = Field(
         default=None, description="a fixed level in the text form; overrides generation"
     )
-    step_reward: float = -0.1
-    box_on_reward: float = 1.0
-    box_off_reward: float = -1.0
-    win_reward: float = 10.0
+    step_reward: float = Field(-0.1, description="reward of every move")
+    box_on_reward: float = Field(1.0, description="added when a box is pushed onto a target")
+    box_off_reward: float = Field(-1.0, description="added when a box is pushed off a target")
+    win_reward: float = Field(10.0, description="added when every box is on a target (ends the episode)")
     observation: Literal["text", "image"] = Field(
         default="text", description="text grid, or a picture of it (ImageObservation) for a VLM policy"
     )

@@ -148,7 +148,9 @@ def _checked(value: Any) -> Number:
 
 
 class CalculatorConfig(RollModel):
-    type: Literal["calculator"] = "calculator"
+    type: Literal["calculator"] = Field(
+        "calculator", description="selects this tool (its roll.tool entry point)"
+    )
     name: str = Field(default="calculator", description="the function name the model calls")
 
 

@@ -33,15 +33,17 @@ T = TypeVar("T")
 class McpServerConfig(RollModel):
     """How to start an MCP server over stdio, and which of its tools to expose."""
 
-    type: Literal["mcp"] = "mcp"
+    type: Literal["mcp"] = Field("mcp", description="selects this tool (its roll.tool entry point)")
     command: str = Field(description="the executable that starts the server, e.g. 'python' or 'npx'")
-    args: tuple[str, ...] = ()
+    args: tuple[str, ...] = Field((), description="arguments of the server command")
     env: dict[str, str] | None = Field(default=None, description="extra environment variables for the server")
-    cwd: str | None = None
+    cwd: str | None = Field(None, description="working directory of the server; unset: the worker's")
     tools: tuple[str, ...] | None = Field(default=None, description="expose only these tools; None: all")
     prefix: str = Field(default="", description="prepended to each tool name, to keep names unique")
-    startup_timeout_s: float = Field(default=30.0, gt=0)
-    call_timeout_s: float = Field(default=30.0, gt=0)
+    startup_timeout_s: float = Field(
+        default=30.0, gt=0, description="limit for the server to start and initialize"
+    )
+    call_timeout_s: float = Field(default=30.0, gt=0, description="limit of one tool call")
 
 
 @dataclass(frozen=True)

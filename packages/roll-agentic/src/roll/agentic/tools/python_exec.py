@@ -21,11 +21,13 @@ __all__ = ["PythonTool", "PythonToolConfig"]
 
 
 class PythonToolConfig(RollModel):
-    type: Literal["python"] = "python"
+    type: Literal["python"] = Field("python", description="selects this tool (its roll.tool entry point)")
     name: str = Field(default="python", description="the function name the model calls")
     sandbox: SandboxConfig = SandboxConfig()
     max_output_chars: int = Field(default=4000, ge=16, description="longer output is cut in the middle")
-    max_code_chars: int = Field(default=20_000, ge=1)
+    max_code_chars: int = Field(
+        default=20_000, ge=1, description="longer code is refused with an error result"
+    )
 
 
 class PythonTool:

@@ -20,7 +20,7 @@ class ShapeAlignmentConfig(RollModel):
     """The kit's scorer: mean probability of the prompt's colour and background (prompts must be kit
     captions). ``scorer`` is a kit preset or a folder holding ``roll_scorer/``."""
 
-    scorer: str = "tiny-sd"
+    scorer: str = Field("tiny-sd", description="a kit preset, or a folder holding roll_scorer/")
     combine: Literal["mean", "geometric"] = Field(
         "mean",
         description="how the colour and background probabilities combine: geometric keeps a one-colour image "
@@ -37,15 +37,17 @@ class ShapeAlignmentConfig(RollModel):
 class JpegConfig(RollModel):
     """``-kilobytes`` of the image saved as JPEG at ``quality`` (DDPO's compressibility reward)."""
 
-    quality: int = Field(95, ge=1, le=100)
+    quality: int = Field(
+        95, ge=1, le=100, description="JPEG quality the image is saved at before it is measured"
+    )
 
 
 class ClipConfig(RollModel):
     """Cosine similarity of CLIP image and text embeddings times ``scale``; ``model`` is a local folder or hub id
     of a ``CLIPModel`` with its processor (e.g. ``openai/clip-vit-base-patch32``)."""
 
-    model: str
-    scale: float = Field(1.0, gt=0)
+    model: str = Field(description="a CLIPModel with its processor: local folder or hub id")
+    scale: float = Field(1.0, gt=0, description="the cosine similarity is multiplied by this")
 
 
 def build_shape_alignment(config: ShapeAlignmentConfig) -> ImageReward:

@@ -39,8 +39,8 @@ SUPPORTED_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinf
 class GiGPOConfig(RollModel):
     """GiGPO (Feng et al. 2025): ``A = A_episode + step_weight * A_step``; needs ``env_manager.mode: step``."""
 
-    step_weight: float = Field(1.0, ge=0)
-    norm_by_std: bool = True
+    step_weight: float = Field(1.0, ge=0, description="weight of the step-level (anchor state) advantage")
+    norm_by_std: bool = Field(True, description="divide both advantages by their group's std (GRPO style)")
 
 
 class WarmupConfig(RollModel):
@@ -48,8 +48,8 @@ class WarmupConfig(RollModel):
     action (the format, not the task); with ``expert_fraction`` > 0, that fraction of answers imitates the env's
     expert (``info["expert_action"]``), so the warm-up policy is a noisy expert that RL then sharpens."""
 
-    steps: int = Field(20, ge=1)
-    batch_size: int = Field(32, ge=1)
+    steps: int = Field(20, ge=1, description="SFT optimizer steps before RL")
+    batch_size: int = Field(32, ge=1, description="rows per warm-up step")
     lr: float | None = Field(None, gt=0, description="default: the RL optimizer's lr")
     answer_template: str = Field("<answer>{action}</answer>", description="how an action is written")
     expert_fraction: float = Field(

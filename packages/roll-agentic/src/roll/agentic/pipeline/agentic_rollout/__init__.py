@@ -28,7 +28,9 @@ class AgenticRolloutConfig(AgenticRunConfig):
     groups: int = Field(8, ge=1, description="env groups (seeds) per step")
     group_size: int = Field(1, ge=1, description="envs per seed (>1 estimates pass@k-style spread)")
     greedy: bool = Field(True, description="greedy decoding; false samples with env_manager.temperature")
-    trajectories_file: str = "trajectories.jsonl"
+    trajectories_file: str = Field(
+        "trajectories.jsonl", description="file name, under output_dir, of the written trajectories"
+    )
 
 
 def _build(config: Any) -> Pipeline:
