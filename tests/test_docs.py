@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from roll.core.cli import _parser, load_run_config
-from roll.core.config.reference import reference_pages
+from roll.core.config.reference import reference_pages, undescribed_keys
 from roll.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,6 +240,16 @@ def test_reference_lists_every_plugin_and_key() -> None:
     assert "## `sokoban`" in pages["envs.md"] and "## `calculator`" in pages["tools.md"]
     assert "`trackio`" in pages["trackers.md"]
     assert "| `seed` | int | `42` |" in pages["run.md"]
+
+
+def test_every_reference_key_has_a_description() -> None:
+    """Every key of every installed config model says what it does: a new key needs ``Field(description=...)``
+    (a section: its model's docstring). The row count guards against a page format this check no longer reads."""
+    pages = reference_pages()
+    rows = sum(line.startswith("| `") for text in pages.values() for line in text.splitlines())
+    assert rows > 1000, f"only {rows} key rows found: did the table format change?"
+    missing = [f"{name}: {key}" for name, text in pages.items() for key in undescribed_keys(text)]
+    assert not missing, f"{len(missing)} keys without a description (add Field(description=...)): {missing}"
 
 
 # ------------------------------------------------------------------------------------------------ recipes

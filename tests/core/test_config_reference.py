@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from roll.core.config.base import RollModel
-from roll.core.config.reference import defaults_left, iter_keys, key_table
+from roll.core.config.reference import defaults_left, iter_keys, key_table, undescribed_keys
 
 
 class Inner(RollModel):
@@ -71,3 +71,16 @@ def test_defaults_left_lists_only_unset_leaves() -> None:
     left = dict(defaults_left(config))
     # inner was given with its only key; algo was given with its tag, so only its rate is a default
     assert left == {"items": "[]", "by_name": "{}", "algo.rate": "0.5", "mode": "null"}
+
+
+def test_undescribed_keys_names_every_row_without_a_description() -> None:
+    """In Outer only ``inner.depth`` and its copies under ``items[]`` and ``by_name.<name>`` have a description;
+    Inner has no docstring, so its sections have none; a variant's ``(type x)`` tag alone is not a description.
+    A description with an escaped pipe still counts as one."""
+    table = key_table(Outer)
+    assert undescribed_keys(table) == [
+        "name", "inner", "items", "by_name", "algo", "algo.type", "algo.k", "algo.type", "algo.rate", "mode"
+    ]  # fmt: skip
+    described = '| `x` | int | `1` | (type a) one \\| two |\n| `y` | str | `""` | why y |'
+    assert undescribed_keys(described) == []
+    assert undescribed_keys("| key | type | default | description |\n|---|---|---|---|") == []

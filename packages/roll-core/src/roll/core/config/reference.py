@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -229,6 +230,22 @@ def key_table(model: type[BaseModel], skip: frozenset[str] = frozenset()) -> str
             f"| `{doc.path}` | {_cell(doc.type)} | `{_cell(doc.default)}` | {_cell(doc.description)} |"
         )
     return "\n".join(rows)
+
+
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+_VARIANT_TAG = re.compile(r"^\(type [^)]*\)")
+
+
+def undescribed_keys(page: str) -> list[str]:
+    """The keys in the key tables of a rendered ``page`` whose description cell is empty; a variant's
+    ``(type x)`` tag alone counts as empty. The reference test requires none, so every new key must say what it
+    does (a ``Field(description=...)``, or for a section its model's docstring)."""
+    missing = []
+    for line in page.splitlines():
+        cells = [cell.strip() for cell in _CELL_SPLIT.split(line)]
+        if len(cells) == 6 and cells[1].startswith("`") and not _VARIANT_TAG.sub("", cells[4]).strip():
+            missing.append(cells[1].strip("`"))
+    return missing
 
 
 def _doc_line(obj: Any) -> str:
