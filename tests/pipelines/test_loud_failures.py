@@ -95,8 +95,11 @@ def test_a_raising_reward_prints_its_traceback_once_and_counts_errors(ray_local:
     metrics = read_metrics(tmp_path / "run")
     assert sorted(metrics) == [1, 2, 3]
     assert all(m["reward/errors"] == 1.0 and m["data/prompt_truncated"] == 1.0 for m in metrics.values())
-    assert out.count("train prompt data: 80 of 80 rows were longer than the limit") == 1  # once, at WARNING
-    assert out.count("eval prompt data: 12 of 12 rows were longer than the limit") == 1
+    quickstart = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())["data"]
+    n_train, n_eval = quickstart["sources"][0]["max_samples"], quickstart["eval_sources"][0]["max_samples"]
+    train_line = f"train prompt data: {n_train} of {n_train} rows were longer than the limit"
+    assert out.count(train_line) == 1  # once, at WARNING
+    assert out.count(f"eval prompt data: {n_eval} of {n_eval} rows were longer than the limit") == 1
 
 
 BLOW_UP = [

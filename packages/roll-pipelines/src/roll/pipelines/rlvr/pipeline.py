@@ -336,6 +336,9 @@ class RLVRPipeline(BasePipeline):
         logger.info("warm-up: last nll %.3f", metrics.get("actor/nll", float("nan")))
         if self.transform is not None:
             self.transform.after_warmup(self)
+        if self.config.eval_every:
+            # step 0: the held-out score RL starts from, so a run shows what RL added beyond the warm-up
+            self.tracker.log({f"eval/{k}": v for k, v in self.evaluate(0).items()}, 0)
 
     # ------------------------------------------------------------------------------------------- evaluation
 
