@@ -105,12 +105,14 @@ class FSDP2Config(RollModel):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     max_grad_norm: float | None = Field(1.0, gt=0, description="None disables clipping")
     micro_batch_size: int | None = Field(
-        None, ge=1, description="rows per micro-batch; filled from batch.micro_batch_samples in pipelines"
+        None,
+        ge=1,
+        description="rows per micro-batch; pipelines fill it from batch.micro_batch_samples (leave it unset)",
     )
     max_tokens_per_micro_batch: int | None = Field(
         None,
         ge=1,
-        description="valid tokens per micro-batch; filled from batch.micro_batch_tokens in pipelines",
+        description="valid tokens per micro-batch; pipelines fill it from batch.micro_batch_tokens (leave it unset)",
     )
     packed: bool = Field(
         False, description="run each micro-batch padding-free, its sequences packed in one row"

@@ -38,7 +38,9 @@ class MegatronConfig(RollModel):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping norm; None disables it")
     micro_batch_size: int | None = Field(
-        None, ge=1, description="rows per micro-batch; filled from batch.micro_batch_samples in pipelines"
+        None,
+        ge=1,
+        description="rows per micro-batch; pipelines fill it from batch.micro_batch_samples (leave it unset)",
     )
     use_distributed_optimizer: bool = Field(
         True, description="shard optimizer state over data-parallel ranks (Megatron's distributed optimizer)"
