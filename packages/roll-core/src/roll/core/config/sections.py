@@ -118,7 +118,10 @@ class RunConfig(RollModel):
     """The keys every run has. ``pipeline`` names an entry point of the ``roll.pipeline`` group."""
 
     pipeline: str = Field(description="the training mode: an entry point of the roll.pipeline group")
-    seed: int = Field(42, description="seeds model init, data order and per-request sampling of the run")
+    seed: int = Field(
+        42,
+        description="the run's seed: prompt order, per-request sampling, shuffles (data.seed, model.seed are their own)",
+    )
     output_dir: Path = Field(
         Path("outputs/run"), description="where metrics, checkpoints, samples and the resolved config go"
     )
