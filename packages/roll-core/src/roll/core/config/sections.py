@@ -85,7 +85,8 @@ class CheckpointConfig(RollModel):
     dir: Path | None = Field(None, description="default: <output_dir>/checkpoints")
     export_hf: bool = Field(
         False,
-        description="at the end, also write the trained model as a save_pretrained folder, <output_dir>/hf",
+        description="at the end, also export the trained model under output_dir: a save_pretrained folder hf/ "
+        "(reward_fl: diffusers/ or lora/)",
     )
 
 
