@@ -45,7 +45,12 @@ RUN = [
     "ray.address=auto",
     "ray.num_cpus=null",
 ]
-RL_BATCH = ["batch.prompts_per_step=4", "batch.samples_per_prompt=2", "batch.micro_batch_samples=8", "plot=false"]
+RL_BATCH = [
+    "batch.prompts_per_step=4",
+    "batch.samples_per_prompt=2",
+    "batch.micro_batch_samples=8",
+    "plot=false",
+]
 PAIR_BATCH = ["batch.prompts_per_step=4", "batch.micro_batch_samples=8"]
 
 
@@ -135,7 +140,9 @@ _PLAIN = textwrap.dedent(
 def _load_plain(out: Path, loader: str, tmp: Path) -> dict[str, Any]:
     """Load ``out`` in a fresh interpreter with transformers alone; its logits, prompt ids and loaded modules."""
     dst = tmp / "plain.pt"
-    subprocess.run([sys.executable, "-c", _PLAIN, str(out), loader, PROMPT, str(dst)], check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-c", _PLAIN, str(out), loader, PROMPT, str(dst)], check=True, timeout=300
+    )
     result: dict[str, Any] = torch.load(dst, weights_only=False)
     return result
 
