@@ -131,8 +131,11 @@ _PLAIN = textwrap.dedent(
     chat = None
     if tokenizer.chat_template:
         chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False)
+    processor = None
+    if loader == "AutoModelForImageTextToText":
+        processor = type(transformers.AutoProcessor.from_pretrained(out)).__name__
     roll = sorted(m for m in sys.modules if m == "roll" or m.startswith("roll."))
-    torch.save({"logits": logits, "ids": ids, "chat": chat, "roll": roll}, dst)
+    torch.save({"logits": logits, "ids": ids, "chat": chat, "processor": processor, "roll": roll}, dst)
     """
 )
 
@@ -208,6 +211,7 @@ def test_export_reloads_in_plain_transformers_with_the_trainers_logits(
     assert not differ and set(exported) <= set(state), (differ, set(exported) - set(state))
     if name == "rlvr_vlm":
         assert (out / "preprocessor_config.json").is_file(), "a VLM's export carries its image processor"
+        assert plain["processor"] and "Processor" in plain["processor"], plain["processor"]
 
 
 def test_a_damaged_checkpoint_is_refused_and_an_older_intact_one_taken(
