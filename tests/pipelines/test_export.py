@@ -133,7 +133,7 @@ _PLAIN = textwrap.dedent(
         chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False)
     processor = None
     if loader == "AutoModelForImageTextToText":
-        processor = type(transformers.AutoProcessor.from_pretrained(out)).__name__
+        processor = type(transformers.AutoImageProcessor.from_pretrained(out)).__name__
     roll = sorted(m for m in sys.modules if m == "roll" or m.startswith("roll."))
     state = model.state_dict()
     torch.save({"logits": logits, "ids": ids, "chat": chat, "processor": processor, "roll": roll, "state": state}, dst)
