@@ -8,7 +8,7 @@ the mode documents (``AutoModelForCausalLM``, ``AutoModelForSequenceClassificati
 ``AutoTokenizer``. Checked against the trainer's weights, read from the run's checkpoint through roll (the role's
 model built by roll from the run config, loaded with the checkpoint's ``model.safetensors``, LoRA merged):
 
-- the logits on a fixed prompt are equal to 1e-5 (measured: exactly equal, max |diff| 0.0);
+- the logits on a fixed prompt are equal to 1e-5 (measured for sft: max |diff| 0.0, the same fp32 weights);
 - the plain tokenizer gives the same ids as roll's, and the chat template survives;
 - every weight of the reloaded model equals the checkpoint's, and the trained weights differ from the untrained model's (so
   an export of the base model would fail).
