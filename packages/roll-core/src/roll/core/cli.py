@@ -101,7 +101,9 @@ def _add_export(sub: Any) -> None:
         "out", type=Path, metavar="OUT", help="the folder to write (must not exist, or be empty)"
     )
     export.add_argument(
-        "--role", default=None, help="which trained model (default: the mode's policy; e.g. critic for PPO)"
+        "--role",
+        default=None,
+        help="which trained model (default: the mode's policy or main model; critic: PPO's value model)",
     )
     export.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
     export.set_defaults(func=_cmd_export)
