@@ -9,8 +9,10 @@ YAML blocks (```` ```yaml ```` in README.md and docs/**/*.md) come in four kinds
 - ``# fragment``: not a whole config (a section shown alone, a manifest); it must parse as YAML;
 - anything else: a whole config that names its pipeline, validated through roll's loader.
 
-Command lines are ``roll validate|train|eval|list`` (after an optional ``uv run``) in ```` ```bash ```` blocks, in
-inline code of the docs, and in the ``# Run:``-style comments of examples/**/*.yaml.
+Command lines are ``roll validate|train|eval|export|list`` (after an optional ``uv run``) in ```` ```bash ````
+blocks, in inline code of the docs, and in the ``# Run:``-style comments of examples/**/*.yaml. An ``export``
+line must parse and export a run an example writes (its ``output_dir``, or a checkpoint under it); what it
+writes is tests/pipelines/test_export.py's.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def test_yaml_block_validates(where: str, block: str, tmp_path: Path) -> None:
 
 
 COMMAND = re.compile(
-    r"(?:uv run )?\broll (?:validate|train|eval|list)\b(?:[^`\n#();|]*?)(?=\s{3,}|[`\n#();|]|$)"
+    r"(?:uv run )?\broll (?:validate|train|eval|export|list)\b(?:[^`\n#();|]*?)(?=\s{3,}|[`\n#();|]|$)"
 )
 OVERRIDE_HINT = re.compile(r"\(override anything: ([^)]*)\)")
 """An example header's ``Run: uv run roll train examples/x.yaml   (override anything: a=1 b=2)``: checked as
@@ -108,7 +110,9 @@ def _commands() -> list[tuple[str, str]]:
                 found[(_rel(example), command)] = None
     # a command named in prose (`roll validate --explain` says ...) is not a command line: no config file named
     return [
-        (w, c) for w, c in found if c.split()[-1] == "list" or any(a.endswith(".yaml") for a in c.split())
+        (w, c)
+        for w, c in found
+        if c.split()[-1] == "list" or any(a.endswith(".yaml") or a.startswith("outputs/") for a in c.split())
     ]
 
 
@@ -117,7 +121,7 @@ COMMANDS = _commands()
 
 def test_docs_show_commands() -> None:
     kinds = {shlex.split(cmd.removeprefix("uv run "))[1] for _, cmd in COMMANDS}
-    assert {"validate", "train", "eval", "list"} <= kinds
+    assert {"validate", "train", "eval", "export", "list"} <= kinds
     assert any("grpo_qwen2.5_7b_8gpu.yaml" in cmd for _, cmd in COMMANDS)
 
 
@@ -130,6 +134,13 @@ def test_command_parses_and_its_config_validates(where: str, command: str) -> No
     assert argv[0] == "roll", f"{where}: {command}"
     args = _parser().parse_args(argv[1:])
     if args.command == "list":
+        return
+    if args.command == "export":
+        runs = [_output_dir(example) for example in EXAMPLES]
+        source = str(args.source)
+        assert any(r and (source == r or source.startswith(f"{r}/")) for r in runs), (
+            f"{where}: {command}: {source} is no example's output_dir"
+        )
         return
     assert (ROOT / args.config).exists(), f"{where}: {command}: no file {args.config}"
     overrides = list(args.overrides)
@@ -156,6 +167,11 @@ def _names_a_run_output(message: str, overrides: list[str]) -> bool:
         o.split("=", 1)[1] for o in overrides if "=" in o and o.split("=", 1)[1].startswith("outputs/")
     ]
     return any(f"{path!r} does not exist" in message for path in outputs)
+
+
+def _output_dir(example: Path) -> str | None:
+    data = yaml.safe_load(example.read_text(encoding="utf-8"))
+    return str(data["output_dir"]) if isinstance(data, dict) and "output_dir" in data else None
 
 
 def line_expects_exit_2(where: str, command: str) -> bool:

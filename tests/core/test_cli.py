@@ -138,3 +138,47 @@ def test_validate_and_train_reject_a_pin_and_a_tracker_before_ray(tmp_path: Path
     assert "tracking.backends.1 (<override 2: " in checked.stderr and "named 'nope'" in checked.stderr
     assert "Started a local Ray instance" not in trained.stdout + trained.stderr
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------------------------ export
+
+
+def test_export_refuses_a_damaged_checkpoint_a_busy_out_and_a_mode_without_export(tmp_path: Path) -> None:
+    """``roll export`` checks before it writes: OUT non-empty (exit 1, OUT untouched), the named checkpoint's
+    checksums (exit 1, one line naming the file), a run with no intact checkpoint, and a pipeline with no export
+    hook (smoke trains no model). The real exports are tests/pipelines/test_export.py's."""
+    root = _smoke_checkpoints(tmp_path / "run", 2)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    busy = _roll("export", str(tmp_path / "run"), str(out), cwd=tmp_path)
+    assert busy.returncode == 1 and "Traceback" not in busy.stderr
+    assert (
+        busy.stderr
+        == f"roll: error: {out} exists and is not empty; choose another folder or pass --overwrite to replace it\n"
+    )
+    assert (out / "keep.txt").read_text() == "mine"
+
+    no_hook = _roll("export", str(root / "step_000002"), str(tmp_path / "new"), cwd=tmp_path)
+    assert (
+        no_hook.returncode == 1 and "pipeline 'smoke'" in no_hook.stderr and "has no export" in no_hook.stderr
+    )
+    assert not (tmp_path / "new").exists()
+
+    with (root / "step_000002" / "linear.pt").open("r+b") as file:
+        file.seek(3)
+        file.write(b"\xff")  # same size, other bytes: only the checksum can tell
+    damaged = _roll("export", str(root / "step_000002"), str(tmp_path / "new"), cwd=tmp_path)
+    assert damaged.returncode == 1 and damaged.stderr.count("\n") == 1, damaged.stderr
+    assert damaged.stderr.startswith(
+        f"roll: error: checkpoint {root / 'step_000002'} is damaged: linear.pt does not"
+    )
+    run = _roll("export", str(tmp_path / "run"), str(tmp_path / "new"), cwd=tmp_path)
+    assert (
+        run.returncode == 1
+        and "no intact checkpoint under" in run.stderr
+        and "step_000002: linear.pt" in run.stderr
+    )
+    missing = _roll("export", str(tmp_path / "nowhere"), str(tmp_path / "new"), cwd=tmp_path)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert not (tmp_path / "new").exists()

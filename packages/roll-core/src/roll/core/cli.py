@@ -1,4 +1,4 @@
-"""The ``roll`` command: ``train``, ``eval``, ``validate`` (``--explain``) and ``list``.
+"""The ``roll`` command: ``train``, ``eval``, ``validate`` (``--explain``), ``export`` and ``list``.
 
 Entry points are short: parse, build, run, clean up. Every error roll raises on purpose (a :class:`RollError`)
 is printed as its message, without a traceback, and the exit status says what kind it was: 0 done, 1 runtime
@@ -80,9 +80,41 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--no-preflight", action="store_true", help=NO_PREFLIGHT_HELP)
     check.set_defaults(func=_cmd_validate)
+    _add_export(sub)
     listing = sub.add_parser("list", help="list installed plugins of every group")
     listing.set_defaults(func=_cmd_list)
     return parser
+
+
+def _add_export(sub: Any) -> None:
+    export = sub.add_parser(
+        "export",
+        help="write a checkpoint's model as a folder that transformers (or diffusers) loads without roll",
+        description="Export the newest intact checkpoint of a run (or one checkpoint dir) as a save_pretrained "
+        "folder: config, safetensors weights, tokenizer, generation config and chat template (a VLM's processor "
+        "too; a diffusion run: a diffusers folder or LoRA weights). Sharded and LoRA weights come out full.",
+    )
+    export.add_argument(
+        "source", type=Path, metavar="RUN_OR_CHECKPOINT", help="a run's output dir or one checkpoint"
+    )
+    export.add_argument(
+        "out", type=Path, metavar="OUT", help="the folder to write (must not exist, or be empty)"
+    )
+    export.add_argument(
+        "--role",
+        default=None,
+        help="which trained model (default: the mode's policy or main model; critic: PPO's value model)",
+    )
+    export.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+    export.set_defaults(func=_cmd_export)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from roll.core.export import describe, export
+
+    result = export(args.source, args.out, role=args.role, overwrite=args.overwrite)
+    print("\n".join(describe(result)))
+    return 0
 
 
 def _version() -> str:

@@ -36,6 +36,7 @@ from roll.core.cluster import Cluster, RayHandle, ResourceManager, Worker, init_
 from roll.core.config.loader import dump_yaml
 from roll.core.config.sections import RoleConfig, RunConfig
 from roll.core.errors import ConfigError
+from roll.core.export import RUN_CONFIG
 from roll.core.failures import FailureGuard, RunStopped
 from roll.core.recovery import LostWorker, Preempted, StopSignals, find_lost_worker
 from roll.core.startup import tracker_issues
@@ -297,9 +298,15 @@ class BasePipeline(ABC):
     def save_checkpoint(self) -> Path:
         """Save models, optimizer and pipeline state (step, data position, RNG) atomically."""
         state = PipelineState.capture(self.step, data=self.state())
-        path = self.checkpoints.save(self.step, self.save_files, state)
+        path = self.checkpoints.save(self.step, self._write_checkpoint_files, state)
         self._saved_step = self.step
         return path
+
+    def _write_checkpoint_files(self, directory: Path) -> None:
+        """The mode's files, and the run config beside them, so that one checkpoint dir says which model,
+        tokenizer and adapter its weights belong to (``roll export`` reads it)."""
+        self.save_files(directory)
+        (directory / RUN_CONFIG).write_text(dump_yaml(self.config), encoding="utf-8")
 
     def _write_config(self) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)

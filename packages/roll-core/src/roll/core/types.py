@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -45,13 +46,23 @@ class Tracker(Protocol):
     def close(self) -> None: ...
 
 
+ExportHook = Callable[[Any, Path, Path, str | None], str]
+"""``export(config, checkpoint_dir, out_dir, role) -> how_to_load``: see :attr:`PipelineSpec.export`."""
+
+
 @dataclass(frozen=True)
 class PipelineSpec:
     """A training mode. ``preflight(config)`` (optional) checks what the config model cannot see alone, such as
     the first rows of every data source against the fields the config maps, or a reward's options against its
     plugin's model; it returns every problem found and runs in ``roll validate`` and in ``roll train`` before
     Ray starts. ``explain(config)`` (optional) returns lines saying what presets and defaults set, for
-    ``roll validate --explain``. Both live with the pipeline, so core never imports one."""
+    ``roll validate --explain``. ``export(config, checkpoint_dir, out_dir, role)`` (optional) writes the model of
+    a verified checkpoint of this pipeline into ``out_dir`` as a folder that transformers (or diffusers) loads
+    without roll, from ``config`` (the run's, validated against ``config_model``); ``role`` is ``roll export
+    --role`` (None: the mode's trained model) and an unknown one raises a ConfigError listing the mode's roles.
+    It returns one line saying what was written and how to load it, ``{out}`` standing for the final folder
+    (``out_dir`` is a staging dir that ``roll export`` renames when the hook returns). All three live with the pipeline, so core
+    never imports one."""
 
     name: str
     config_model: type[RunConfig]
@@ -59,6 +70,7 @@ class PipelineSpec:
     description: str = ""
     preflight: Callable[[Any], Sequence[ConfigIssue]] | None = None
     explain: Callable[[Any], Sequence[str]] | None = None
+    export: ExportHook | None = None
 
 
 @dataclass(frozen=True)

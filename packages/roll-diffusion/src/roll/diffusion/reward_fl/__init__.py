@@ -21,6 +21,7 @@ This module holds only the config and the spec (no torch, no Ray); :mod:`.pipeli
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, ValidationError, model_validator
@@ -30,7 +31,7 @@ from roll.core.config.base import RollModel
 from roll.core.config.batch import BatchConfig
 from roll.core.config.sections import RoleConfig, RunConfig
 from roll.core.config.validate import issues_error
-from roll.core.errors import ConfigIssue, PluginError
+from roll.core.errors import ConfigError, ConfigIssue, PluginError
 from roll.core.types import Pipeline, PipelineSpec
 from roll.workers.config import OptimizerConfig
 
@@ -244,10 +245,20 @@ def _build(config: Any) -> Pipeline:
     return RewardFLPipeline(config)
 
 
+def _export(config: Any, checkpoint: Path, out: Path, role: str | None) -> str:
+    """``roll export``: the denoiser (the one trained model) as a diffusers folder or LoRA weights."""
+    if role not in (None, "denoiser"):
+        raise ConfigError(f"--role {role!r}: pipeline 'reward_fl' exports denoiser")
+    from roll.diffusion.reward_fl.export import export_checkpoint
+
+    return export_checkpoint(config, checkpoint, out)
+
+
 SPEC = PipelineSpec(
     name="reward_fl",
     config_model=RewardFLConfig,
     build=_build,
     preflight=_preflight,
     description="reward feedback learning for diffusion models: DRaFT-K / ReFL / AlignProp, or DDPO",
+    export=_export,
 )

@@ -33,6 +33,23 @@ class DiffusionConfigError(ConfigError):
         self._kwargs = {"message": message}
 
 
+def add_lora(model: Any, lora: Any) -> None:
+    """Freeze ``model`` and add the run's peft LoRA adapter (``actor_train.strategy.lora``) to it, as training and
+    ``roll export`` both build it."""
+    from peft import LoraConfig
+
+    model.requires_grad_(False)
+    model.add_adapter(
+        LoraConfig(
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules),
+            init_lora_weights="gaussian",
+        )
+    )
+
+
 def load_stack(path: str, device: torch.device, dtype: torch.dtype) -> Any:
     """An :class:`~roll.diffusion.stack.ImageStack`, or a :class:`~roll.diffusion.video.VideoStack` for Wan."""
     from roll.diffusion.kit import resolve_diffusion_path

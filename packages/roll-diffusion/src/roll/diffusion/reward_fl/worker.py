@@ -68,18 +68,7 @@ class DenoiserTrainer(Worker):
         model = self.stack.denoiser
         lora = self.cfg.actor_train.strategy.lora
         if lora is not None:
-            from peft import LoraConfig
-
-            model.requires_grad_(False)
-            model.add_adapter(
-                LoraConfig(
-                    r=lora.r,
-                    lora_alpha=lora.alpha,
-                    lora_dropout=lora.dropout,
-                    target_modules=list(lora.target_modules),
-                    init_lora_weights="gaussian",
-                )
-            )
+            T.add_lora(model, lora)
         else:
             model.requires_grad_(True)
         model.train()

@@ -33,6 +33,7 @@ from roll.core.types import Pipeline, PipelineSpec
 from roll.data.config import DataConfig, DatasetSourceConfig, TokenizeConfig
 from roll.pipelines.algorithms.choices import DivergenceName
 from roll.pipelines.common.config import GenerateEvalConfig, TrainRoleConfig, batch_issues, generate_issues
+from roll.pipelines.common.exporter import DISTILL_EXPORT
 from roll.workers.roles.config import ModelConfig
 
 DEFAULT_TEACHER = "tiny-10m"
@@ -170,6 +171,7 @@ SPEC = PipelineSpec(
     build=_build,
     preflight=_preflight,
     description="knowledge distillation from a teacher's top-k logits (KL family, JS, adaptive KL; CE mixing)",
+    export=DISTILL_EXPORT,
 )
 
 VLM_SPEC = PipelineSpec(
@@ -178,6 +180,7 @@ VLM_SPEC = PipelineSpec(
     build=_build,
     preflight=_preflight,
     description="distill on image rows (the same pipeline: rows with `images`, VLM teacher and student)",
+    export=DISTILL_EXPORT,
 )
 """Top-k distillation from a VLM teacher: ``distill`` itself takes image rows; this alias says so in ``roll list``."""
 

@@ -14,6 +14,7 @@ from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.pipelines.common.config import TrainRoleConfig
+from roll.pipelines.common.exporter import POLICY_EXPORT
 from roll.pipelines.distill import TeacherWarmupConfig
 from roll.pipelines.rlvr.config import RLVRConfig
 
@@ -108,4 +109,5 @@ SPEC = PipelineSpec(
     build=_build,
     preflight=_preflight,
     description="on-policy distillation: RLVR rollouts, advantage from -(logp_student - logp_teacher) per token",
+    export=POLICY_EXPORT,
 )

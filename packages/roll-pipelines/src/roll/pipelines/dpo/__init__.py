@@ -24,6 +24,7 @@ from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.pipelines.common.config import EvalConfig, TrainRoleConfig, batch_issues
+from roll.pipelines.common.exporter import OFFLINE_EXPORT
 from roll.pipelines.common.preference import default_pair_batch, default_pair_data
 from roll.workers.roles.config import ModelConfig
 
@@ -106,4 +107,5 @@ SPEC = PipelineSpec(
     build=_build,
     preflight=_preflight,
     description="DPO / conservative DPO / IPO on preference pairs, reference worker or precomputed log-probs",
+    export=OFFLINE_EXPORT,
 )

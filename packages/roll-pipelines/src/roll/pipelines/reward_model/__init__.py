@@ -21,6 +21,7 @@ from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.pipelines.common.config import EvalConfig, TrainRoleConfig, batch_issues
+from roll.pipelines.common.exporter import REWARD_MODEL_EXPORT
 from roll.pipelines.common.preference import default_pair_batch, default_pair_data
 
 
@@ -60,4 +61,5 @@ SPEC = PipelineSpec(
     build=_build,
     preflight=_preflight,
     description="Bradley-Terry reward model on preference pairs (sequence-classification head)",
+    export=REWARD_MODEL_EXPORT,
 )

@@ -12,6 +12,7 @@ from typing import Any
 
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
+from roll.pipelines.common.exporter import POLICY_EXPORT
 from roll.pipelines.rlvr.config import (
     RewardDomainConfig,
     RLVRConfig,
@@ -46,6 +47,7 @@ SPEC = PipelineSpec(
     preflight=_preflight,
     explain=_explain,
     description="RL with verifiable rewards: rollouts, reward workers by domain, any algorithm preset",
+    export=POLICY_EXPORT,
 )
 
 VLM_SPEC = PipelineSpec(
@@ -55,6 +57,7 @@ VLM_SPEC = PipelineSpec(
     preflight=_preflight,
     explain=_explain,
     description="rlvr on image prompts (the same pipeline: rows with `images` + a VLM such as tiny-vl-1m)",
+    export=POLICY_EXPORT,
 )
 """The name ROLL users know for RLVR on images. ``rlvr`` itself takes image rows; this alias says so in
 ``roll list`` and builds the same pipeline."""

@@ -25,6 +25,7 @@ from roll.pipelines.common.config import (
     batch_issues,
     generate_issues,
 )
+from roll.pipelines.common.exporter import OFFLINE_EXPORT
 
 
 def _default_data() -> DataConfig:
@@ -78,4 +79,5 @@ SPEC = PipelineSpec(
     build=_build,
     preflight=_preflight,
     description="supervised fine-tuning (padded or packed) with held-out loss, token and answer accuracy",
+    export=OFFLINE_EXPORT,
 )

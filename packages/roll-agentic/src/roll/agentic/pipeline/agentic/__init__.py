@@ -27,6 +27,7 @@ from roll.core.types import Pipeline, PipelineSpec
 from roll.pipelines.algorithms.choices import RewardNorm
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.pipelines.algorithms.registry import ESTIMATORS
+from roll.pipelines.common.exporter import POLICY_EXPORT
 from roll.pipelines.policy.config import MOVED_KEYS, PolicyRunConfig
 from roll.workers.roles.config import ModelConfig
 
@@ -145,4 +146,5 @@ SPEC = PipelineSpec(
     build=_build,
     description="multi-turn RL on text envs (GRPO-family presets, GiGPO), env workers on Ray",
     preflight=env_preflight,
+    export=POLICY_EXPORT,
 )
