@@ -86,7 +86,10 @@ def test_icepop_mask_golden() -> None:
 
 
 def _algo(**overrides: object) -> AlgorithmConfig:
-    return preset_config("grpo", kl_mode="none", kl_coef=0.0, loss_agg_mode="token-mean", **overrides)
+    """token-mean, except for a loss whose registry entry requires its own aggregation (gspo, gmpo)."""
+    loss = str(overrides.get("loss_type", "ppo"))
+    agg = POLICY_LOSSES.entry(loss).aggregation or "token-mean"
+    return preset_config("grpo", kl_mode="none", kl_coef=0.0, loss_agg_mode=agg, **overrides)
 
 
 def _loss(algo: AlgorithmConfig, *, with_infer: bool = True) -> tuple[float, dict[str, float]]:

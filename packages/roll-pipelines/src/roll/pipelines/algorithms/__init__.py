@@ -3,8 +3,9 @@
 - :mod:`.aggregate`: masked reductions and the loss-aggregation modes (token-mean, seq-mean-*).
 - :mod:`.advantages`: GAE, GRPO, Dr. GRPO, RLOO, REINFORCE++(-baseline), GiGPO group helpers, reward
   normalization (batch, group, running) and clipping, masked whitening.
-- :mod:`.policy_loss`: PPO (clip-higher, dual-clip), GSPO, CISPO, TOPR, truncated IS for the train/infer
-  mismatch, entropy bonus.
+- :mod:`.policy_loss`: PPO (clip-higher, dual-clip), GSPO, CISPO, TOPR, SAPO, GMPO, truncated IS for the
+  train/infer mismatch, entropy bonus.
+- :mod:`.covariance`: Clip-Cov and KL-Cov, entropy control on the tokens of highest log-prob/advantage covariance.
 - :mod:`.kl`: KL estimators (k1, k2, k3, low-variance, straight-through), KL in the reward or the loss, fixed
   and adaptive KL controllers.
 - :mod:`.value_loss`: the critic's clipped value loss.

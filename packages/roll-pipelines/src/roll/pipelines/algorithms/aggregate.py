@@ -15,8 +15,15 @@ A per-token loss ``loss_BT`` becomes a scalar in one of four ways (``mask_BT`` i
   a micro-batch changes under dynamic batching, so it is not a constant.
 
 The ``seq-mean-*`` modes take ``num_global_seqs`` for the same reason ``token-mean`` takes
-``num_global_tokens``: with it, micro-batch losses sum to the global mean over sequences. Sequences with no
-trained token still count as sequences (they contribute zero), as in verl and the GRPO formula.
+``num_global_tokens``: with it, micro-batch losses sum to the global mean over sequences.
+
+A sequence with no trained token (an overlong-filtered sample, whose mask was zeroed) still counts as a sequence
+and contributes zero, as in the GRPO formula's ``1/G`` over the sampled group. verl (2026) now leaves such rows out
+of the count; roll keeps them so that the normalizer is the number of sampled sequences, fixed before any filter
+ran: filtering a sample then removes its gradient without scaling up the others', and the unit count of a
+micro-batch (its rows) is known without reading its mask. ``seq-mean-token-sum-norm`` is a mean over sequences
+here; verl's is the plain sum over sequences divided by ``L``, ``B`` times roll's (same direction, a constant
+factor for a fixed batch size). docs/algorithms.md lists these conventions.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 AdvEstimator = Literal["gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo"]
-PolicyLossType = Literal["ppo", "gspo", "cispo", "topr"]
+PolicyLossType = Literal["ppo", "gspo", "cispo", "topr", "sapo", "gmpo", "clip_cov", "kl_cov"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLMode = Literal["none", "reward", "loss"]
 KLEstimator = Literal["k1", "k2", "k3", "low_var_kl", "k1+", "k3+"]

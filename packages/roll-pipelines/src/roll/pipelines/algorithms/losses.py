@@ -29,13 +29,16 @@ from roll.core import columns as C
 from roll.core.errors import DataError
 from roll.pipelines.algorithms.aggregate import Aggregation, masked_mean
 from roll.pipelines.algorithms.choices import LossAggMode
+from roll.pipelines.algorithms.covariance import clip_cov_policy_loss, kl_cov_policy_loss
 from roll.pipelines.algorithms.kl import kl_loss
 from roll.pipelines.algorithms.mismatch import mismatch_metrics
 from roll.pipelines.algorithms.policy_loss import (
     cispo_policy_loss,
     entropy_bonus,
+    gmpo_policy_loss,
     gspo_policy_loss,
     ppo_policy_loss,
+    sapo_policy_loss,
     topr_policy_loss,
 )
 from roll.pipelines.algorithms.presets import AlgorithmConfig
@@ -79,15 +82,18 @@ class PolicyLoss:
     def inert_rows(self, micro_batch: MicroBatch) -> torch.Tensor | None:
         """``bool [B]``: rows whose contribution to the gradient is exactly zero, or None when no row can be.
 
-        Every surrogate here (PPO, GSPO, CISPO, TOPR, with or without a mismatch correction) is the advantage
-        times a factor, so a row whose advantages are 0 on all its response tokens (a GRPO group whose samples all
-        scored the same) adds 0 to the loss and to every gradient; only its units count, through the normalizer. A KL loss or an
+        Every surrogate here (PPO, GSPO, CISPO, TOPR, SAPO, GMPO, with or without a mismatch correction) is the
+        advantage times a factor, so a row whose advantages are 0 on all its response tokens (a GRPO group whose
+        samples all scored the same) adds 0 to the loss and to every gradient; only its units count, through the
+        normalizer. A KL loss or an
         entropy bonus pulls on every row, so with either no row is inert. ``skip_zero_advantage: false`` turns
         the check off.
         """
         a = self.algo
         if not a.skip_zero_advantage or a.kl_mode == "loss" or a.entropy_coef > 0:
             return None
+        if POLICY_LOSSES.entry(a.loss_type).batch_coupled:
+            return None  # clip_cov / kl_cov pick tokens by statistics over the whole micro-batch
         live_BT = (micro_batch[C.ADVANTAGES] != 0) & micro_batch[C.RESPONSE_MASK].bool()
         inert_B: torch.Tensor = ~live_BT.any(dim=-1)
         return inert_B
@@ -180,6 +186,37 @@ def _cispo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, 
 @POLICY_LOSSES.bind("topr")
 def _topr(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
     return topr_policy_loss(logp_BT, old_BT, adv_BT, mask_BT, level=algo.topr_level, **kw)
+
+
+@POLICY_LOSSES.bind("sapo")
+def _sapo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    return sapo_policy_loss(
+        logp_BT, old_BT, adv_BT, mask_BT, tau_pos=algo.sapo_tau_pos, tau_neg=algo.sapo_tau_neg, **kw
+    )
+
+
+@POLICY_LOSSES.bind("gmpo")
+def _gmpo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    return gmpo_policy_loss(
+        logp_BT, old_BT, adv_BT, mask_BT, clip_low=algo.clip_low, clip_high=algo.clip_high, **kw
+    )
+
+
+@POLICY_LOSSES.bind("clip_cov")
+def _clip_cov(
+    logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any
+) -> Any:
+    return clip_cov_policy_loss(
+        logp_BT, old_BT, adv_BT, mask_BT, clip_low=algo.clip_low, clip_high=algo.clip_high,
+        ratio=algo.cov_ratio, cov_lb=algo.clip_cov_lb, cov_ub=algo.clip_cov_ub, **kw,
+    )  # fmt: skip
+
+
+@POLICY_LOSSES.bind("kl_cov")
+def _kl_cov(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    return kl_cov_policy_loss(
+        logp_BT, old_BT, adv_BT, mask_BT, ratio=algo.cov_ratio, coef=algo.kl_cov_coef, **kw
+    )
 
 
 POLICY_LOSSES.check_bound()

@@ -1,4 +1,4 @@
-"""Policy-gradient losses: PPO (clip-higher, dual-clip), GSPO, CISPO, TOPR; train/infer mismatch correction
+"""Policy-gradient losses: PPO (clip-higher, dual-clip), GSPO, CISPO, TOPR, SAPO, GMPO; train/infer mismatch correction
 and the entropy bonus.
 
 Every loss takes ``logp_BT`` (current policy, with grad), ``old_logp_BT`` (the policy that the advantages were
@@ -203,6 +203,85 @@ def topr_policy_loss(
         **_ratio_metrics(log_ratio, mask_BT),
     }
     return agg(_weighted(loss_BT, is_weight_BT), mask_BT), metrics
+
+
+def sapo_policy_loss(
+    logp_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    advantages_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    *,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+    is_weight_BT: torch.Tensor | None = None,
+    agg: Aggregation = TOKEN_MEAN,
+) -> tuple[torch.Tensor, Metrics]:
+    """SAPO, Soft Adaptive Policy Optimization (Gao et al. 2025, Qwen, arXiv:2511.20347): a smooth gate on the
+    token ratio instead of PPO's hard clip.
+
+    Per token, with ``tau = tau_pos`` for ``A_t > 0`` and ``tau_neg`` otherwise::
+
+        f(rho) = sigmoid(tau * (rho - 1)) * 4 / tau,      L_t = -f(rho_t) * A_t
+
+    ``d f / d log rho = 4 rho sigma (1 - sigma)`` is 1 on-policy (the plain policy gradient) and fades smoothly as
+    ``rho`` leaves 1, instead of dropping to 0 at a clip boundary; ``tau_neg > tau_pos`` fades negative-advantage
+    tokens faster (the paper: their updates spread mass over many tokens and destabilize more). The paper
+    aggregates with ``seq-mean-token-mean``, the registry's default for ``sapo``. Metric ``gate_grad_mean``: the
+    mean of that gradient weight (1 on-policy).
+    """
+    if tau_pos <= 0 or tau_neg <= 0:
+        raise ConfigError(f"SAPO temperatures must be positive, got tau_pos={tau_pos}, tau_neg={tau_neg}")
+    log_ratio = _log_ratio(logp_BT, old_logp_BT)
+    ratio = log_ratio.exp()
+    tau_BT = torch.where(advantages_BT > 0, tau_pos, tau_neg).to(ratio.dtype)
+    sigma_BT = torch.sigmoid(tau_BT * (ratio - 1))
+    loss_BT = -sigma_BT * (4 / tau_BT) * advantages_BT
+    grad_weight_BT = (4 * ratio * sigma_BT * (1 - sigma_BT)).detach()
+    metrics = {"gate_grad_mean": masked_mean(grad_weight_BT, mask_BT), **_ratio_metrics(log_ratio, mask_BT)}
+    return agg(_weighted(loss_BT, is_weight_BT), mask_BT), metrics
+
+
+def gmpo_policy_loss(
+    logp_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    advantages_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    *,
+    clip_low: float = 0.4,
+    clip_high: float = 0.4,
+    is_weight_BT: torch.Tensor | None = None,
+    agg: Aggregation = TOKEN_MEAN,
+) -> tuple[torch.Tensor, Metrics]:
+    """GMPO, Geometric-Mean Policy Optimization (Zhao et al. 2025, arXiv:2507.20673): the sequence's ratio is the
+    geometric mean of its clipped token ratios, so one outlier token moves it far less than an arithmetic mean.
+
+    Clipping is per token and in log space (``clip_low``/``clip_high`` bound ``log rho``, the paper's
+    ``(e^-0.4, e^0.4)``), on the side the advantage's sign makes pessimistic; with ``s = sign(A)``::
+
+        l_t = s * min(s * log rho_t, s * clip(log rho_t, -clip_low, clip_high))
+        L_i = -mean_t(A_t) * exp(mean_t l_t)
+
+    The loss is one number per sequence. It is placed on every token of its row, so ``seq-mean-token-mean`` (the
+    aggregation the registry requires for ``gmpo``) gives ``mean_i L_i``. ``is_weight_BT`` enters as its per-row
+    geometric mean, as in verl. ``clip_frac``: tokens where the clipped term was the active one.
+    """
+    _check_clip(clip_low, clip_high)
+    log_ratio = _log_ratio(logp_BT, old_logp_BT)
+    sign_BT = advantages_BT.sign()
+    clamped = log_ratio.clamp(-clip_low, clip_high)
+    pessimistic_BT = sign_BT * torch.minimum(sign_BT * log_ratio, sign_BT * clamped)
+    seq_ratio_B = masked_mean(pessimistic_BT, mask_BT, dim=-1).exp()
+    loss_B = -masked_mean(advantages_BT, mask_BT, dim=-1) * seq_ratio_B
+    if is_weight_BT is not None:
+        log_w_BT = is_weight_BT.detach().clamp(min=1e-10).log()
+        loss_B = loss_B * masked_mean(log_w_BT, mask_BT, dim=-1).exp()
+    active = sign_BT * clamped < sign_BT * log_ratio
+    metrics = {
+        "clip_frac": masked_mean(active.float(), mask_BT),
+        "seq_ratio_mean": masked_mean(seq_ratio_B.detach(), mask_BT.bool().any(dim=-1)),
+        **_ratio_metrics(log_ratio, mask_BT),
+    }
+    return agg(loss_B.unsqueeze(-1).expand_as(logp_BT), mask_BT), metrics
 
 
 def truncated_is_weight(

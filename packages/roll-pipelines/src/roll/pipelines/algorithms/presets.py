@@ -30,7 +30,7 @@ from roll.pipelines.algorithms.choices import (
     RatioLevel,
     RewardNorm,
 )
-from roll.pipelines.algorithms.registry import ESTIMATORS
+from roll.pipelines.algorithms.registry import ESTIMATORS, POLICY_LOSSES
 
 #: Preset name -> the field values it sets. Everything not listed takes the field default.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -133,6 +133,18 @@ class MismatchCorrection(RollModel):
         return self
 
 
+#: Keys read by some policy losses only (``dual_clip_c`` has its own check).
+_LOSS_KEYS: dict[str, tuple[str, ...]] = {
+    "topr_level": ("topr",),
+    "sapo_tau_pos": ("sapo",),
+    "sapo_tau_neg": ("sapo",),
+    "cov_ratio": ("clip_cov", "kl_cov"),
+    "clip_cov_lb": ("clip_cov",),
+    "clip_cov_ub": ("clip_cov",),
+    "kl_cov_coef": ("kl_cov",),
+}
+
+
 class AlgorithmConfig(RollModel):
     """The algorithm of an RL run: advantage estimator, policy loss and their hyperparameters.
 
@@ -155,12 +167,21 @@ class AlgorithmConfig(RollModel):
     # Policy loss
     loss_type: PolicyLossType = Field(
         "ppo",
-        description="policy loss: ppo (clipped), gspo (sequence ratio), cispo (clipped IS weight), topr",
+        description="policy loss: ppo (clipped), gspo (sequence ratio), cispo (clipped IS weight), topr, sapo "
+        "(soft gate), gmpo (geometric mean), clip_cov, kl_cov (covariance-selected tokens)",
     )
     clip_low: float = Field(0.2, ge=0, le=1, description="ratio lower bound 1 - clip_low")
     clip_high: float = Field(0.2, ge=0, description="ratio upper bound 1 + clip_high (DAPO clip-higher)")
     dual_clip_c: float | None = Field(None, description="PPO dual-clip ratio bound for A < 0; must be > 1")
     topr_level: RatioLevel = Field("sequence", description="loss_type=topr: ratio per token or per sequence")
+    sapo_tau_pos: float = Field(1.0, gt=0, description="loss_type=sapo: gate temperature for A > 0")
+    sapo_tau_neg: float = Field(1.05, gt=0, description="loss_type=sapo: gate temperature for A <= 0")
+    cov_ratio: float = Field(
+        2e-4, gt=0, le=1, description="clip_cov / kl_cov: fraction of a micro-batch's tokens acted on"
+    )
+    clip_cov_lb: float = Field(1.0, description="clip_cov: lower covariance bound of the candidates")
+    clip_cov_ub: float = Field(5.0, description="clip_cov: upper covariance bound of the candidates")
+    kl_cov_coef: float = Field(0.1, ge=0, description="kl_cov: coefficient of the |log ratio| penalty")
     loss_agg_mode: LossAggMode = Field(
         "token-mean",
         description="how per-token losses reduce to one number: over all tokens or per sequence first",
@@ -218,9 +239,19 @@ class AlgorithmConfig(RollModel):
     @model_validator(mode="before")
     @classmethod
     def _merge_preset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("preset") in PRESETS:
-            return {**PRESETS[data["preset"]], **data}
-        return data  # an unknown preset name fails the Literal check, which lists the known ones
+        """Preset values under the given keys, then the loss's :attr:`Entry.defaults` (and its required
+        aggregation) under both: ``loss_type: gspo`` alone gets GSPO's clip ranges and ``seq-mean-token-mean``."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("preset") in PRESETS:
+            data = {**PRESETS[data["preset"]], **data}
+        # an unknown preset or loss name fails its Literal check, which lists the known ones
+        loss = data.get("loss_type", "ppo")
+        if loss in POLICY_LOSSES.names:
+            entry = POLICY_LOSSES.entry(loss)
+            needed = {} if entry.aggregation is None else {"loss_agg_mode": entry.aggregation}
+            data = {**needed, **entry.defaults, **data}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -241,7 +272,19 @@ class AlgorithmConfig(RollModel):
         return []
 
     def _loss_issues(self) -> list[ConfigIssue]:
-        issues = []
+        issues = self._loss_key_issues()
+        needed = POLICY_LOSSES.entry(self.loss_type).aggregation
+        if needed is not None and self.loss_agg_mode != needed:
+            message = (
+                f"loss_type={self.loss_type!r} is defined with loss_agg_mode={needed!r}, not {self.loss_agg_mode!r}: "
+                "its ratio is per sequence, so another mode weights each sequence by its length"
+            )
+            issues.append(
+                ConfigIssue("loss_agg_mode", message, f"set loss_agg_mode: {needed} (or remove it)")
+            )
+        if self.clip_cov_lb >= self.clip_cov_ub:
+            message = f"clip_cov_lb = {self.clip_cov_lb} must be below clip_cov_ub = {self.clip_cov_ub}"
+            issues.append(ConfigIssue("clip_cov_lb", message, "no token could be selected; defaults 1 and 5"))
         if self.dual_clip_c is not None and self.dual_clip_c <= 1:
             message = f"dual_clip_c = {self.dual_clip_c} must be > 1: it bounds the ratio of negative-advantage tokens above 1 + clip"
             issues.append(ConfigIssue("dual_clip_c", message, "typical value 3.0; null disables dual-clip"))
@@ -259,6 +302,19 @@ class AlgorithmConfig(RollModel):
         if self.tis_cap is not None:
             return MismatchCorrection(type="tis", level=self.tis_level, high=self.tis_cap)
         return self.mismatch_correction
+
+    def _loss_key_issues(self) -> list[ConfigIssue]:
+        """Keys of one loss set to a non-default value beside another ``loss_type``: they would be silently
+        ignored. (By value, not by presence: a dumped and reloaded config carries every key at its default.)"""
+        issues = []
+        fields = type(self).model_fields
+        for key, losses in _LOSS_KEYS.items():
+            if getattr(self, key) != fields[key].default and self.loss_type not in losses:
+                message = (
+                    f"{key} applies to loss_type {' or '.join(map(repr, losses))}, not {self.loss_type!r}"
+                )
+                issues.append(ConfigIssue(key, message, f"remove {key} or change loss_type"))
+        return issues
 
     def _kl_issues(self) -> list[ConfigIssue]:
         if self.kl_mode == "none" and self.kl_target is not None:

@@ -17,12 +17,17 @@ both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from roll.core.errors import ConfigError, ConfigIssue
-from roll.pipelines.algorithms.choices import AdvEstimator, MismatchCorrectionType, PolicyLossType
+from roll.pipelines.algorithms.choices import (
+    AdvEstimator,
+    LossAggMode,
+    MismatchCorrectionType,
+    PolicyLossType,
+)
 
 Need = Literal["critic", "groups", "reference"]
 
@@ -31,11 +36,21 @@ __all__ = ["ESTIMATORS", "MISMATCH_CORRECTIONS", "POLICY_LOSSES", "Entry", "Need
 
 @dataclass(frozen=True)
 class Entry:
-    """One registered algorithm: its name, what it needs, and a line for messages and ``roll list``."""
+    """One registered algorithm: its name, what it needs, and a line for messages and ``roll list``.
+
+    Policy losses also state what their formula assumes of the config: ``aggregation``, the one
+    ``algorithm.loss_agg_mode`` the loss is defined with (a config that sets another is rejected); ``defaults``,
+    ``AlgorithmConfig`` values the loss fills under the keys a config (or its preset) did not set, such as GSPO's
+    clip ranges; ``batch_coupled``, true when a token's loss depends on other rows of the micro-batch (so no row
+    may be left out of the forward as inert).
+    """
 
     name: str
     description: str
     needs: frozenset[Need] = frozenset()
+    aggregation: LossAggMode | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    batch_coupled: bool = False
 
     def line(self) -> str:
         needs = f" [needs {', '.join(sorted(self.needs))}]" if self.needs else ""
@@ -140,9 +155,35 @@ POLICY_LOSSES = Registry(
     "algorithm.loss_type",
     [
         Entry("ppo", "clipped ratio surrogate (clip-higher, dual-clip)"),
-        Entry("gspo", "sequence-level ratio, clipped (Zheng et al. 2025)"),
+        Entry(
+            "gspo",
+            "sequence-level ratio, clipped (Zheng et al. 2025)",
+            aggregation="seq-mean-token-mean",
+            defaults={"clip_low": 3e-4, "clip_high": 4e-4},
+        ),
         Entry("cispo", "clipped, detached IS weight times log-prob (MiniMax-M1 2025)"),
         Entry("topr", "truncated off-policy REINFORCE, no clipping (Le Roux et al. 2025)"),
+        Entry(
+            "sapo",
+            "smooth temperature gate on the token ratio instead of a clip (Gao et al. 2025, Qwen)",
+            defaults={"loss_agg_mode": "seq-mean-token-mean"},
+        ),
+        Entry(
+            "gmpo",
+            "geometric mean of the token ratios, clipped in log space (Zhao et al. 2025)",
+            aggregation="seq-mean-token-mean",
+            defaults={"clip_low": 0.4, "clip_high": 0.4},
+        ),
+        Entry(
+            "clip_cov",
+            "PPO clip, plus no gradient on a few random high-covariance tokens (Cui et al. 2025)",
+            batch_coupled=True,
+        ),
+        Entry(
+            "kl_cov",
+            "unclipped surrogate, plus |log ratio| penalty on the top-covariance tokens (Cui et al. 2025)",
+            batch_coupled=True,
+        ),
     ],
 )
 
