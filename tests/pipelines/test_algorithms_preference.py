@@ -1,4 +1,4 @@
-"""DPO, cDPO, IPO, Bradley-Terry and SFT cross-entropy against the published formulas evaluated by hand."""
+"""DPO, cDPO, IPO, SimPO, KTO, Bradley-Terry and SFT cross-entropy against the published formulas evaluated by hand."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ from roll.pipelines.algorithms.preference import (
     bradley_terry_loss,
     dpo_loss,
     ipo_loss,
+    kto_loss,
+    kto_reference_point,
     sequence_logp,
     sft_cross_entropy,
+    simpo_loss,
 )
 
 
@@ -104,3 +107,44 @@ def test_sft_cross_entropy() -> None:
         logits[2:], labels[2:], agg=agg
     )
     assert_close(parts, sft_cross_entropy(logits, labels))
+
+
+def test_simpo_golden() -> None:
+    """Average log-probs chosen [-1, -2], rejected [-1.5, -1]; beta 2, gamma 1: logits beta (c - r) - gamma =
+    [2 * 0.5 - 1, 2 * (-1) - 1] = [0, -3]; -log sigmoid: [ln 2, log(1 + e^3)], mean. No reference anywhere.
+    Implicit rewards beta * c = [-2, -4], beta * r = [-3, -2]. dL/dc = -beta sigmoid(-logit) / 2 = [-0.5, -sig(3)]."""
+    chosen = torch.tensor([-1.0, -2.0], requires_grad=True)
+    out = simpo_loss(chosen, torch.tensor([-1.5, -1.0]), beta=2.0, gamma=1.0)
+    torch.autograd.backward(out.loss)
+    assert_close(out.loss, torch.tensor((math.log(2) + _softplus(3.0)) / 2))
+    assert_close(out.chosen_rewards_B, torch.tensor([-2.0, -4.0]))
+    assert_close(out.rejected_rewards_B, torch.tensor([-3.0, -2.0]))
+    assert chosen.grad is not None
+    assert_close(chosen.grad, torch.tensor([-0.5, -_sigmoid(3.0)]))
+    smoothed = simpo_loss(chosen[:1], torch.tensor([-1.5]), beta=2.0, gamma=1.0, label_smoothing=0.1)
+    assert_close(smoothed.loss, torch.tensor(math.log(2)))  # logit 0: both terms ln 2, whatever eps
+
+
+def test_kto_golden() -> None:
+    """policy [-1, -2, -3], reference [-2, -2, -2]: h = [1, 0, -1]; labels desirable, desirable, undesirable.
+    Mismatched pairs: policy [-1, -2.5] vs reference [-2, -2]: mean(1, -0.5) = 0.25 = z0. beta 2:
+      row 0: 1 - sig(2 (1 - 0.25)) = sig(-1.5);  row 1: 1 - sig(2 (0 - 0.25)) = sig(0.5);
+      row 2: 1 - sig(2 (0.25 + 1)) = sig(-2.5);  mean of the three.
+    dL/dlogp_0 = -beta sig(1.5) sig(-1.5) / 3. Undesirable weight 2 doubles row 2's term. A negative KL estimate
+    clamps to 0: mismatched policy [-3, -3] -> z0 = 0."""
+    policy = torch.tensor([-1.0, -2.0, -3.0], requires_grad=True)
+    ref, label = torch.full((3,), -2.0), torch.tensor([True, True, False])
+    z0 = kto_reference_point(torch.tensor([-1.0, -2.5]), torch.tensor([-2.0, -2.0]))
+    assert_close(z0, torch.tensor(0.25))
+    out = kto_loss(policy, ref, label, kl=z0, beta=2.0)
+    torch.autograd.backward(out.loss)
+    assert_close(out.loss, torch.tensor((_sigmoid(-1.5) + _sigmoid(0.5) + _sigmoid(-2.5)) / 3))
+    assert policy.grad is not None
+    assert_close(policy.grad[0], torch.tensor(-2 * _sigmoid(1.5) * _sigmoid(-1.5) / 3))
+    assert_close(out.metrics["chosen_reward"], torch.tensor(1.0))  # beta * mean(1, 0)
+    assert_close(out.metrics["rejected_reward"], torch.tensor(-2.0))
+    weighted = kto_loss(policy, ref, label, kl=z0, beta=2.0, undesirable_weight=2.0)
+    assert_close(weighted.loss, torch.tensor((_sigmoid(-1.5) + _sigmoid(0.5) + 2 * _sigmoid(-2.5)) / 3))
+    assert float(kto_reference_point(torch.tensor([-3.0, -3.0]), torch.tensor([-2.0, -2.0]))) == 0.0
+    with pytest.raises(ConfigError, match="KTO needs"):
+        kto_loss(policy, ref, label, kl=0.0, beta=0.0)

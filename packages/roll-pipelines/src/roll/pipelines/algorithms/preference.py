@@ -1,4 +1,5 @@
-"""Preference losses for the DPO and reward-model pipelines, and the SFT token cross-entropy.
+"""Preference losses for the DPO and reward-model pipelines (DPO, cDPO, IPO, SimPO on pairs; KTO on unpaired
+completions), and the SFT token cross-entropy.
 
 DPO-family losses take summed log-probabilities of whole responses (``[B]``, one per pair, see
 :func:`sequence_logp`) under the policy and the frozen reference, and return a :class:`PreferenceOutput`:
@@ -112,6 +113,88 @@ def ipo_loss(
     )
     losses_B = (h_B - 1 / (2 * beta)) ** 2
     return _output(losses_B.mean(), chosen_B, rejected_B, beta)
+
+
+def simpo_loss(
+    policy_chosen_logp_B: torch.Tensor,
+    policy_rejected_logp_B: torch.Tensor,
+    *,
+    beta: float = 2.0,
+    gamma: float = 1.0,
+    label_smoothing: float = 0.0,
+) -> PreferenceOutput:
+    """SimPO (Meng et al. 2024, "SimPO: Simple Preference Optimization with a Reference-Free Reward").
+
+    Reference-free: the implicit reward is ``beta`` times the *length-normalized* log-probability (pass
+    ``sequence_logp(..., average=True)``), and a target margin ``gamma`` separates chosen from rejected::
+
+        L = -(1 - eps) log sigmoid(beta (c - r) - gamma) - eps log sigmoid(-(beta (c - r) - gamma))
+
+    ``eps = label_smoothing`` as in cDPO (TRL's CPOTrainer applies it to SimPO too). Defaults follow the paper's
+    ranges (``beta`` 2 to 2.5, ``gamma / beta`` about 0.5). Implicit rewards are ``beta * c`` and ``beta * r``.
+    """
+    if beta <= 0 or not 0 <= label_smoothing < 0.5:
+        raise ConfigError(
+            f"SimPO needs beta > 0 and 0 <= label_smoothing < 0.5; got beta={beta}, {label_smoothing}"
+        )
+    logits_B = beta * (policy_chosen_logp_B - policy_rejected_logp_B) - gamma
+    losses_B = -(1 - label_smoothing) * F.logsigmoid(logits_B) - label_smoothing * F.logsigmoid(-logits_B)
+    return _output(losses_B.mean(), policy_chosen_logp_B, policy_rejected_logp_B, beta)
+
+
+def kto_reference_point(kl_policy_logp_B: torch.Tensor, kl_ref_logp_B: torch.Tensor) -> torch.Tensor:
+    """KTO's reference point ``z0``: ``max(0, mean(logp - ref_logp))`` over *mismatched* pairs ``(x_i, y_j)``, a
+    batch estimate of ``KL(pi || pi_ref)``; detached (the paper and TRL do not backpropagate through it)."""
+    return (kl_policy_logp_B - kl_ref_logp_B).detach().mean().clamp(min=0)
+
+
+def kto_loss(
+    policy_logp_B: torch.Tensor,
+    ref_logp_B: torch.Tensor,
+    desirable_B: torch.Tensor,
+    *,
+    kl: torch.Tensor | float,
+    beta: float = 0.1,
+    desirable_weight: float = 1.0,
+    undesirable_weight: float = 1.0,
+) -> PreferenceOutput:
+    """KTO (Ethayarajh et al. 2024, "KTO: Model Alignment as Prospect Theoretic Optimization"), on *unpaired*
+    completions, each labelled desirable or not.
+
+    With ``h = logp - ref_logp`` of a completion and the reference point ``z0 = kl``
+    (:func:`kto_reference_point`)::
+
+        desirable:    L = w_d * (1 - sigmoid(beta * (h - z0)))
+        undesirable:  L = w_u * (1 - sigmoid(beta * (z0 - h)))
+
+    averaged over all completions (TRL's convention; the paper's value function ``lambda_D``/``lambda_U`` are
+    ``desirable_weight``/``undesirable_weight``; balance them as ``w_d n_D / (w_u n_U)`` in ``[1, 4/3]``).
+    Returns a :class:`PreferenceOutput` whose ``chosen_rewards_B`` are ``beta * h`` of the desirable completions
+    and ``rejected_rewards_B`` of the undesirable ones; metrics ``kl``, ``chosen_reward``, ``rejected_reward``,
+    ``reward_margin`` (their difference, 0 if one side is absent).
+    """
+    if beta <= 0 or desirable_weight <= 0 or undesirable_weight <= 0:
+        raise ConfigError(
+            f"KTO needs beta > 0 and positive weights; got beta={beta}, {desirable_weight}, {undesirable_weight}"
+        )
+    desirable_B = desirable_B.bool()
+    h_B = policy_logp_B - ref_logp_B.detach()
+    z0 = torch.as_tensor(kl, dtype=h_B.dtype, device=h_B.device).detach()
+    chosen_loss_B = desirable_weight * (1 - torch.sigmoid(beta * (h_B - z0)))
+    rejected_loss_B = undesirable_weight * (1 - torch.sigmoid(beta * (z0 - h_B)))
+    losses_B = torch.where(desirable_B, chosen_loss_B, rejected_loss_B)
+    rewards_B = beta * h_B.detach()
+    chosen_B, rejected_B = rewards_B[desirable_B], rewards_B[~desirable_B]
+    zero = rewards_B.new_zeros(())
+    chosen_mean = chosen_B.mean() if chosen_B.numel() else zero
+    rejected_mean = rejected_B.mean() if rejected_B.numel() else zero
+    metrics = {
+        "kl": z0,
+        "chosen_reward": chosen_mean,
+        "rejected_reward": rejected_mean,
+        "reward_margin": chosen_mean - rejected_mean if chosen_B.numel() and rejected_B.numel() else zero,
+    }
+    return PreferenceOutput(losses_B.mean(), chosen_B, rejected_B, metrics)
 
 
 def bradley_terry_loss(
