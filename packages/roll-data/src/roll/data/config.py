@@ -23,6 +23,8 @@ CanonicalField = Literal[
     "system",
     "chosen",
     "rejected",
+    "completion",
+    "label",
     "ground_truth",
     "tag",
     "images",

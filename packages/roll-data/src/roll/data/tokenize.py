@@ -7,6 +7,8 @@ Three encoders, each a batched ``datasets.map`` function (cached by fingerprint,
   segment is tokenized on its own, so a boundary never falls inside a token, for any template.
 - **preference**: the prompt once (rendered with the generation prompt) and the chosen and rejected
   continuations (the rest of each full render), so ``prompt_ids + chosen_ids`` is the chosen sequence.
+- **unpaired**: as preference, with one ``completion`` and its boolean ``label`` (desirable or not; KTO), giving
+  ``prompt_ids``, ``completion_ids`` and ``label``.
 - **prompt**: the prompt rendered with the generation prompt, for generation in RL.
 
 Templates insert their own special tokens, so texts are tokenized with ``add_special_tokens=False``.
@@ -43,7 +45,7 @@ log = logging.getLogger(__name__)
 IGNORE_INDEX = -100
 KEPT, TRUNCATED, DROPPED = 0, 1, 2
 STATUS = "_length_status"
-Kind = Literal["sft", "preference", "prompt"]
+Kind = Literal["sft", "preference", "unpaired", "prompt"]
 Batch = dict[str, list[Any]]
 
 REQUIRED: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -53,6 +55,7 @@ REQUIRED: dict[str, tuple[tuple[str, ...], ...]] = {
         ("messages", "chosen", "rejected"),
         ("chosen", "rejected"),
     ),
+    "unpaired": (("prompt", "completion", "label"), ("messages", "completion", "label")),
     "prompt": (("prompt",), ("messages",)),
 }
 
@@ -193,12 +196,15 @@ def _append(out: Batch, **values: Any) -> None:
         out[key].append(value)
 
 
-def _pair_texts(row: Mapping[str, Any], tokenizer: Any, template: str | None) -> list[str]:
-    """``[prompt_text, chosen_continuation, rejected_continuation]`` for one preference row."""
+def _pair_texts(
+    row: Mapping[str, Any], tokenizer: Any, template: str | None, keys: Sequence[str] = ("chosen", "rejected")
+) -> list[str]:
+    """``[prompt_text, chosen_continuation, rejected_continuation]`` for one preference row (the continuations of
+    ``keys``)."""
     prompt = _pair_prompt(row)
     prompt_text = render(prompt, template=template, tokenizer=tokenizer, add_generation_prompt=True)
     texts = [prompt_text]
-    for key in ("chosen", "rejected"):
+    for key in keys:
         reply = _reply(row[key], key)
         full = render([*prompt, reply], template=template, tokenizer=tokenizer, add_generation_prompt=False)
         if not full.startswith(prompt_text):
@@ -246,6 +252,26 @@ def encode_preference(batch: Batch, indices: Sequence[int], *, tokenizer: Any, c
     return out
 
 
+def encode_unpaired(batch: Batch, indices: Sequence[int], *, tokenizer: Any, cfg: TokenizeConfig) -> Batch:
+    """Batched map function: ``prompt_ids``, one ``completion_ids`` continuation and its boolean ``label``."""
+    rows = _rows(batch)
+    for row, index in zip(rows, indices):
+        if not isinstance(row["label"], bool):
+            raise DataError(
+                f"row {index}: label must be true (desirable) or false (undesirable), got {row['label']!r}",
+                row=index,
+            )
+    texts = [_pair_texts(r, tokenizer, cfg.template, keys=("completion",)) for r in rows]
+    flat = _encode(tokenizer, [t for pair in texts for t in pair])
+    out: Batch = {"prompt_ids": [], "completion_ids": [], "label": [], "length": [], STATUS: []}
+    for n, (row, index) in enumerate(zip(rows, indices)):
+        prompt, completion = flat[2 * n : 2 * n + 2]
+        prompt, completion, _, status = limit_pair(prompt, completion, completion, cfg, index)
+        _append(out, prompt_ids=prompt, completion_ids=completion, label=row["label"],
+                length=len(prompt) + len(completion), **{STATUS: status})  # fmt: skip
+    return out
+
+
 def encode_prompt(batch: Batch, indices: Sequence[int], *, tokenizer: Any, cfg: TokenizeConfig) -> Batch:
     """Batched map function: ``prompt_ids`` rendered with the generation prompt, left-truncated if allowed."""
     texts = [
@@ -270,6 +296,7 @@ def encode_prompt(batch: Batch, indices: Sequence[int], *, tokenizer: Any, cfg: 
 ENCODERS: dict[str, Callable[..., Batch]] = {
     "sft": encode_sft,
     "preference": encode_preference,
+    "unpaired": encode_unpaired,
     "prompt": encode_prompt,
 }
 

@@ -11,6 +11,7 @@ Batch layouts (column names carry their axes; ``labels_BT`` is unshifted, ``-100
 - pairs (DPO, reward model): the same three columns with chosen and rejected *interleaved* (row ``2i`` chosen,
   ``2i + 1`` rejected of pair ``i``), so any even split of the rows (data-parallel, micro-batches) keeps every
   pair on one worker.
+- unpaired (KTO): one ``prompt + completion`` per row, and its label in :data:`DESIRABLE` ``[B]``.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ import datasets
 import torch
 
 from roll.core.batch import Batch
-from roll.core.columns import ATTENTION_MASK, INPUT_IDS, LABELS
+from roll.core.columns import ATTENTION_MASK, DESIRABLE, INPUT_IDS, LABELS
 from roll.core.errors import DataError
 from roll.data.collate import collate_sft
 from roll.data.config import DataConfig, TokenizeConfig
-from roll.data.loading import AnyDataset, load_data
+from roll.data.loading import AnyDataset, column_names, load_data
 from roll.data.tokenize import IGNORE_INDEX, Kind, LengthReport, tokenize_dataset
 from roll.data.video import row_videos
 from roll.data.vision import IMAGE_PAD, VIDEO_PAD, attach_vision, row_images, vision_columns
@@ -69,6 +70,8 @@ def prepare_data(
     with ``image_processor`` (a vision-language model's); without one they are an error naming the model.
     """
     splits = load_data(data)
+    if kind == "unpaired":
+        return _unpaired_data(splits.train, splits.eval, tokenizer, tokenize)
     train, report = _tokenized_rows(splits.train, kind, tokenizer, tokenize, "train")
     held_out = (
         _tokenized_rows(splits.eval, kind, tokenizer, tokenize, "eval")[0] if splits.eval is not None else []
@@ -80,6 +83,39 @@ def prepare_data(
         prepared.train, prepared.skipped["identical_pairs"] = drop_identical_pairs(train, split="train")
         prepared.eval, prepared.skipped["identical_pairs_eval"] = drop_identical_pairs(held_out, split="eval")
     return prepared
+
+
+def _unpaired_data(
+    train: AnyDataset, held_out: AnyDataset | None, tokenizer: Any, cfg: TokenizeConfig
+) -> PreparedData:
+    """KTO's rows: unpaired ``(prompt, completion, label)`` as they are, or preference pairs split into a desirable
+    and an undesirable row each (pairs whose answers are equal are skipped first: their labels would contradict)."""
+    skipped: dict[str, int] = {}
+    prepared = []
+    for split, ds in (("train", train), ("eval", held_out)):
+        if ds is None:
+            prepared.append(([], None))
+            continue
+        if all(c in column_names(ds) for c in ("completion", "label")):
+            prepared.append(_tokenized_rows(ds, "unpaired", tokenizer, cfg, split))
+            continue
+        rows, report = _tokenized_rows(ds, "preference", tokenizer, cfg, split)
+        rows, skipped[f"identical_pairs{'' if split == 'train' else '_eval'}"] = drop_identical_pairs(
+            rows, split=split
+        )
+        prepared.append((unpair(rows), report))
+    (train_rows, report), (eval_rows, _) = prepared
+    assert report is not None
+    return PreparedData(train=train_rows, eval=eval_rows, report=report, skipped=skipped)
+
+
+def unpair(rows: Sequence[Row]) -> list[Row]:
+    """Each preference pair as two unpaired rows: ``(prompt, chosen, True)`` then ``(prompt, rejected, False)``."""
+    out: list[Row] = []
+    for row in rows:
+        for key, label in (("chosen_ids", True), ("rejected_ids", False)):
+            out.append({"prompt_ids": row["prompt_ids"], "completion_ids": row[key], "label": label})
+    return out
 
 
 def _with_images(rows: list[Row], image_processor: Any, tokenizer: Any, source: str) -> list[Row]:
@@ -159,6 +195,24 @@ def pair_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
             INPUT_IDS: input_ids,
             ATTENTION_MASK: _pad([[1] * len(s) for s in seqs], 0, width),  # [2B, T]
             LABELS: _pad(labels, IGNORE_INDEX, width),  # [2B, T]
+        }
+    )
+
+
+def unpaired_batch(rows: Sequence[Row], *, pad_id: int, completions: Sequence[Row] | None = None) -> Batch:
+    """Right-padded batch of ``prompt + completion`` per row, with :data:`LABELS` on the completion and the
+    rows' :data:`DESIRABLE` labels. ``completions`` (as many rows) supplies the completions instead: KTO's
+    mismatched pairs ``(x_i, y_j)``."""
+    donors = rows if completions is None else completions
+    seqs = [list(r["prompt_ids"]) + list(d["completion_ids"]) for r, d in zip(rows, donors, strict=True)]
+    labels = [[IGNORE_INDEX] * len(r["prompt_ids"]) + list(d["completion_ids"]) for r, d in zip(rows, donors)]
+    width = max(len(s) for s in seqs)
+    return Batch(
+        {
+            INPUT_IDS: _pad(seqs, pad_id, width),  # [B, T]
+            ATTENTION_MASK: _pad([[1] * len(s) for s in seqs], 0, width),  # [B, T]
+            LABELS: _pad(labels, IGNORE_INDEX, width),  # [B, T]
+            DESIRABLE: torch.tensor([bool(r["label"]) for r in rows]),  # [B]
         }
     )
 

@@ -1,9 +1,11 @@
-"""Direct preference optimisation: DPO (sigmoid), conservative DPO (label smoothing) and IPO on preference pairs.
+"""Direct preference optimisation: DPO (sigmoid), conservative DPO (label smoothing), IPO and SimPO on preference
+pairs, and KTO on unpaired completions labelled desirable or not (or on pairs, split into two such rows).
 
 Roles: ``actor_train`` (the policy) and, when ``reference.mode: worker``, a frozen ``reference`` that scores every
 batch. ``reference.mode: precompute`` instead scores every pair once with the initial policy before the first step
 (the reference *is* the initial policy) and keeps those log-probs in the checkpoint, saving the second model's
-memory and forward passes. Batches count pairs: ``batch.prompts_per_step`` pairs, ``samples_per_prompt: 2``.
+memory and forward passes. SimPO needs no reference. Batches count pairs: ``batch.prompts_per_step`` pairs,
+``samples_per_prompt: 2``; for KTO they count completions (``samples_per_prompt: 1``).
 Pairs whose chosen equals rejected are skipped (and counted). Every step logs its batch's reward accuracy (chosen's
 implicit reward higher), reward margin and mean chosen/rejected rewards (``train/*``, measured before the update);
 evaluation reports the same on held-out pairs, with the held-out loss.
@@ -43,24 +45,49 @@ class ReferenceConfig(RoleConfig):
 
 
 class DPOLossConfig(RollModel):
-    """``type: sigmoid`` is DPO (``label_smoothing > 0``: conservative DPO); ``type: ipo`` is IPO.
+    """``type: sigmoid`` is DPO (``label_smoothing > 0``: conservative DPO); ``ipo`` is IPO; ``simpo`` is SimPO
+    (reference-free, length-normalized, margin ``simpo_gamma``); ``kto`` is KTO on unpaired completions labelled
+    desirable or not (``desirable_weight``, ``undesirable_weight``).
 
-    ``average_logp`` uses per-token mean response log-probs; default (None): on for IPO, as its authors do, off
-    for DPO, as the DPO paper does.
+    ``average_logp`` uses per-token mean response log-probs; default (None): on for IPO, as its authors do, and
+    for SimPO, which is defined with them; off for DPO and KTO, as their papers do. ``beta`` defaults to 0.1, and
+    to 2.0 for SimPO (the paper's range is 2 to 2.5; its log-probs are per token, so its beta is larger).
     """
 
-    type: Literal["sigmoid", "ipo"] = Field("sigmoid", description="sigmoid: DPO; ipo: IPO's squared loss")
-    beta: float = Field(0.1, gt=0, description="strength of the implicit KL to the reference")
+    type: Literal["sigmoid", "ipo", "simpo", "kto"] = Field(
+        "sigmoid",
+        description="sigmoid: DPO; ipo: IPO's squared loss; simpo: SimPO (no reference); kto: KTO on unpaired rows",
+    )
+    beta: float = Field(
+        0.1, gt=0, description="strength of the implicit KL to the reference; simpo default 2.0"
+    )
     label_smoothing: float = Field(
-        0.0, ge=0, lt=0.5, description="sigmoid only: assumed share of flipped labels (conservative DPO)"
+        0.0,
+        ge=0,
+        lt=0.5,
+        description="sigmoid/simpo only: assumed share of flipped labels (conservative DPO)",
     )
     average_logp: bool | None = Field(
-        None, description="use mean per-token response log-probs; unset: on for ipo, off for sigmoid"
+        None, description="use mean per-token response log-probs; unset: on for ipo and simpo, off otherwise"
     )
+    simpo_gamma: float = Field(1.0, ge=0, description="SimPO's target reward margin")
+    desirable_weight: float = Field(1.0, gt=0, description="KTO's weight of desirable completions (lambda_D)")
+    undesirable_weight: float = Field(1.0, gt=0, description="KTO's weight of undesirable ones (lambda_U)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _loss_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("type") == "simpo":
+            return {"beta": 2.0, **data}
+        return data
 
     @property
     def averages(self) -> bool:
-        return self.type == "ipo" if self.average_logp is None else self.average_logp
+        return self.type in ("ipo", "simpo") if self.average_logp is None else self.average_logp
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.type != "simpo"
 
 
 class DPOConfig(RunConfig):
@@ -77,13 +104,21 @@ class DPOConfig(RunConfig):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        issues = batch_issues(self.batch, self.actor_train, role_key="actor_train", pairs=True)
-        if self.loss.type == "ipo" and self.loss.label_smoothing:
-            issues.append(
-                ConfigIssue(
-                    "loss.label_smoothing", "label smoothing is a DPO (sigmoid) option", "set it to 0"
-                )
+        kto = self.loss.type == "kto"
+        issues = batch_issues(self.batch, self.actor_train, role_key="actor_train", pairs=not kto)
+        issues += self.loss.issues()
+        if kto and self.batch.samples_per_prompt != 1:
+            message = f"KTO trains on single completions (unpaired rows), so a row is 1 sequence; got {self.batch.samples_per_prompt}"
+            hint = "set batch.samples_per_prompt: 1 (prompts_per_step counts completions; a pair gives 2)"
+            issues.append(ConfigIssue("batch.samples_per_prompt", message, hint))
+        if kto and self.batch.prompts_per_step < 2:
+            message = (
+                "KTO's reference point is estimated from mismatched completions of other rows in the step"
             )
+            issues.append(ConfigIssue("batch.prompts_per_step", message, "use at least 2 rows a step"))
+        if not self.loss.needs_reference and self.reference.mode == "worker":
+            message = "SimPO is reference-free: a reference worker would score every batch for nothing"
+            issues.append(ConfigIssue("reference.mode", message, "remove reference.mode (or use precompute)"))
         if issues:
             raise issues_error(issues)
         return self
@@ -106,6 +141,7 @@ SPEC = PipelineSpec(
     config_model=DPOConfig,
     build=_build,
     preflight=_preflight,
-    description="DPO / conservative DPO / IPO on preference pairs, reference worker or precomputed log-probs",
+    description="DPO / cDPO / IPO / SimPO on preference pairs, KTO on unpaired completions; reference worker or "
+    "precomputed log-probs",
     export=OFFLINE_EXPORT,
 )

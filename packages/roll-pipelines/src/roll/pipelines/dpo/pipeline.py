@@ -8,6 +8,7 @@ resumed run never recomputes them from trained weights. In ``worker`` mode the r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,17 +19,18 @@ import torch
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
-from roll.core.columns import LABELS, REF_SEQ_LOGP
+from roll.core.columns import DESIRABLE, LABELS, REF_SEQ_LOGP
 from roll.core.config.sections import RoleConfig
-from roll.core.errors import CheckpointError
+from roll.core.errors import CheckpointError, DataError
 from roll.core.pipeline import BasePipeline
+from roll.pipelines.algorithms.preference import kto_loss, kto_reference_point
 from roll.pipelines.common import data as D
 from roll.pipelines.common.config import strategy_for
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import optimizer_chunks, train_chunks
 from roll.pipelines.dpo import DPOConfig
-from roll.pipelines.dpo.losses import DPOLoss, preference_output, response_logp
+from roll.pipelines.dpo.losses import DPOLoss, KTOLoss, preference_output, response_logp
 from roll.workers.roles.actor import ActorTrainWorker
 from roll.workers.roles.reference import ReferenceWorker
 
@@ -39,27 +41,47 @@ REFERENCE_FILE = "reference_logps.pt"
 
 
 class DPOPipeline(BasePipeline):
-    """DPO-family training of ``actor_train`` against a frozen reference."""
+    """DPO-family training of ``actor_train`` against a frozen reference (none for SimPO).
+
+    KTO reads unpaired rows; its reference point is estimated each step from mismatched pairs: row ``i`` of the
+    split with the completion of row ``i - 1`` (a fixed derangement of the split, as TRL's rotation within a
+    batch, so that ``precompute`` can score them once). Reference log-probs are ``[N, 2]`` per split either way:
+    (chosen, rejected) of a pair, or (completion, mismatched completion) of a KTO row.
+    """
 
     config: DPOConfig
 
     def __init__(self, config: DPOConfig) -> None:
         super().__init__(config, name="dpo")
         loss = config.loss
-        self.loss_fn = DPOLoss(loss.type, loss.beta, loss.label_smoothing, loss.averages)
+        self.kto = loss.type == "kto"
+        self.loss_fn: DPOLoss | KTOLoss
+        if loss.type == "kto":
+            self.loss_fn = KTOLoss(
+                loss.beta, 0.0, loss.desirable_weight, loss.undesirable_weight, loss.averages
+            )
+        else:
+            self.loss_fn = DPOLoss(
+                loss.type, loss.beta, loss.label_smoothing, loss.averages, gamma=loss.simpo_gamma
+            )
         self.ref_logps: dict[str, torch.Tensor] | None = None  # split -> [N, 2]; precompute mode
         self.reference: Cluster | None = None
 
     def roles(self) -> Mapping[str, RoleConfig]:
         roles: dict[str, RoleConfig] = {"actor_train": self.config.actor_train}
-        if self.config.reference.mode == "worker":
+        if self.config.reference.mode == "worker" and self.config.loss.needs_reference:
             roles["reference"] = self.config.reference
         return roles
 
     def setup(self) -> None:
         cfg = self.config
         self.tokenizer = D.load_tokenizer(cfg.actor_train.model.path)
-        self.data = D.prepare_data(cfg.data, cfg.tokenize, kind="preference", tokenizer=self.tokenizer)
+        kind = "unpaired" if self.kto else "preference"
+        self.data = D.prepare_data(cfg.data, cfg.tokenize, kind=kind, tokenizer=self.tokenizer)
+        if self.kto and len(self.data.train) < 2:
+            raise DataError(
+                "KTO needs at least 2 training rows: its KL term pairs each prompt with another completion"
+            )
         self.feeder = RowFeeder(len(self.data.train), cfg.batch.prompts_per_step, seed=cfg.seed)
         total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
         strategy = strategy_for(cfg.actor_train, cfg.batch)
@@ -67,7 +89,7 @@ class DPOPipeline(BasePipeline):
             "actor_train", ActorTrainWorker, init_args=(cfg.actor_train.model, strategy, total, strategy.type)
         )
         self.actor.setup()
-        if cfg.reference.mode == "worker":
+        if cfg.reference.mode == "worker" and cfg.loss.needs_reference:
             self.reference = self.start_reference()
 
     def start_reference(self) -> Cluster:
@@ -81,24 +103,53 @@ class DPOPipeline(BasePipeline):
 
     def train_step(self, step: int) -> Mapping[str, float]:
         indices = self.feeder.next_indices()
-        batch = self.pairs(self.data.train, indices, split="train")
-        metrics = self.train(batch)
+        batch, kl = self.pairs(self.data.train, indices, split="train")
+        metrics = self.train(batch, kl)
         return self.step_metrics(metrics)
 
-    def pairs(self, rows: list[D.Row], indices: list[int], *, split: str) -> Batch:
-        """Interleaved pair batch of ``rows[indices]`` with the reference log-prob of every sequence."""
-        batch = D.pair_batch(D.select(rows, indices), pad_id=self.tokenizer.pad_token_id)
-        batch.tensors[REF_SEQ_LOGP] = self.reference_logp(batch, split, indices)
-        return batch
+    def pairs(self, rows: list[D.Row], indices: list[int], *, split: str) -> tuple[Batch, float]:
+        """The batch of ``rows[indices]`` with the reference log-prob of every sequence: interleaved pairs, or
+        KTO's unpaired rows; and KTO's reference point over these rows (0 for the pair losses)."""
+        if self.kto:
+            batch = D.unpaired_batch(D.select(rows, indices), pad_id=self.tokenizer.pad_token_id)
+        else:
+            batch = D.pair_batch(D.select(rows, indices), pad_id=self.tokenizer.pad_token_id)
+        if self.config.loss.needs_reference:
+            ref_N2 = self.reference_logp(batch, split, indices, rows)
+            batch.tensors[REF_SEQ_LOGP] = ref_N2[:, 0] if self.kto else ref_N2.reshape(-1)
+        kl = self.kto_kl(rows, indices, ref_N2[:, 1]) if self.kto else 0.0
+        return batch, kl
 
-    def reference_logp(self, batch: Batch, split: str, indices: list[int]) -> torch.Tensor:
+    def reference_logp(self, batch: Batch, split: str, indices: list[int], rows: list[D.Row]) -> torch.Tensor:
+        """``[len(indices), 2]``: (chosen, rejected) of each pair, or (completion, mismatched) of a KTO row."""
         if self.reference is not None:
-            return self.sequence_logp(self.reference, batch)
+            matched_B = self.sequence_logp(self.reference, batch)
+            if not self.kto:
+                return matched_B.reshape(-1, 2)
+            return torch.stack(
+                [matched_B, self.sequence_logp(self.reference, self.kl_batch(rows, indices))], -1
+            )
         if self.ref_logps is None:
             self.ref_logps = self.precompute_reference()
-        return self.ref_logps[split][indices].reshape(-1)  # interleaved: chosen, rejected per pair
+        return self.ref_logps[split][indices]
 
-    def train(self, batch: Batch) -> dict[str, float]:
+    def kl_batch(self, rows: list[D.Row], indices: list[int]) -> Batch:
+        """KTO's mismatched pairs of ``rows[indices]``: each prompt with the completion of the row before it."""
+        donors = [rows[(i - 1) % len(rows)] for i in indices]
+        return D.unpaired_batch(
+            D.select(rows, indices), pad_id=self.tokenizer.pad_token_id, completions=donors
+        )
+
+    def kto_kl(self, rows: list[D.Row], indices: list[int], ref_kl_B: torch.Tensor) -> float:
+        """KTO's reference point over these rows' mismatched pairs, under the current policy (before the step)."""
+        policy_kl_B = self.sequence_logp(self.actor, self.kl_batch(rows, indices))
+        return float(kto_reference_point(policy_kl_B, ref_kl_B.to(policy_kl_B)))
+
+    def train(self, batch: Batch, kl: float) -> dict[str, float]:
+        if isinstance(self.loss_fn, KTOLoss):
+            parts = optimizer_chunks(list(range(len(batch))), self.config.batch)
+            loss_fn = dataclasses.replace(self.loss_fn, kl=kl)
+            return train_chunks(self.actor, [batch.select(part) for part in parts], loss_fn)
         rows = list(range(len(batch) // 2))
         parts = optimizer_chunks(rows, self.config.batch)
         chunks = [batch.select([2 * i + k for i in part for k in (0, 1)]) for part in parts]
@@ -118,7 +169,7 @@ class DPOPipeline(BasePipeline):
         return response_logp(scored.tensors[C.LOGP], batch.tensors[LABELS], average=self.loss_fn.average_logp)
 
     def precompute_reference(self) -> dict[str, torch.Tensor]:
-        """``[N, 2]`` reference log-probs of every train and eval pair, from the still-untrained actor."""
+        """``[N, 2]`` reference log-probs of every train and eval row, from the still-untrained actor."""
         if self.step:
             raise CheckpointError(
                 f"dpo: reference log-probs are missing at step {self.step}; the checkpoint lacks {REFERENCE_FILE}"
@@ -130,6 +181,13 @@ class DPOPipeline(BasePipeline):
 
     def score_all(self, rows: list[D.Row]) -> torch.Tensor:
         size = self.config.eval.batch_size
+        if self.kto:
+            parts = [
+                torch.stack([self.sequence_logp(self.actor, D.unpaired_batch(D.select(rows, idx), pad_id=self.tokenizer.pad_token_id)),
+                             self.sequence_logp(self.actor, self.kl_batch(rows, idx))], -1)
+                for idx in D.chunks(list(range(len(rows))), size)
+            ]  # fmt: skip
+            return torch.cat(parts) if parts else torch.zeros(0, 2)
         parts = [
             self.sequence_logp(self.actor, D.pair_batch(chunk, pad_id=self.tokenizer.pad_token_id))
             for chunk in D.chunks(rows, size)
@@ -142,19 +200,33 @@ class DPOPipeline(BasePipeline):
         rows = self.data.eval[: self.config.eval.max_rows]
         if not rows:
             return {}
-        logp, ref = [], []
+        logp, ref, labels, kl = [], [], [], []
         for start in range(0, len(rows), self.config.eval.batch_size):
             indices = list(range(start, min(start + self.config.eval.batch_size, len(rows))))
-            batch = self.pairs(self.data.eval, indices, split="eval")
+            batch, batch_kl = self.pairs(self.data.eval, indices, split="eval")
             logp.append(self.sequence_logp(self.actor, batch))
-            ref.append(batch.tensors[REF_SEQ_LOGP])
+            ref.append(batch.tensors.get(REF_SEQ_LOGP, torch.zeros(len(batch))))
+            if self.kto:
+                labels.append(batch.tensors[DESIRABLE])
+                kl.append(batch_kl * len(indices))
+        if self.kto:
+            return self.kto_metrics(torch.cat(logp), torch.cat(ref), torch.cat(labels), sum(kl) / len(rows))
         return self.preference_metrics(torch.cat(logp), torch.cat(ref))
 
     def preference_metrics(self, logp_B: torch.Tensor, ref_logp_B: torch.Tensor) -> dict[str, float]:
         loss = self.config.loss
         out = preference_output(
-            logp_B, ref_logp_B, loss_type=loss.type, beta=loss.beta, label_smoothing=loss.label_smoothing
-        )
+            logp_B, ref_logp_B, loss_type=loss.type, beta=loss.beta, label_smoothing=loss.label_smoothing,  # type: ignore[arg-type]
+            gamma=loss.simpo_gamma,
+        )  # fmt: skip
+        return {"loss": float(out.loss), **{k: float(v) for k, v in out.metrics.items()}}
+
+    def kto_metrics(
+        self, logp_B: torch.Tensor, ref_logp_B: torch.Tensor, labels_B: torch.Tensor, kl: float
+    ) -> dict[str, float]:
+        loss = self.config.loss
+        out = kto_loss(logp_B, ref_logp_B, labels_B, kl=kl, beta=loss.beta,
+                       desirable_weight=loss.desirable_weight, undesirable_weight=loss.undesirable_weight)  # fmt: skip
         return {"loss": float(out.loss), **{k: float(v) for k, v in out.metrics.items()}}
 
     # ------------------------------------------------------------------------------------- checkpoints
