@@ -57,15 +57,16 @@ def test_unpaired_rows_tokenize_into_a_kto_batch(tmp_path: Path) -> None:
         assert trained == list(row["completion_ids"])
     donors = [prepared.train[1], prepared.train[0]]
     mismatched = unpaired_batch(prepared.train, pad_id=0, completions=donors)
-    n_prompt = len(prepared.train[0]["prompt_ids"])
-    assert mismatched.tensors["input_ids_BT"][0, n_prompt:].tolist()[: len(donors[0]["completion_ids"])] == list(
-        donors[0]["completion_ids"]
-    )
+    start, donor = len(prepared.train[0]["prompt_ids"]), list(donors[0]["completion_ids"])
+    assert mismatched.tensors[LABELS][0, start : start + len(donor)].tolist() == donor
 
 
 def test_a_label_that_is_not_a_bool_names_its_row(tmp_path: Path) -> None:
     """(A column mixing types is already refused by the JSONL reader; a column of strings reaches the encoder.)"""
-    rows = [{"prompt": "a", "completion": "b", "label": "yes"}, {"prompt": "c", "completion": "d", "label": "no"}]
+    rows = [
+        {"prompt": "a", "completion": "b", "label": "yes"},
+        {"prompt": "c", "completion": "d", "label": "no"},
+    ]
     with pytest.raises(DataError, match=r"row \d: label must be true \(desirable\) or false"):
         _prepare(_jsonl(tmp_path / "bad.jsonl", rows))
 
@@ -126,7 +127,7 @@ def test_config_states_each_losss_needs() -> None:
     assert load_config(DPO_YAML, ["loss.type=simpo", "loss.beta=2.5"], model=DPOConfig).loss.beta == 2.5
     kto = load_config(DPO_YAML, KTO, model=DPOConfig).loss
     assert (kto.beta, kto.averages) == (0.1, False)
-    with pytest.raises(ConfigError, match="batch.samples_per_prompt"):
+    with pytest.raises(ConfigError, match=r"batch\.samples_per_prompt"):
         load_config(DPO_YAML, ["loss.type=kto"], model=DPOConfig)
     with pytest.raises(ConfigError, match="average_logp"):
         load_config(DPO_YAML, ["loss.type=simpo", "loss.average_logp=false"], model=DPOConfig)
