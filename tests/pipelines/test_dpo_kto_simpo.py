@@ -135,3 +135,57 @@ def test_config_states_each_losss_needs() -> None:
         load_config(DPO_YAML, ["loss.desirable_weight=1.3"], model=DPOConfig)
     with pytest.raises(ConfigError, match="reference-free"):
         load_config(DPO_YAML, ["loss.type=simpo", "reference.mode=worker"], model=DPOConfig)
+
+
+# ------------------------------------------------------------------------------------------ short runs (slow)
+
+COMMON = [
+    "max_steps=30",
+    "eval_every=10",
+    "tracking.progress=false",
+    "tracking.backends=[jsonl]",
+    "actor_train.cpus_per_worker=0.5",
+    "data.sources.0.max_samples=512",
+    "ray.num_cpus=null",
+    "checkpoint.every_n_steps=30",
+]
+
+
+def _run(out: Path, *overrides: str) -> dict[int, dict[str, float]]:
+    from roll.pipelines.dpo.pipeline import DPOPipeline
+
+    cfg = load_config(DPO_YAML, [f"output_dir={out}", *COMMON, *overrides], model=DPOConfig)
+    pipeline = DPOPipeline(cfg)
+    try:
+        pipeline.run()
+    finally:
+        pipeline.shutdown()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {row["step"]: row["metrics"] for row in rows}
+
+
+@pytest.mark.slow
+def test_kto_learns_the_preference_from_split_pairs(ray_local: Any, tmp_path: Path) -> None:
+    """KTO on the built-in pairs split into 64 labelled rows a step. At step 1 the policy is the reference, so
+    h = 0 and z0 = max(0, 0) = 0 and every row's loss is 1 - sigmoid(0) = 0.5. Then the held-out margin between
+    desirable and undesirable implicit rewards grows (measured 0.040, 0.054, 0.070 at steps 10, 20, 30) and the
+    held-out loss falls below 0.5 (0.4913 at 30)."""
+    metrics = _run(tmp_path / "kto", *KTO)
+    assert metrics[1]["train/loss"] == pytest.approx(0.5, abs=1e-6)
+    assert metrics[1]["train/kl"] == 0.0
+    assert metrics[30]["eval/reward_margin"] > metrics[10]["eval/reward_margin"] > 0
+    assert metrics[30]["eval/loss"] < 0.5
+
+
+@pytest.mark.slow
+def test_simpo_learns_without_a_reference(ray_local: Any, tmp_path: Path) -> None:
+    """SimPO on the built-in pairs: no reference log-probs are computed or saved, the held-out margin of
+    length-normalized rewards grows (measured 0.088, 0.109, 0.115 at steps 10, 20, 30) and held-out accuracy is
+    above chance (0.61 at 30), the training loss falls (mean of steps 21-30 below steps 1-10)."""
+    out = tmp_path / "simpo"
+    metrics = _run(out, "loss.type=simpo")
+    assert metrics[30]["eval/reward_margin"] > metrics[10]["eval/reward_margin"] > 0
+    assert metrics[30]["eval/reward_accuracy"] > 0.55
+    loss = [metrics[s]["train/loss"] for s in range(1, 31)]
+    assert sum(loss[20:]) < sum(loss[:10])
+    assert not list(out.glob("**/reference_logps.pt")), "SimPO is reference-free"
