@@ -135,6 +135,13 @@ def _verl_kl(logp: torch.Tensor, ref: torch.Tensor, kind: str) -> torch.Tensor:
     return torch.clamp(torch.exp(kl) - kl - 1, -10, 10)
 
 
+def _verl_kl_straight_through(logp: torch.Tensor, ref: torch.Tensor, kind: str) -> torch.Tensor:
+    """verl's ``kl_penalty`` for ``k1+`` / ``k3+``: the forward value of k1 / k3, the backward of k2."""
+    forward = _verl_kl(logp, ref, kind.rstrip("+"))
+    backward = 0.5 * (logp - ref).square()
+    return backward - backward.detach() + forward.detach()
+
+
 def _verl_group_outcome(scores: torch.Tensor, index: list[int], kind: str) -> torch.Tensor:
     groups: dict[int, list[torch.Tensor]] = defaultdict(list)
     for i, g in enumerate(index):
@@ -290,6 +297,17 @@ def test_kl_estimators_match_verl(kind: str) -> None:
     far = torch.tensor([[-30.0]])
     assert float(kl_estimate(far, torch.zeros(1, 1), estimator="k3")) > 10.0
     assert float(_verl_kl(far, torch.zeros(1, 1), "k3")) == 10.0
+
+
+@pytest.mark.parametrize("kind", ["k1+", "k3+"])
+def test_straight_through_kl_matches_verl_in_value_and_gradient(kind: str) -> None:
+    old, logp, _, _ = _batch()
+    ours = kl_estimate(logp, old, estimator=kind)  # type: ignore[arg-type]
+    theirs = _verl_kl_straight_through(logp, old, kind)
+    assert_close(ours, theirs)
+    (g_ours,) = torch.autograd.grad(ours.sum(), logp)
+    (g_theirs,) = torch.autograd.grad(theirs.sum(), logp)
+    assert_close(g_ours, g_theirs)
 
 
 @pytest.mark.parametrize("kind", ["grpo", "dr_grpo", "rloo"])

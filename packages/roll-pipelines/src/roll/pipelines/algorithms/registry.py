@@ -54,7 +54,8 @@ class Entry:
 
     def line(self) -> str:
         needs = f" [needs {', '.join(sorted(self.needs))}]" if self.needs else ""
-        return f"{self.name}: {self.description}{needs}"
+        agg = f" [loss_agg_mode {self.aggregation}]" if self.aggregation else ""
+        return f"{self.name}: {self.description}{needs}{agg}"
 
 
 class Registry:
