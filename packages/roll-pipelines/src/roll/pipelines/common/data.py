@@ -91,7 +91,7 @@ def _unpaired_data(
     """KTO's rows: unpaired ``(prompt, completion, label)`` as they are, or preference pairs split into a desirable
     and an undesirable row each (pairs whose answers are equal are skipped first: their labels would contradict)."""
     skipped: dict[str, int] = {}
-    prepared = []
+    prepared: list[tuple[list[Row], LengthReport | None]] = []
     for split, ds in (("train", train), ("eval", held_out)):
         if ds is None:
             prepared.append(([], None))
@@ -104,9 +104,9 @@ def _unpaired_data(
             rows, split=split
         )
         prepared.append((unpair(rows), report))
-    (train_rows, report), (eval_rows, _) = prepared
-    assert report is not None
-    return PreparedData(train=train_rows, eval=eval_rows, report=report, skipped=skipped)
+    (train_rows, train_report), (eval_rows, _) = prepared
+    assert train_report is not None  # the train split always exists
+    return PreparedData(train=train_rows, eval=eval_rows, report=train_report, skipped=skipped)
 
 
 def unpair(rows: Sequence[Row]) -> list[Row]:

@@ -23,6 +23,7 @@ from roll.core.columns import DESIRABLE, LABELS, REF_SEQ_LOGP
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import CheckpointError, DataError
 from roll.core.pipeline import BasePipeline
+from roll.data.tokenize import Kind
 from roll.pipelines.algorithms.preference import kto_loss, kto_reference_point
 from roll.pipelines.common import data as D
 from roll.pipelines.common.config import strategy_for
@@ -76,7 +77,7 @@ class DPOPipeline(BasePipeline):
     def setup(self) -> None:
         cfg = self.config
         self.tokenizer = D.load_tokenizer(cfg.actor_train.model.path)
-        kind = "unpaired" if self.kto else "preference"
+        kind: Kind = "unpaired" if self.kto else "preference"
         self.data = D.prepare_data(cfg.data, cfg.tokenize, kind=kind, tokenizer=self.tokenizer)
         if self.kto and len(self.data.train) < 2:
             raise DataError(
@@ -182,17 +183,22 @@ class DPOPipeline(BasePipeline):
     def score_all(self, rows: list[D.Row]) -> torch.Tensor:
         size = self.config.eval.batch_size
         if self.kto:
-            parts = [
-                torch.stack([self.sequence_logp(self.actor, D.unpaired_batch(D.select(rows, idx), pad_id=self.tokenizer.pad_token_id)),
-                             self.sequence_logp(self.actor, self.kl_batch(rows, idx))], -1)
-                for idx in D.chunks(list(range(len(rows))), size)
-            ]  # fmt: skip
+            parts = [self.score_unpaired(rows, list(range(start, min(start + size, len(rows)))))
+                     for start in range(0, len(rows), size)]  # fmt: skip
             return torch.cat(parts) if parts else torch.zeros(0, 2)
         parts = [
             self.sequence_logp(self.actor, D.pair_batch(chunk, pad_id=self.tokenizer.pad_token_id))
             for chunk in D.chunks(rows, size)
         ]
         return torch.cat(parts).reshape(-1, 2) if parts else torch.zeros(0, 2)
+
+    def score_unpaired(self, rows: list[D.Row], indices: list[int]) -> torch.Tensor:
+        """``[len(indices), 2]``: the actor's log-prob of each KTO row and of its mismatched pair."""
+        matched = D.unpaired_batch(D.select(rows, indices), pad_id=self.tokenizer.pad_token_id)
+        mismatched = self.kl_batch(rows, indices)
+        return torch.stack(
+            [self.sequence_logp(self.actor, matched), self.sequence_logp(self.actor, mismatched)], -1
+        )
 
     # ------------------------------------------------------------------------------------------ evaluation
 
