@@ -12,8 +12,8 @@ paper's aggregation the same way. The same as a command::
 
 Measured on this box under heavy load (mean training accuracy of steps 23-30 minus steps 1-8, 256 samples a step;
 the 12-prompt greedy eval is too noisy to compare): seed 0: sapo +0.064, gmpo +0.121, clip_cov +0.135, kl_cov
-+0.085; seed 1: sapo +0.038 (more seeds in the branch's report). The asserted margin is 0.03: a run that does not
-learn stays within about +-0.02 of its start, and SAPO's seed 1 shows that 0.05 would be flaky at 30 steps.
++0.085; seed 1: sapo +0.038 (more seeds in the branch's report). The asserted margin is 0.03 (each 8-step mean
+covers 2048 samples): SAPO's seed 1 shows that the 0.05 of the 40-step quickstart test would be flaky at 30.
 """
 
 from __future__ import annotations
