@@ -81,6 +81,25 @@ class DPOLossConfig(RollModel):
             return {"beta": 2.0, **data}
         return data
 
+    def issues(self) -> list[ConfigIssue]:
+        """Keys that contradict ``type`` (reported by :class:`DPOConfig` with its own, all at once)."""
+        issues = []
+        if self.label_smoothing and self.type not in ("sigmoid", "simpo"):
+            message = f"label smoothing is a DPO / SimPO option, not {self.type}"
+            issues.append(ConfigIssue("loss.label_smoothing", message, "set it to 0"))
+        if self.type == "simpo" and self.average_logp is False:
+            message = "SimPO is defined on length-normalized log-probs (its reward is beta times the mean token log-prob)"
+            issues.append(ConfigIssue("loss.average_logp", message, "remove average_logp (or set it true)"))
+        for key, loss in (
+            ("simpo_gamma", "simpo"),
+            ("desirable_weight", "kto"),
+            ("undesirable_weight", "kto"),
+        ):
+            if getattr(self, key) != type(self).model_fields[key].default and self.type != loss:
+                message = f"{key} applies to type {loss!r}, not {self.type!r}"
+                issues.append(ConfigIssue(f"loss.{key}", message, f"remove {key}"))
+        return issues
+
     @property
     def averages(self) -> bool:
         return self.type in ("ipo", "simpo") if self.average_logp is None else self.average_logp
