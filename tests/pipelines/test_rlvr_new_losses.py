@@ -10,10 +10,12 @@ paper's aggregation the same way. The same as a command::
     uv run roll train examples/quickstart.yaml algorithm.loss_type=sapo algorithm.loss_agg_mode=seq-mean-token-mean \\
         max_steps=30 batch.samples_per_optimizer_step=128
 
-Measured on this box under heavy load (mean training accuracy of steps 23-30 minus steps 1-8, 256 samples a step;
-the 12-prompt greedy eval is too noisy to compare): seed 0: sapo +0.064, gmpo +0.121, clip_cov +0.135, kl_cov
-+0.085; seed 1: sapo +0.038 (more seeds in the branch's report). The asserted margin is 0.03 (each 8-step mean
-covers 2048 samples): SAPO's seed 1 shows that the 0.05 of the 40-step quickstart test would be flaky at 30.
+Measured on this box (mean training accuracy of steps 23-30 minus steps 1-8, 256 samples a step; the greedy eval is
+too noisy at 30 steps). On main's quickstart (sums of three one-digit numbers), seed 0, as this test runs it: sapo
++0.062, gmpo +0.067 (all four passed, 354 s at load ~10). On the earlier one-digit-sum quickstart: seed 0 sapo
++0.064, gmpo +0.121, clip_cov +0.135, kl_cov +0.085; seed 1 sapo +0.038, clip_cov +0.132, kl_cov +0.038; seed 2
+sapo +0.140. The asserted margin is 0.03 (each 8-step mean covers 2048 samples): 0.05 would fail SAPO's and
+KL-Cov's seed 1 at 30 steps.
 """
 
 from __future__ import annotations
