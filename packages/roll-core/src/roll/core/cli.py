@@ -211,14 +211,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     finally:
         pipeline.shutdown()
-    _print_summary(summary)
+    _print_summary(pipeline, summary)
     return 0
 
 
-def _print_summary(summary: Any) -> None:
-    if summary:
-        items = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items())
-        print(f"roll: done: {items}")
+def _print_summary(pipeline: Any, summary: Any) -> None:
+    """The pipeline's closing lines (:mod:`roll.core.summary`); a pipeline without them gets one short line."""
+    if not summary:
+        return
+    lines = getattr(pipeline, "summary_lines", None)
+    if lines is not None:
+        print("\n".join(lines()))
+        return
+    items = [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(summary.items())[:6]]
+    print(f"roll: done: {', '.join(items)}")
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

@@ -39,7 +39,9 @@ from roll.core.errors import ConfigError
 from roll.core.export import RUN_CONFIG
 from roll.core.failures import FailureGuard, RunStopped
 from roll.core.recovery import LostWorker, Preempted, StopSignals, find_lost_worker
+from roll.core.samples import SampleLog, SampleRow
 from roll.core.startup import tracker_issues
+from roll.core.summary import RunSummary, pick_metrics
 from roll.core.tracking import MultiTracker, Progress
 from roll.core.types import Tracker
 
@@ -61,6 +63,16 @@ class BasePipeline(ABC):
         self.tracker: Tracker = (
             MultiTracker([]) if self.run_start.finished else build_trackers(config, self.output_dir)
         )
+        self.samples = SampleLog(
+            self.output_dir,
+            self.tracker,
+            every=0 if self.run_start.finished else config.tracking.log_samples_every,
+            count=config.tracking.log_samples_count,
+        )
+        """A few rows of a step and of each evaluation for a person to read (:mod:`roll.core.samples`); modes hand
+        them over with :meth:`log_train_samples` and :meth:`log_eval_samples`."""
+        self.summary = RunSummary(config.tracking.stdout_metrics)
+        """What the run did, for the closing lines (:meth:`summary_lines`)."""
         self.failures = FailureGuard(config.failures)
         """Shows user-code errors once and stops a run that cannot learn (:mod:`roll.core.failures`); a step's
         metrics are checked after they are logged, so the step that tripped a limit is in the records."""
@@ -131,6 +143,27 @@ class BasePipeline(ABC):
         self.clusters.append(cluster)
         return cluster
 
+    def train_samples_due(self) -> bool:
+        """Whether the step now running (``train_step``'s) logs samples: step 1 and every
+        ``tracking.log_samples_every``-th; a mode checks this before it builds rows."""
+        return self.samples.due(self.step + 1)
+
+    def log_train_samples(self, rows: list[SampleRow]) -> None:
+        """Sample rows of the step now running, logged under its step number (the one its metrics get)."""
+        self.samples.log(rows, self.step + 1, "train")
+
+    def log_eval_samples(self, rows: list[SampleRow]) -> None:
+        """Sample rows of the evaluation now running (``evaluate``'s), logged under the step it follows, with
+        ``kind: "eval"``; every evaluation logs them unless samples are off."""
+        self.samples.log(rows, self.step, "eval")
+
+    def summary_lines(self) -> list[str]:
+        """The closing lines of a finished run (:class:`~roll.core.summary.RunSummary`)."""
+        return self.summary.lines(
+            name=self.name, step=self.step, max_steps=self.config.max_steps, last=self.last_metrics,
+            output_dir=self.output_dir, checkpoint=self.checkpoints.latest(),
+        )  # fmt: skip
+
     # ---------------------------------------------------------------------------------------------- run
 
     def run(self) -> dict[str, float]:
@@ -143,6 +176,8 @@ class BasePipeline(ABC):
         ``max_restarts`` times (see :mod:`roll.core.recovery`).
         """
         print(f"roll: {self.run_start.describe(self.name)}", file=sys.stderr, flush=True)
+        print(f"roll: run dir {self.output_dir.resolve()}", file=sys.stderr, flush=True)
+        self.summary.start(self.run_start.step)
         if self.run_start.finished:
             return {}
         stop = StopSignals(grace_s=self.config.stop_grace_s)
@@ -243,6 +278,7 @@ class BasePipeline(ABC):
         rewind = getattr(self.tracker, "rewind", None)
         if rewind is not None:
             rewind(last_step)
+        self.samples.rewind(last_step)
 
     def _start_runtime(self) -> None:
         import ray
@@ -270,15 +306,19 @@ class BasePipeline(ABC):
         metrics = dict(self.train_step(self.step))
         self.step += 1
         metrics["time/step_s"] = time.perf_counter() - start
+        self.summary.observe_step(metrics["time/step_s"])
         if self.restarts:
             metrics["restarts"] = float(self.restarts)
         if self.config.eval_every and self.step % self.config.eval_every == 0:
-            metrics.update({f"eval/{k}": v for k, v in self.evaluate(self.step).items()})
+            evaluated = {f"eval/{k}": v for k, v in self.evaluate(self.step).items()}
+            self.summary.observe_eval(self.step, evaluated)
+            metrics.update(evaluated)
         logged = self.step % self.config.tracking.log_every == 0 or self.step == self.config.max_steps
         if logged:
             self.tracker.log(metrics, self.step)
         self.last_metrics = metrics
-        progress.update(self.step, metrics)
+        shown = pick_metrics(metrics, self.config.tracking.stdout_metrics, 4)
+        progress.update(self.step, {k: metrics[k] for k in shown if not k.startswith("time/")})
         try:
             self.failures.observe(self.step, metrics)
         except RunStopped:
@@ -324,6 +364,7 @@ class BasePipeline(ABC):
         if self.resources is not None:
             _quietly(self.resources.release, "releasing placement groups")
         _quietly(self._log_plots, "logging plots")
+        _quietly(self.samples.close, "closing samples.jsonl")
         _quietly(self.tracker.close, "closing trackers")
         if self.ray is not None and self._owns_ray and self.ray.started_here:
             _quietly(shutdown_ray, "stopping Ray")

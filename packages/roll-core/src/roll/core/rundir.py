@@ -10,8 +10,8 @@ Both steps run when a pipeline is built, before it writes anything and before Ra
   this run's metrics with another run's steps.
 - :func:`plan` finds the checkpoint to continue from (verified before any worker loads it, see
   :meth:`~roll.core.checkpoint.CheckpointManager.resolve_resume`), tells when that checkpoint is already at
-  ``max_steps`` (the run is finished), and rewinds ``metrics.jsonl`` to the resumed step, so a resumed run
-  continues its own metrics with each step once.
+  ``max_steps`` (the run is finished), and rewinds ``metrics.jsonl`` and ``samples.jsonl`` to the resumed step,
+  so a resumed run continues its own metrics with each step once.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 from roll.core.checkpoint import CheckpointInfo, CheckpointManager, step_dirs, unused_path
 from roll.core.config.sections import RunConfig
 from roll.core.errors import RunDirError
+from roll.core.samples import SAMPLES_FILE
 from roll.core.tracking import JSONL_FILE, rewind_jsonl
 
 logger = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ def plan(config: RunConfig, checkpoints: CheckpointManager, pipeline_name: str) 
     start = RunStart(out, config.max_steps, checkpoints.resolve_resume(config.resume, pipeline_name))
     if start.finished or config.resume == "never":
         return start
+    rewind_jsonl(out / SAMPLES_FILE, start.step)  # the sample rows of the steps that run again go with them
     return replace(start, dropped=rewind_jsonl(out / JSONL_FILE, start.step))
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from roll.core.config.sections import TrackingConfig
 from roll.core.errors import DataError, PluginError
+from roll.core.samples import markdown_table, table_columns
 from roll.core.types import Tracker, TrackerSpec
 
 if TYPE_CHECKING:
@@ -203,6 +204,11 @@ class TensorboardTracker:
             self._writer.add_scalar(name, float(value), global_step=step)
         self._writer.flush()
 
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, kind: str) -> None:
+        """The rows as one markdown table under the text tag ``samples/<kind>`` (TensorBoard's Text tab)."""
+        self._writer.add_text(f"samples/{kind}", markdown_table(rows), global_step=step)
+        self._writer.flush()
+
     def close(self) -> None:
         self._writer.close()
 
@@ -211,7 +217,7 @@ class WandbTracker:
     """Logs to Weights & Biases. Needs the ``wandb`` package, which roll does not depend on."""
 
     def __init__(self, output_dir: Path, project: str, run_config: Mapping[str, Any] | None = None) -> None:
-        wandb = _import_wandb()
+        wandb = self._wandb = _import_wandb()
         output_dir.mkdir(parents=True, exist_ok=True)
         self._run = wandb.init(
             project=project, dir=str(output_dir), name=output_dir.name, config=dict(run_config or {})
@@ -219,6 +225,12 @@ class WandbTracker:
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self._run.log({k: float(v) for k, v in metrics.items()}, step=step)
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, kind: str) -> None:
+        """The rows as a ``wandb.Table`` under ``samples/<kind>``."""
+        columns = table_columns(rows)
+        table = self._wandb.Table(columns=columns, data=[[row.get(c) for c in columns] for row in rows])
+        self._run.log({f"samples/{kind}": table}, step=step)
 
     def close(self) -> None:
         self._run.finish()
@@ -245,6 +257,14 @@ class MultiTracker:
             if log_images is not None:
                 log_images(images, step)
 
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, kind: str) -> None:
+        """Sample rows (:mod:`roll.core.samples`) to every tracker that shows them (those with a ``log_samples``
+        method; the others do nothing with them)."""
+        for tracker in self.trackers:
+            log_samples = getattr(tracker, "log_samples", None)
+            if log_samples is not None:
+                log_samples(rows, step, kind)
+
     def rewind(self, last_step: int) -> None:
         """Tell every tracker that keeps a file of steps (those with a ``rewind`` method) that the run continues
         after ``last_step`` again: a restart from a checkpoint."""
@@ -267,13 +287,22 @@ class MultiTracker:
 # ---------------------------------------------------------------------------------------------- progress
 
 
-class Progress:
-    """A tqdm bar over the training loop showing ``step/max_steps``, rate and ETA.
+PROGRESS_FORMAT = (
+    "{desc} {n_fmt}/{total_fmt} |{bar:16}| elapsed {elapsed}, eta {remaining}, {rate_fmt}{postfix}"
+)
+"""One line: ``rlvr 30/120 |####      | elapsed 01:05, eta 03:15, 2.17s/step, reward/mean=0.41``. tqdm writes
+durations as ``MM:SS`` or ``H:MM:SS`` (``?`` until a step has finished)."""
 
-    It draws only when ``enabled`` and either stderr is a terminal or ``force`` is set: in a log file a bar is
-    noise, and the stdout tracker already prints one line per step. When not drawing every method is a no-op,
-    so loops call it unconditionally. ``initial`` is the step a resumed run starts from; the ETA then counts
-    only the remaining steps.
+
+class Progress:
+    """A tqdm line over the training loop, redrawn in place: ``step/max_steps``, elapsed, ETA, rate, and a few
+    metrics (:data:`PROGRESS_FORMAT`).
+
+    It draws only when ``enabled`` and either stderr is a terminal or ``force`` is set. Without a terminal (CI,
+    a log file) it prints nothing: a redrawn line is noise there, and the stdout tracker's line per step already
+    says ``step n/max_steps`` and ``time/step_s``. When not drawing every method is a no-op, so loops call it
+    unconditionally. ``initial`` is the step a resumed run starts from; the ETA then counts only the remaining
+    steps.
     """
 
     def __init__(
@@ -292,8 +321,9 @@ class Progress:
             from tqdm import tqdm
 
             self._bar = tqdm(
-                total=total, initial=initial, desc=desc, unit="step", file=stream, dynamic_ncols=True
-            )
+                total=total, initial=initial, desc=desc, unit="step", file=stream, dynamic_ncols=True,
+                bar_format=PROGRESS_FORMAT,
+            )  # fmt: skip
 
     @property
     def active(self) -> bool:
@@ -303,9 +333,9 @@ class Progress:
         """Move the bar to ``step`` (absolute) and show a few ``metrics`` after it."""
         if self._bar is None:
             return
-        self._bar.update(step - self._bar.n)
         if metrics:
             self._bar.set_postfix({k: f"{float(v):.4g}" for k, v in list(metrics.items())[:4]}, refresh=False)
+        self._bar.update(step - self._bar.n)
 
     def close(self) -> None:
         if self._bar is not None:

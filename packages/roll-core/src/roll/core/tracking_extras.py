@@ -25,12 +25,13 @@ import io
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from roll.core.config.sections import TrackingConfig
 from roll.core.errors import PluginError
+from roll.core.samples import markdown_table, table_columns
 from roll.core.types import Tracker, TrackerSpec
 
 MLFLOW_PARAM_MAX = 500  # characters MLflow stores of one param value
@@ -97,6 +98,11 @@ class MLflowTracker:
         for path in images.values():
             self.client.log_artifact(self.run_id, str(path), "images")
 
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, kind: str) -> None:
+        """A markdown table per call, as the artifact ``samples/<kind>/step_000010.md`` (MLflow's table form
+        needs pandas, which mlflow-skinny does not bring)."""
+        self.client.log_text(self.run_id, markdown_table(rows), f"samples/{kind}/step_{step:06d}.md")
+
     def close(self) -> None:
         self.client.set_terminated(self.run_id)
 
@@ -122,6 +128,10 @@ class SwanLabTracker:
     def log_images(self, images: Mapping[str, Path], step: int) -> None:
         self.run.log({name: self._swanlab.Image(str(path)) for name, path in images.items()}, step=step)
 
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, kind: str) -> None:
+        """The rows as one markdown text under ``samples/<kind>``."""
+        self.run.log({f"samples/{kind}": self._swanlab.Text(markdown_table(rows))}, step=step)
+
     def close(self) -> None:
         self.run.finish()
 
@@ -145,6 +155,12 @@ class TrackioTracker:
 
     def log_images(self, images: Mapping[str, Path], step: int) -> None:
         self.run.log({name: self._trackio.Image(str(path)) for name, path in images.items()}, step=step)
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, kind: str) -> None:
+        """The rows as a ``trackio.Table`` under ``samples/<kind>``."""
+        columns = table_columns(rows)
+        table = self._trackio.Table(columns=columns, data=[[row.get(c) for c in columns] for row in rows])
+        self.run.log({f"samples/{kind}": table}, step=step)
 
     def close(self) -> None:
         # trackio's finish() prints "Uploading logs to Trackio (please wait...)" even in local mode, where it only

@@ -57,6 +57,25 @@ class RoleConfig(RollModel):
     )
 
 
+DEFAULT_STDOUT_METRICS: tuple[str, ...] = (
+    "reward/mean",
+    "reward/accuracy",
+    "env/return",
+    "env/success_rate",
+    "actor/loss",
+    "train/loss",
+    "train/reward_mean",
+    "eval/accuracy",
+    "eval/answer_accuracy",
+    "eval/loss",
+    "eval/success_rate",
+    "time/step_s",
+    "warmup/loss",
+)
+"""The stdout line's metrics when ``tracking.stdout_metrics`` is not set: the few names that say whether a run
+learns, in every mode (a mode has at most seven of them)."""
+
+
 class TrackingConfig(RollModel):
     """Where metrics go. Names are entry points of the ``roll.tracker`` group."""
 
@@ -66,13 +85,24 @@ class TrackingConfig(RollModel):
     )
     log_every: int = Field(1, ge=1, description="log the metrics of every Nth step (and always the last)")
     stdout_metrics: list[str] = Field(
-        default_factory=lambda: ["*"],
-        description="fnmatch patterns of the metrics the stdout line shows (files always get all of them)",
+        default_factory=lambda: list(DEFAULT_STDOUT_METRICS),
+        description="fnmatch patterns of the metrics the stdout line shows (files always get all of them); "
+        'the default is a short set covering every mode (reward, accuracy, loss, eval, step time); ["*"] shows all',
     )
     project: str = Field("roll", description="project/experiment name for wandb, mlflow, swanlab and trackio")
     progress: bool = Field(
-        True, description="show the stdout progress line with ETA; false prints plain lines"
+        True,
+        description="a progress line (step/total, elapsed, ETA) on stderr when stderr is a terminal; "
+        "nothing extra otherwise (the stdout line already says step n/total)",
     )
+    log_samples_every: int = Field(
+        10,
+        ge=0,
+        description="write a few samples of a step (prompt, response, reward, ground truth) to samples.jsonl and "
+        "each tracker's text/table form at step 1 and every this many steps, plus a few greedy answers at each "
+        "evaluation; 0 turns samples off",
+    )
+    log_samples_count: int = Field(4, ge=1, description="samples per logged step (spread over the batch)")
 
 
 class CheckpointConfig(RollModel):

@@ -30,6 +30,7 @@ from roll.pipelines.common.config import answer_source, strategy_for
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import TRAIN_METRIC_REDUCTION, optimizer_chunks, sum_metrics
+from roll.pipelines.common.samples import answer_samples
 from roll.pipelines.distill import DistillConfig, TeacherWarmupConfig
 from roll.pipelines.distill.checks import check_same_tokenizer
 from roll.pipelines.distill.losses import DistillLoss
@@ -216,7 +217,13 @@ class DistillPipeline(BasePipeline):
             return {}
         metrics = self.eval_kd(rows)
         if self.config.eval.scores_answers(self.config.data):
-            metrics["answer_accuracy"] = self.answer_accuracy(self.student, self.eval_prompts())
+            prompts, answers = self.eval_prompts(), []
+            metrics["answer_accuracy"] = self.answer_accuracy(self.student, prompts, answers)
+            truths = [r["ground_truth"] for r in prompts]
+            shown = answer_samples(
+                [prompt_ids(r) for r in prompts], truths, answers, self.tokenizer, self.samples.count
+            )
+            self.log_eval_samples(shown)
         return metrics
 
     def eval_kd(self, rows: Sequence[D.Row]) -> dict[str, float]:
@@ -240,12 +247,15 @@ class DistillPipeline(BasePipeline):
     def eval_prompts(self) -> list[D.Row]:
         return self.data.eval[: self.config.eval.max_generate]
 
-    def answer_accuracy(self, cluster: Cluster, rows: Sequence[D.Row]) -> float:
-        """Fraction of ``rows`` whose greedy answer under ``cluster`` (an SFTWorker role) the task verifies."""
+    def answer_accuracy(
+        self, cluster: Cluster, rows: Sequence[D.Row], answers: list[tuple[str, bool]] | None = None
+    ) -> float:
+        """Fraction of ``rows`` whose greedy answer under ``cluster`` (an SFTWorker role) the task verifies;
+        ``answers`` receives each row's ``(answer, verified)``."""
         return greedy_accuracy(
             cluster, [prompt_ids(r) for r in rows], [str(r["ground_truth"]) for r in rows],
             verify=self.eval_task().verify, tokenizer=self.tokenizer, batch_size=self.config.eval.batch_size,
-            max_new_tokens=self.config.eval.max_new_tokens, vision=vision_columns(rows),
+            max_new_tokens=self.config.eval.max_new_tokens, vision=vision_columns(rows), answers=answers,
         )  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------ checkpoints

@@ -168,10 +168,12 @@ def greedy_accuracy(
     batch_size: int,
     max_new_tokens: int,
     vision: Mapping[str, Sequence[Any]] | None = None,
+    answers: list[tuple[str, bool]] | None = None,
 ) -> float:
     """Fraction of ``prompts`` (token ids) whose greedy answer under ``cluster`` (an SFTWorker role) ``verify``
     accepts against its ``truths`` entry; answers are cut at the tokenizer's EOS before decoding. ``vision``: the
-    prompts' per-row image columns (:func:`roll.data.vision.vision_columns`), for image prompts."""
+    prompts' per-row image columns (:func:`roll.data.vision.vision_columns`), for image prompts. ``answers``, when
+    given, receives each prompt's ``(answer text, verified)``."""
     correct, eos = 0, tokenizer.eos_token_id
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
@@ -184,5 +186,8 @@ def greedy_accuracy(
         for truth, ids_T in zip(truths[start : start + batch_size], out[C.GENERATED_IDS]):
             ids = ids_T.tolist()
             text = tokenizer.decode(ids[: ids.index(eos)] if eos in ids else ids, skip_special_tokens=True)
-            correct += bool(verify(str(text), str(truth)))
+            ok = bool(verify(str(text), str(truth)))
+            correct += ok
+            if answers is not None:
+                answers.append((str(text), ok))
     return correct / max(len(prompts), 1)

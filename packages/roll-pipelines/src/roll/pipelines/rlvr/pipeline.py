@@ -195,6 +195,8 @@ class RLVRPipeline(BasePipeline):
         )  # step_ahead: the next batch generates on these weights while this one trains
         batch = self._timed(timings, "score", lambda: self.score(rollout))
         self.show_errors(batch)
+        if self.train_samples_due():  # a few rows for a person to read (roll.core.samples)
+            self.log_train_samples(self.samples.pick(batch))
         with self.policy.phase("train"):
             batch = self._timed(timings, "advantages", lambda: self.advantages(batch))
             train_metrics = self._timed(timings, "train", lambda: self.train(batch))
@@ -356,6 +358,7 @@ class RLVRPipeline(BasePipeline):
         samples = self.scheduler.generate_all(self.eval_prompts, params)
         scored = self.rewards.score(samples)
         self.show_errors(scored)
+        self.log_eval_samples(self.samples.pick(scored))  # a few greedy answers beside the accuracy
         out = {"reward": float(scored[C.SCORES].mean()), "accuracy": float(scored[C.CORRECT].mean())}
         out.update(M.domain_metrics(scored, self.domain_of, prefix="domain", default=self.default_domain))
         if v.samples_per_prompt > 1:

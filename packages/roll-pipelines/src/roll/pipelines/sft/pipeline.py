@@ -27,6 +27,7 @@ from roll.pipelines.common.config import answer_source, strategy_for
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import optimizer_chunks, sum_metrics, train_chunks
+from roll.pipelines.common.samples import answer_samples
 from roll.pipelines.sft import SFTConfig
 from roll.pipelines.sft.losses import SFTLoss
 from roll.pipelines.sft.worker import SFTWorker
@@ -110,12 +111,16 @@ class SFTPipeline(BasePipeline):
         return get_task(src.path, **src.builtin_options) if src is not None else None
 
     def answer_accuracy(self, rows: list[D.Row]) -> float:
+        """Fraction of ``rows`` whose greedy answer the task verifies; a few answers go to the samples log."""
         task = self.eval_task()
-        correct = 0
-        for chunk in D.chunks(rows, self.config.eval.batch_size):
-            for row, text in zip(chunk, self.greedy_answers(chunk)):
-                correct += bool(task.verify(text, str(row["ground_truth"])))
-        return correct / len(rows)
+        answers = [
+            (text, bool(task.verify(text, str(row["ground_truth"]))))
+            for chunk in D.chunks(rows, self.config.eval.batch_size)
+            for row, text in zip(chunk, self.greedy_answers(chunk))
+        ]
+        prompts, truths = [prompt_ids(row) for row in rows], [row["ground_truth"] for row in rows]
+        self.log_eval_samples(answer_samples(prompts, truths, answers, self.tokenizer, self.samples.count))
+        return sum(ok for _, ok in answers) / len(rows)
 
     def greedy_answers(self, rows: list[D.Row]) -> list[str]:
         prompts = [{"prompt_ids": prompt_ids(row)} for row in rows]

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from roll.agentic.env_manager.batching import to_batch
-from roll.agentic.env_manager.episode import Sample
+from roll.agentic.env_manager.episode import Episode, Sample
 from roll.agentic.env_manager.manager import Rollout
 from roll.agentic.env_manager.slots import ResetOutcome, ResetRequest
 from roll.agentic.pipeline.agentic import AgenticConfig, GiGPOConfig
@@ -40,6 +40,7 @@ from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import ConfigError
 from roll.core.pipeline import BasePipeline
+from roll.core.samples import SampleRow, spread
 from roll.pipelines.algorithms.dapo import dynamic_sampling_rows
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
 from roll.pipelines.policy.group import PolicyGroup, policy_spec
@@ -87,6 +88,8 @@ class AgenticPipeline(BasePipeline):
         rollout = _timed(timings, "rollout", lambda: self.ahead.take(step))
         self.ahead.start(step + 1)  # async: step + 1 rolls out on the current weights while step trains
         self.failures.show(rollout.errors)  # an env's first exception of each kind, with its traceback
+        if self.train_samples_due():  # a few trajectories for a person to read (roll.core.samples)
+            self.log_train_samples(episode_samples(rollout, self.samples.count))
         samples = rollout.samples(self.config.env_manager.mode, self.config.env_manager.gamma)
         metrics = rollout.metrics()
         if self.config.algorithm.dynamic_sampling:
@@ -214,6 +217,7 @@ class AgenticPipeline(BasePipeline):
         """Greedy episodes on held-out seeds: success rate and return, overall and per env tag."""
         rollout = self.runtime.rollout(batch_seed=EVAL_SEED_BASE + step, greedy=True)
         self.failures.show(rollout.errors)
+        self.log_eval_samples(episode_samples(rollout, self.samples.count))
         return {
             k.removeprefix("env/"): v
             for k, v in rollout.metrics().items()
@@ -286,6 +290,29 @@ def _format_sample(enc: Any, outcome: ResetOutcome, answer: str) -> Sample:
         logp=[0.0] * (len(prompt) + len(response)),
         score=0.0, group=0, episode=0, tag="warmup", success=False, images=encoded,
     )  # fmt: skip
+
+
+def episode_samples(rollout: Rollout, count: int) -> list[SampleRow]:
+    """``count`` kept episodes spread over the rollout, each as a sample row: the first observation as the
+    prompt, the conversation after it as the response, the episode's summed reward (what ``env/return``
+    averages) as ``reward`` and ``episode_return``."""
+    episodes = rollout.episodes
+    return [_episode_row(episodes[i]) for i in spread(len(episodes), count)]
+
+
+def _episode_row(episode: Episode) -> SampleRow:
+    transcript = "\n".join(f"{m['role']}: {m['content']}" for m in episode.messages[2:])
+    return {
+        "prompt": episode.observation if not episode.turns else episode.turns[0].observation,
+        "response": transcript,
+        "tag": episode.tag,
+        "seed": episode.seed,
+        "reward": episode.total_reward,
+        "episode_return": episode.total_reward,
+        "success": episode.success,
+        "turns": len(episode.turns),
+        "status": episode.status,
+    }
 
 
 def _timed(timings: dict[str, float], phase: str, fn: Callable[[], Any]) -> Any:
