@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 import types
 from pathlib import Path
@@ -82,7 +83,7 @@ def test_reduce_metrics_unknown_mode() -> None:
 
 
 def test_stdout_line_format(capsys: pytest.CaptureFixture[str]) -> None:
-    tracker = STDOUT.build(Path("unused"), TrackingConfig(), {"max_steps": 10})
+    tracker = STDOUT.build(Path("unused"), TrackingConfig(stdout_metrics=["*"]), {"max_steps": 10})
     tracker.log({"reward/mean": 0.5, "loss": 0.123456, "lr": 1e-6, "tokens_count": 4096}, step=3)
     tracker.close()
     assert (
@@ -92,6 +93,23 @@ def test_stdout_line_format(capsys: pytest.CaptureFixture[str]) -> None:
     StdoutTracker().log({}, step=7)
     assert capsys.readouterr().out == "step 7\n"
     assert format_metrics_line({"x": 2.0}, 1, None) == "step 1 | x 2"
+
+
+def test_default_stdout_line_is_short(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``stdout_metrics`` the line keeps the default few names: of an RLVR step's metrics (a real step's
+    names, 50 of them) only reward mean and accuracy, the loss, the eval accuracy and the step time remain."""
+    names = [
+        "actor/approx_kl", "actor/clip_frac", "actor/entropy", "actor/grad_norm", "actor/loss", "actor/lr",
+        "reward/mean", "reward/std", "reward/accuracy", "reward/arithmetic/mean", "reward/errors",
+        "response/length_mean", "rollout/samples", "time/generate_s", "time/train_s", "time/step_s",
+        "throughput/generate_tokens_per_s", "policy_version", "eval/accuracy", "eval/reward", "eval/domain/x",
+        *[f"extra/m{i}" for i in range(29)],
+    ]  # fmt: skip
+    tracker = STDOUT.build(Path("unused"), TrackingConfig(), {"max_steps": 120})
+    tracker.log(dict.fromkeys(names, 0.5), step=10)
+    assert capsys.readouterr().out == (
+        "step 10/120 | actor/loss 0.5 | eval/accuracy 0.5 | reward/accuracy 0.5 | reward/mean 0.5 | time/step_s 0.5\n"
+    )
 
 
 def test_progress_is_silent_without_a_terminal() -> None:
@@ -109,7 +127,10 @@ def test_progress_forced_shows_step_of_max_steps() -> None:
         assert bar.active
         bar.update(5, {"loss": 0.25})
     text = stream.getvalue()
-    assert "5/10" in text and "loss=0.25" in text and "<" in text  # tqdm's elapsed<remaining (ETA)
+    assert "5/10" in text and "loss=0.25" in text
+    last = text.replace("\n", "\r").split("\r")[-2]  # the line as redrawn last
+    match = re.search(r"elapsed (\d+:\d\d(?::\d\d)?), eta (\d+:\d\d(?::\d\d)?)", last)
+    assert match is not None, last  # tqdm's MM:SS / H:MM:SS durations
 
 
 # --------------------------------------------------------------------------------------------------- jsonl

@@ -6,7 +6,7 @@
     roll: last step: reward/mean 0.73 | reward/accuracy 0.73 | actor/loss 0.0012
     roll: eval/accuracy 0.58 at step 120, best 0.67 at step 100
     roll: run dir /abs/outputs/quickstart
-    roll:   metrics.jsonl  samples.jsonl  tensorboard/  checkpoints/step_000120/  plot.png
+    roll:   metrics.jsonl  samples.jsonl  config.yaml  tensorboard/  checkpoints/step_000120/  plot.png
 
 The wall time counts from the start of ``run`` (start-up included); the rate is the mean ``time/step_s`` (the
 steps alone). The metrics shown are the first of ``tracking.stdout_metrics`` (in the order given) that the run reported; the
@@ -109,13 +109,13 @@ class RunSummary:
 def _files_lines(output_dir: Path, checkpoint: Path | None) -> list[str]:
     """What the run dir holds, relative to it; a checkpoint outside it on its own line, absolute."""
     names = [f"{n}/" if (output_dir / n).is_dir() else n for n in RUN_FILES if (output_dir / n).exists()]
-    names += [p.name for p in sorted(output_dir.glob("*.png"))]
     outside = None
     if checkpoint is not None:
         try:
-            names.insert(min(3, len(names)), f"{checkpoint.resolve().relative_to(output_dir.resolve())}/")
+            names.append(f"{checkpoint.resolve().relative_to(output_dir.resolve())}/")
         except ValueError:
             outside = f"roll: checkpoint {checkpoint.resolve()}"
+    names += [p.name for p in sorted(output_dir.glob("*.png"))]
     lines: list[str] = []
     line = "roll: "
     for name in names:
