@@ -170,16 +170,17 @@ class BasePipeline(ABC):
         """Train until ``max_steps``; returns the last step's metrics. Always call :meth:`shutdown` after.
 
         First says on stderr what the run continues from (:meth:`roll.core.rundir.RunStart.describe`); a run
-        whose checkpoint is already at ``max_steps`` returns ``{}`` there, before Ray starts.
+        whose checkpoint is already at ``max_steps`` returns ``{}`` there, before Ray starts. Otherwise the next
+        line is ``roll: run dir <absolute output_dir>``; :meth:`summary_lines` are the closing lines.
         Raises :class:`~roll.core.recovery.Preempted` after a graceful stop on SIGTERM/SIGINT (a checkpoint was
         written), ``KeyboardInterrupt`` when a step was abandoned. A lost worker is recovered from up to
         ``max_restarts`` times (see :mod:`roll.core.recovery`).
         """
         print(f"roll: {self.run_start.describe(self.name)}", file=sys.stderr, flush=True)
-        print(f"roll: run dir {self.output_dir.resolve()}", file=sys.stderr, flush=True)
-        self.summary.start(self.run_start.step)
         if self.run_start.finished:
             return {}
+        print(f"roll: run dir {self.output_dir.resolve()}", file=sys.stderr, flush=True)
+        self.summary.start(self.run_start.step)
         stop = StopSignals(grace_s=self.config.stop_grace_s)
         with stop.installed():
             try:
