@@ -27,6 +27,10 @@ if "trackio" not in sys.modules:
 
 RUN_CONFIG = {"pipeline": "rlvr", "seed": 3, "train": {"optimizer": {"lr": 0.0005}}}
 STEPS = {1: {"reward/mean": 0.25, "actor/loss": 1.5}, 2: {"reward/mean": 0.5, "actor/loss": 1.0}}
+SAMPLES = [
+    {"step": 2, "kind": "train", "prompt": "What is 2+3?", "response": "5", "reward": 1.0},
+    {"step": 2, "kind": "train", "prompt": "What is 1+1?", "response": "3", "reward": 0.0},
+]
 
 
 def run_tracker(name: str, tmp_path: Path) -> tuple[Path, str]:
@@ -41,6 +45,7 @@ def run_tracker(name: str, tmp_path: Path) -> tuple[Path, str]:
     for step, metrics in STEPS.items():
         tracker.log(metrics, step)
     tracker.log_images({"plot": out / "plot.png"}, 2)
+    tracker.log_samples(SAMPLES, 2, "train")
     tracker.close()
     return out, project
 
@@ -57,6 +62,11 @@ def test_mlflow_file_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert run.data.params["train.optimizer.lr"] == "0.0005" and run.data.params["seed"] == "3"
     assert run.info.run_name == "run-mlflow" and run.info.status == "FINISHED"
     assert {a.path for a in client.list_artifacts(run.info.run_id, "images")} == {"images/plot.png"}
+    table = Path(client.download_artifacts(run.info.run_id, "samples/train/step_000002.md", str(tmp_path)))
+    assert table.read_text().splitlines()[2:] == [
+        "| 2 | train | What is 2+3? | 5 | 1 |",
+        "| 2 | train | What is 1+1? | 3 | 0 |",
+    ]
 
 
 def _swanlab_records(out: Path) -> list[Any]:
@@ -81,7 +91,7 @@ def test_swanlab_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     records = _swanlab_records(out)
     scalars = {(r.scalar.key, r.scalar.step): r.scalar.value.number for r in records if r.HasField("scalar")}
     assert scalars[("reward/mean", 1)] == 0.25 and scalars[("actor/loss", 2)] == 1.0
-    assert [r.media.key for r in records if r.HasField("media")] == ["plot"]
+    assert [r.media.key for r in records if r.HasField("media")] == ["plot", "samples/train"]
     (start,) = [r.start for r in records if r.HasField("start")]
     assert start.project == project and start.name == "run-swanlab"
     (config,) = glob.glob(str(out / "swanlog" / "run-*" / "files" / "config.yaml"))
@@ -103,6 +113,8 @@ def test_trackio_local(tmp_path: Path) -> None:
         (2, "actor/loss"): 1.0,
     }
     assert [row["plot"]["_type"] for row in logs if "plot" in row] == ["trackio.image"]
+    (table,) = [row["samples/train"] for row in logs if "samples/train" in row]
+    assert table["_type"] == "trackio.table" and "What is 1+1?" in str(table)
     config = SQLiteStorage.get_run_config(project, "run-trackio")
     assert config is not None and config["seed"] == 3 and config["train"]["optimizer"]["lr"] == 0.0005
 
