@@ -56,9 +56,12 @@ def test_success_rate_rises_on_the_learnable_env(
         "tracking.backends=[jsonl]",
         "tracking.progress=false",
         "checkpoint.export_hf=true",
+        "tracking.log_samples_every=4",
+        "tracking.log_samples_count=100000",  # every kept episode: their mean reward is env/return
     ]
     config = load_config(EXAMPLES / "agentic_guess.yaml", overrides, model=AgenticConfig)
     _run(AGENTIC, config)
+    _check_samples(tmp_path)
     success = _series(tmp_path / "metrics.jsonl", "env/success_rate")
     assert len(success) == 8
     first, last = sum(success[:2]) / 2, sum(success[-3:]) / 3
@@ -66,6 +69,22 @@ def test_success_rate_rises_on_the_learnable_env(
     assert last > 0.85, f"GRPO should sharpen the ~75% expert-imitating warm-up policy: {success}"
     assert (tmp_path / "plot.png").exists()
     export_matches_trainer(tmp_path)
+
+
+def _check_samples(out: Path) -> None:
+    """samples.jsonl holds the trajectories of steps 1, 4 and 8 (step 1 and every 4th): each episode's text and
+    reward, their mean the step's ``env/return`` and their success rate its ``env/success_rate``."""
+    from roll.core.samples import read_samples
+    from roll.core.testing import read_metrics
+
+    rows = [r for r in read_samples(out / "samples.jsonl") if r["kind"] == "train"]
+    metrics = read_metrics(out)
+    assert sorted({r["step"] for r in rows}) == [1, 4, 8]
+    for step in (1, 4, 8):
+        mine = [r for r in rows if r["step"] == step]
+        assert sum(r["reward"] for r in mine) / len(mine) == pytest.approx(metrics[step]["env/return"])
+        assert sum(r["success"] for r in mine) / len(mine) == pytest.approx(metrics[step]["env/success_rate"])
+        assert all(r["response"].startswith("assistant: ") and r["prompt"] for r in mine)
 
 
 def test_expert_warmup_needs_envs_that_report_the_expert_action() -> None:

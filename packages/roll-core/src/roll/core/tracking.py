@@ -13,8 +13,10 @@ imports neither torch nor wandb at import time, so listing plugins stays fast: T
 from __future__ import annotations
 
 import fnmatch
+import io
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -294,6 +296,17 @@ PROGRESS_FORMAT = (
 durations as ``MM:SS`` or ``H:MM:SS`` (``?`` until a step has finished)."""
 
 
+PROGRESS_COLUMNS = 120
+"""The progress line's width on a terminal that reports none."""
+
+
+def _columns(stream: TextIO) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return 0
+
+
 class Progress:
     """A tqdm line over the training loop, redrawn in place: ``step/max_steps``, elapsed, ETA, rate, and a few
     metrics (:data:`PROGRESS_FORMAT`).
@@ -320,9 +333,10 @@ class Progress:
         if enabled and (force or stream.isatty()):
             from tqdm import tqdm
 
+            width = _columns(stream)  # a terminal that reports no width (0) gets a fixed one, not an empty line
             self._bar = tqdm(
-                total=total, initial=initial, desc=desc, unit="step", file=stream, dynamic_ncols=True,
-                bar_format=PROGRESS_FORMAT,
+                total=total, initial=initial, desc=desc, unit="step", file=stream, dynamic_ncols=width > 0,
+                ncols=None if width > 0 else PROGRESS_COLUMNS, bar_format=PROGRESS_FORMAT,
             )  # fmt: skip
 
     @property
