@@ -82,6 +82,19 @@ def test_reward_accuracy_rises_above_chance_and_every_parameter_changed(trained:
 
 
 @pytest.mark.slow
+def test_each_evaluation_logs_pairs_with_their_implicit_rewards(trained: Path) -> None:
+    """samples.jsonl: 4 held-out pairs per evaluation (steps 10, 20, 30): prompt, both responses, their implicit
+    rewards, ``correct`` where the chosen one's is higher."""
+    from roll.core.samples import read_samples
+
+    rows = read_samples(trained / "samples.jsonl")
+    assert sorted({r["step"] for r in rows}) == [10, 20, 30] and len(rows) == 12
+    for r in rows:
+        assert r["kind"] == "eval" and r["prompt"] and r["chosen"] != r["rejected"]
+        assert r["correct"] == float(r["chosen_implicit_reward"] > r["rejected_implicit_reward"])
+
+
+@pytest.mark.slow
 def test_train_steps_report_reward_accuracy_and_margin(trained: Path) -> None:
     """Each step logs the reward accuracy and margin of its own 32 pairs (before its update). At step 1 the policy
     is the reference, so every implicit reward is 0: accuracy 0 (chosen is not *higher*), margin 0. Later batches

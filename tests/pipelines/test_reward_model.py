@@ -26,6 +26,7 @@ COMMON = [
     "checkpoint.export_hf=true",
     "tracking.progress=false",
     "tracking.backends=[jsonl]",
+    "tracking.log_samples_count=100000",  # every held-out pair
     "actor_train.cpus_per_worker=0.5",
     "actor_train.strategy.optimizer.lr=3e-3",
     "data.sources.0.max_samples=512",
@@ -64,6 +65,22 @@ def test_pairwise_accuracy_is_above_chance(trained: Path) -> None:
     metrics = _metrics(trained)
     assert metrics[STEPS]["eval/pairwise_accuracy"] > 0.55  # held-out pairs, random-init 1M backbone
     assert metrics[STEPS]["eval/margin"] > 0
+
+
+@pytest.mark.slow
+def test_each_evaluation_logs_its_pairs_with_their_scores(trained: Path) -> None:
+    """samples.jsonl holds every held-out pair of each evaluation with both scores; the share where the chosen
+    response scores higher is the step's ``eval/pairwise_accuracy``."""
+    from roll.core.samples import read_samples
+
+    rows, metrics = read_samples(trained / "samples.jsonl"), _metrics(trained)
+    assert sorted({r["step"] for r in rows}) == [10, 20, 30]
+    for step in (10, 30):
+        mine = [r for r in rows if r["step"] == step]
+        assert all(r["correct"] == float(r["chosen_score"] > r["rejected_score"]) for r in mine)
+        assert sum(r["correct"] for r in mine) / len(mine) == pytest.approx(
+            metrics[step]["eval/pairwise_accuracy"]
+        )
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ COMMON = [
     "checkpoint.export_hf=true",
     "tracking.progress=false",
     "tracking.backends=[jsonl]",
+    "tracking.log_samples_count=64",  # every greedy answer of an evaluation (17)
     "actor_train.num_workers=2",
     "actor_train.cpus_per_worker=0.5",
 ]
@@ -70,6 +71,26 @@ def test_loss_falls_and_answer_accuracy_rises(trained: Path) -> None:
     assert metrics[STEPS]["eval/token_accuracy"] > metrics[20]["eval/token_accuracy"]
     assert metrics[20]["eval/answer_accuracy"] < 0.1
     assert metrics[STEPS]["eval/answer_accuracy"] > 0.15
+
+
+@pytest.mark.slow
+def test_each_evaluation_logs_its_greedy_answers(trained: Path) -> None:
+    """samples.jsonl: the 17 greedy answers of each evaluation (steps 20..100), their share of ``correct`` the
+    step's ``eval/answer_accuracy``; no train rows (SFT has no samples of its own to show)."""
+    from roll.core.samples import read_samples
+
+    rows, metrics = read_samples(trained / "samples.jsonl"), _metrics(trained)
+    assert {r["kind"] for r in rows} == {"eval"} and sorted({r["step"] for r in rows}) == [
+        20,
+        40,
+        60,
+        80,
+        100,
+    ]
+    for step in (20, 100):
+        mine = [r for r in rows if r["step"] == step]
+        assert len(mine) == 17 and all(r["prompt"] and "ground_truth" in r for r in mine)
+        assert sum(r["correct"] for r in mine) / 17 == pytest.approx(metrics[step]["eval/answer_accuracy"])
 
 
 @pytest.mark.slow

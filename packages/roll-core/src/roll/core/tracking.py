@@ -333,7 +333,9 @@ class Progress:
         if enabled and (force or stream.isatty()):
             from tqdm import tqdm
 
-            width = _columns(stream)  # a terminal that reports no width (0) gets a fixed one, not an empty line
+            width = _columns(
+                stream
+            )  # a terminal that reports no width (0) gets a fixed one, not an empty line
             self._bar = tqdm(
                 total=total, initial=initial, desc=desc, unit="step", file=stream, dynamic_ncols=width > 0,
                 ncols=None if width > 0 else PROGRESS_COLUMNS, bar_format=PROGRESS_FORMAT,

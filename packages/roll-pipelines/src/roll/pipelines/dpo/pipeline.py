@@ -30,6 +30,7 @@ from roll.pipelines.common.config import strategy_for
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import optimizer_chunks, train_chunks
+from roll.pipelines.common.samples import pair_samples
 from roll.pipelines.dpo import DPOConfig
 from roll.pipelines.dpo.losses import DPOLoss, KTOLoss, preference_output, response_logp
 from roll.workers.roles.actor import ActorTrainWorker
@@ -217,7 +218,12 @@ class DPOPipeline(BasePipeline):
                 kl.append(batch_kl * len(indices))
         if self.kto:
             return self.kto_metrics(torch.cat(logp), torch.cat(ref), torch.cat(labels), sum(kl) / len(rows))
-        return self.preference_metrics(torch.cat(logp), torch.cat(ref))
+        logp_B, ref_B = torch.cat(logp), torch.cat(ref)
+        implicit_B = self.config.loss.beta * (logp_B - ref_B)  # DPO's implicit reward; interleaved pairs
+        shown = pair_samples(rows, implicit_B[0::2].tolist(), implicit_B[1::2].tolist(), self.tokenizer,
+                             self.samples.count, value="implicit_reward")  # fmt: skip
+        self.log_eval_samples(shown)
+        return self.preference_metrics(logp_B, ref_B)
 
     def preference_metrics(self, logp_B: torch.Tensor, ref_logp_B: torch.Tensor) -> dict[str, float]:
         loss = self.config.loss

@@ -18,6 +18,7 @@ from roll.pipelines.common.config import strategy_for
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import optimizer_chunks, train_chunks
+from roll.pipelines.common.samples import pair_samples
 from roll.pipelines.reward_model import RewardModelConfig
 from roll.pipelines.reward_model.losses import BradleyTerryLoss
 from roll.workers.roles.reward_model import RewardModelWorker
@@ -77,6 +78,9 @@ class RewardModelPipeline(BasePipeline):
             return {}
         scores_B = torch.cat([self.scores(chunk) for chunk in D.chunks(rows, self.config.eval.batch_size)])
         loss, metrics = bradley_terry_loss(scores_B[0::2], scores_B[1::2])
+        shown = pair_samples(rows, scores_B[0::2].tolist(), scores_B[1::2].tolist(), self.tokenizer,
+                             self.samples.count, value="score")  # fmt: skip
+        self.log_eval_samples(shown)
         return {
             "loss": float(loss),
             "pairwise_accuracy": float(metrics["accuracy"]),
