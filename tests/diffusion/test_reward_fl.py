@@ -27,6 +27,7 @@ COMMON = [
     "checkpoint.export_hf=true",
     "tracking.progress=false",
     "tracking.backends=[jsonl,tensorboard]",
+    "tracking.log_samples_count=8",  # all 8 eval prompts
 ]
 MARGIN = 0.01
 
@@ -52,6 +53,22 @@ def test_reward_rises_on_the_eval_prompts_and_samples_stay_diverse(trained: Path
     diverse_before, diverse_after = metrics[0]["eval/diversity"], metrics[STEPS]["eval/diversity"]
     assert diverse_after > 0.5 * diverse_before, (diverse_before, diverse_after)
     assert sorted(metrics) == list(range(STEPS + 1))
+
+
+@pytest.mark.slow
+def test_eval_samples_name_prompt_reward_and_picture(trained: Path) -> None:
+    """samples.jsonl: the 8 eval prompts before training (step 0) and after (step 6), each with its reward (their
+    mean is ``eval/reward_mean``) and the grid cell that shows it."""
+    from roll.core.samples import read_samples
+
+    rows, metrics = read_samples(trained / "samples.jsonl"), read_metrics(trained)
+    for step in (0, STEPS):
+        mine = [r for r in rows if r["step"] == step]
+        assert len(mine) == 8 and {r["kind"] for r in mine} == {"eval"}
+        assert sum(r["reward"] for r in mine) / 8 == pytest.approx(
+            metrics[step]["eval/reward_mean"], rel=1e-5
+        )
+        assert mine[3]["picture"] == f"samples/step_{step:06d}.png, cell 3"
 
 
 @pytest.mark.slow

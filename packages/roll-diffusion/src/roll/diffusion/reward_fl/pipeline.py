@@ -17,6 +17,7 @@ import numpy as np
 
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
+from roll.core.samples import spread
 from roll.core.tracking import reduce_metrics
 from roll.diffusion import outputs
 from roll.diffusion.reward_fl import RewardFLConfig
@@ -71,6 +72,14 @@ class RewardFLPipeline(BasePipeline):
         self.history["eval reward"].append((step, float(rewards.mean())))
         images = out["images"].numpy()
         self.write_pictures(images, step)
+        picture = f"{SAMPLES_DIR}/step_{step:06d}.png"  # the grid (frame strip) write_pictures drew
+        prompts = self.config.prompts.eval
+        self.log_eval_samples(
+            [
+                {"prompt": prompts[i], "reward": float(rewards[i]), "picture": f"{picture}, cell {i}"}
+                for i in spread(len(prompts), self.samples.count)
+            ]
+        )
         channels_last = np.moveaxis(images, -3, -1)  # [B, (F,) H, W, 3]
         return {
             "reward_mean": float(rewards.mean()),
