@@ -217,7 +217,7 @@ class DistillPipeline(BasePipeline):
             return {}
         metrics = self.eval_kd(rows)
         if self.config.eval.scores_answers(self.config.data):
-            prompts, answers = self.eval_prompts(), []
+            prompts, answers = self.eval_prompts(), list[tuple[str, bool]]()
             metrics["answer_accuracy"] = self.answer_accuracy(self.student, prompts, answers)
             truths = [r["ground_truth"] for r in prompts]
             shown = answer_samples(
