@@ -182,12 +182,15 @@ def test_summary_of_a_resumed_run_and_a_loss() -> None:
     summary = RunSummary(["eval/loss"])
     summary.start(20)
     summary.observe_eval(25, {"eval/loss": 0.5})
-    summary.observe_eval(30, {"eval/loss": 0.75})
+    assert summary._eval_line() == ["roll: eval/loss 0.5 at step 25"]
+    summary.observe_eval(30, {"eval/loss": 0.25})
+    assert summary._eval_line() == ["roll: eval/loss 0.25 at step 30, the best of 2 evaluations"]
+    summary.observe_eval(35, {"eval/loss": 0.75})
     lines = summary.lines(
-        name="sft", step=30, max_steps=30, last={}, output_dir=Path("/nowhere"), checkpoint=None
+        name="sft", step=35, max_steps=35, last={}, output_dir=Path("/nowhere"), checkpoint=None
     )
-    assert "30 of 30 steps (10 in this run, from step 20)" in lines[0]
-    assert lines[1] == "roll: eval/loss 0.75 at step 30, best 0.5 at step 25"  # lower is better for a loss
+    assert "35 of 35 steps (15 in this run, from step 20)" in lines[0]
+    assert lines[1] == "roll: eval/loss 0.75 at step 35, best 0.25 at step 30"  # lower is better for a loss
 
 
 def test_format_duration_and_pick_metrics() -> None:

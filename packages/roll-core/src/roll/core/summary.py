@@ -103,6 +103,8 @@ class RunSummary:
         lower = "loss" in head
         best_step, best_value = (min if lower else max)(seen, key=lambda sv: sv[1])
         line = f"roll: {head} {last_value:.4g} at step {last_step}"
+        if len(seen) > 1 and best_step == last_step:
+            return [f"{line}, the best of {len(seen)} evaluations"]
         return [line + (f", best {best_value:.4g} at step {best_step}" if len(seen) > 1 else "")]
 
 
