@@ -1,8 +1,9 @@
 """Optional experiment trackers: MLflow, SwanLab and Trackio (extras ``roll-core[mlflow|swanlab|trackio]``).
 
-Each is a :class:`~roll.core.types.Tracker` with one more method, ``log_images({name: png_path}, step)``, which
-:class:`~roll.core.tracking.MultiTracker` forwards to the trackers that have it (a run's plots are logged at the
-end). Every tracker logs the resolved run config once at start, then the metrics of each logged step. They work
+Each is a :class:`~roll.core.types.Tracker` with two more methods, which :class:`~roll.core.tracking.MultiTracker`
+forwards to the trackers that have them: ``log_images({name: png_path}, step)`` (a run's plots, logged at the end)
+and ``log_samples(rows, step, kind)`` (:mod:`roll.core.samples`: an MLflow markdown artifact, a SwanLab text, a
+Trackio table). Every tracker logs the resolved run config once at start, then the metrics of each logged step. They work
 without a network by default, in each library's local mode:
 
 - ``mlflow``: ``MLFLOW_TRACKING_URI`` when set (a server, ``sqlite:///...``), else a file store in

@@ -39,7 +39,11 @@ class Pipeline(Protocol):
 
 @runtime_checkable
 class Tracker(Protocol):
-    """A metrics sink. ``log`` receives flat ``{"group/name": float}`` dicts."""
+    """A metrics sink. ``log`` receives flat ``{"group/name": float}`` dicts.
+
+    Optional methods, called when a tracker has them (:class:`roll.core.tracking.MultiTracker`); without them a
+    tracker does nothing with those calls: ``log_images({name: png_path}, step)``, ``log_samples(rows, step,
+    kind)`` (sample rows, :mod:`roll.core.samples`: shown as a table or text) and ``rewind(last_step)``."""
 
     def log(self, metrics: Mapping[str, float], step: int) -> None: ...
 
