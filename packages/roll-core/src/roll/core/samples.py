@@ -7,7 +7,8 @@ anything), a mode hands :class:`SampleLog` a few rows of the step; evaluation ha
 - ``step`` (the step the metrics of the same number belong to), ``kind`` (``"train"`` or ``"eval"``);
 - ``prompt``, ``response``, ``ground_truth``, ``tag`` (the reward domain or env), ``finish_reason``;
 - ``reward`` (what the advantages saw, after shaping), ``score`` (the reward function's own value), ``correct``,
-  ``reward_error``; agentic rows ``episode_return`` and ``success``.
+  ``answer`` (the final answer the reward extracted), ``reward_error``; agentic rows ``episode_return`` and
+  ``success``.
 
 Texts longer than :data:`TEXT_LIMIT` characters keep their head and tail around a ``[... N chars ...]`` marker, so
 one runaway response cannot fill a disk or a dashboard. The rows are picked by :func:`spread`: evenly over the
@@ -48,6 +49,7 @@ BATCH_FIELDS: tuple[tuple[str, str], ...] = (
     ("reward", C.REWARDS),
     ("score", C.SCORES),
     ("correct", C.CORRECT),
+    ("answer", C.REWARD_ANSWER),
     ("reward_error", C.REWARD_ERROR),
     ("episode_return", C.EPISODE_RETURN),
     ("success", C.SUCCESS),

@@ -358,7 +358,9 @@ class RLVRPipeline(BasePipeline):
         samples = self.scheduler.generate_all(self.eval_prompts, params)
         scored = self.rewards.score(samples)
         self.show_errors(scored)
-        self.log_eval_samples(self.samples.pick(scored))  # a few greedy answers beside the accuracy
+        self.log_eval_samples(
+            self.samples.pick(scored)
+        )  # a few answers beside the accuracy (roll.core.samples)
         out = {"reward": float(scored[C.SCORES].mean()), "accuracy": float(scored[C.CORRECT].mean())}
         out.update(M.domain_metrics(scored, self.domain_of, prefix="domain", default=self.default_domain))
         if v.samples_per_prompt > 1:
