@@ -95,6 +95,15 @@ def test_stdout_line_format(capsys: pytest.CaptureFixture[str]) -> None:
     assert format_metrics_line({"x": 2.0}, 1, None) == "step 1 | x 2"
 
 
+def test_stdout_thins_warm_up_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    """A 25-step warm-up logs steps -25..-1: stdout shows -20, -10 and the last (-1); steps >= 0 all show."""
+    tracker = StdoutTracker(patterns=["*"])
+    for step in [*range(-25, 0), 0, 1, 2]:
+        tracker.log({"warmup/loss": 1.0}, step=step)
+    shown = [line.split(" | ")[0] for line in capsys.readouterr().out.splitlines()]
+    assert shown == ["step -20", "step -10", "step -1", "step 0", "step 1", "step 2"]
+
+
 def test_default_stdout_line_is_short(capsys: pytest.CaptureFixture[str]) -> None:
     """Without ``stdout_metrics`` the line keeps the default few names: of an RLVR step's metrics (a real step's
     names, 50 of them) only reward mean and accuracy, the loss, the eval accuracy and the step time remain."""

@@ -110,14 +110,20 @@ class StdoutTracker:
     """One compact line per logged step on stdout (see :func:`format_metrics_line`).
 
     Lines go through ``tqdm.write`` so that an active :class:`Progress` bar is redrawn below them instead of
-    being torn.
+    being torn. Warm-up steps (negative, counting up to -1) are shown every ``warmup_every``-th and the last: a
+    150-step warm-up is 15 lines, not 150; metrics.jsonl and the other trackers keep every step.
     """
 
-    def __init__(self, max_steps: int | None = None, patterns: Sequence[str] = ("*",)) -> None:
+    def __init__(
+        self, max_steps: int | None = None, patterns: Sequence[str] = ("*",), warmup_every: int = 10
+    ) -> None:
         self.max_steps = max_steps
         self.patterns = tuple(patterns)
+        self.warmup_every = warmup_every
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
+        if step < -1 and -step % self.warmup_every:
+            return
         shown = {k: v for k, v in metrics.items() if any(fnmatch.fnmatchcase(k, p) for p in self.patterns)}
         _write_line(format_metrics_line(shown, step, self.max_steps))
 
