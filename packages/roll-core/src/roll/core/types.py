@@ -122,7 +122,9 @@ class TrackerBuild(Protocol):
     folder (write files under it), ``tracking`` the run's ``tracking`` section, ``run_config`` the whole config as
     plain JSON data (or ``None``). The tracker's ``log(metrics, step)`` gets flat ``{"group/name": float}`` dicts every
     ``tracking.log_every`` steps; ``close()`` runs at the end, also after a failure. Optional members the
-    pipeline uses when present: ``log_samples``, ``log_images``."""
+    pipeline uses when present: ``log_images(images, step)`` (``{name: png path}``) and ``rewind(last_step)`` (a
+    restart from a checkpoint continues after ``last_step``: drop what was logged past it). An exception from
+    ``log`` stops the run non-zero with its traceback."""
 
     def __call__(
         self, output_dir: Path, tracking: TrackingConfig, run_config: Mapping[str, Any] | None, /
