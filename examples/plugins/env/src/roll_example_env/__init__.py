@@ -1,8 +1,11 @@
 """``higher_lower``: guess a secret number from 1 to ``max_number``; after each wrong guess the game says "higher"
 or "lower". Reward 1 for the turn that finds it, ``wrong_guess_reward`` for every other; ``max_steps`` guesses.
 
-A guess is one of the action words ``1`` ... ``max_number`` (the env manager takes it from the model's
-``<answer>...</answer>``). ``info["expert_action"]`` is the binary-search guess, which a warm-up can imitate.
+A guess is one of the action words ``1`` ... ``max_number``: the env manager takes it from the model's
+``<answer>...</answer>`` (or the last such word of its output). When the output holds no valid word, the env gets
+the model's raw text: that is a wrong guess (``format_ok`` false in ``info``), never an exception, since a bad move is
+the policy's mistake, not the env's. ``info["expert_action"]`` is the binary-search guess, which a warm-up can
+imitate.
 """
 
 from __future__ import annotations
@@ -62,21 +65,23 @@ class HigherLowerEnv:
     def step(self, action: str) -> StepResult:
         if self.done:
             raise EnvError("the episode is over: call reset")
-        guess = int(action.strip())  # the env manager passes only valid action words
         self.turn += 1
+        guess = _number(action, self.config.max_number)
         if guess == self.secret:
             self.done = True
             return StepResult(f"{guess} is right!", 1.0, True, False, {"success": True})
-        if guess < self.secret:
-            self.low, hint = max(self.low, guess + 1), "higher"
+        if guess is None:
+            text = f"That is not a number from 1 to {self.config.max_number}."
+        elif guess < self.secret:
+            self.low, text = max(self.low, guess + 1), f"{guess}: higher."
         else:
-            self.high, hint = min(self.high, guess - 1), "lower"
+            self.high, text = min(self.high, guess - 1), f"{guess}: lower."
         truncated = self.turn >= self.max_steps
         self.done = truncated
-        info: dict[str, Any] = {"success": False}
+        info: dict[str, Any] = {"success": False, "format_ok": guess is not None}
         if not truncated:
             info["expert_action"] = self._expert()
-        return StepResult(f"{guess}: {hint}.", self.config.wrong_guess_reward, False, truncated, info)
+        return StepResult(text, self.config.wrong_guess_reward, False, truncated, info)
 
     def render(self, mode: str = "text") -> str:
         if mode != "text":
@@ -88,6 +93,12 @@ class HigherLowerEnv:
 
     def _expert(self) -> str:
         return str((self.low + self.high) // 2)
+
+
+def _number(action: str, max_number: int) -> int | None:
+    """The guess in ``action``, or None when it is not a whole number from 1 to ``max_number``."""
+    text = action.strip()
+    return int(text) if text.isdecimal() and 1 <= int(text) <= max_number else None
 
 
 def build(config: HigherLowerConfig | None) -> HigherLowerEnv:
