@@ -10,8 +10,6 @@ only, so ``roll validate`` and ``roll list`` never import torch.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
 from roll.core.config.sections import RunConfig
@@ -50,8 +48,6 @@ def preflight(config: BestOfNConfig) -> list[ConfigIssue]:
     from roll.pipelines.preflight import rlvr_preflight
 
     return rlvr_preflight(config)
-
-
 
 
 SPEC = PipelineSpec(

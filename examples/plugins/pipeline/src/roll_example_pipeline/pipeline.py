@@ -68,14 +68,18 @@ class BestOfNPipeline(BasePipeline):
             reward_clusters, self.domain_of, method="score", columns=REWARD_COLUMNS,
             default_domain=self.route_default, on_timeout=timed_out_rows,
         )  # fmt: skip
-        options = GenerateOptions(group_size=cfg.n, request_prompts=cfg.request_prompts, carry_columns=CARRY_COLUMNS)
+        options = GenerateOptions(
+            group_size=cfg.n, request_prompts=cfg.request_prompts, carry_columns=CARRY_COLUMNS
+        )
         self.generator = GenerateScheduler(self.infer, _no_feed, options)
 
     def train_step(self, step: int) -> Mapping[str, float]:
         cfg = self.config
         params = SamplingParams(n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
         scored = self.rewards.score(self.generator.generate_all(prompt_batch(self.rows), params))
-        if C.REWARD_ERROR_REPORT in scored.non_tensors:  # a reward's first error of each kind, with its traceback
+        if (
+            C.REWARD_ERROR_REPORT in scored.non_tensors
+        ):  # a reward's first error of each kind, with its traceback
             self.failures.show(scored.non_tensors[C.REWARD_ERROR_REPORT])
         kept = self._best(scored)
         self._write(kept)
@@ -85,7 +89,8 @@ class BestOfNPipeline(BasePipeline):
             "best_of_n/best_score": sum(row["score"] for row in kept) / len(kept),
             "best_of_n/mean_score": sum(scores) / len(scores),
             "best_of_n/prompts": float(len(kept)),
-            "reward/errors": sum(errors) / len(errors),  # the failure guard's error rate (failures.max_error_rate)
+            "reward/errors": sum(errors)
+            / len(errors),  # the failure guard's error rate (failures.max_error_rate)
         }
 
     def _best(self, scored: Batch) -> list[dict[str, object]]:

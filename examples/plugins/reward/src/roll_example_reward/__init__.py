@@ -29,7 +29,9 @@ class KeywordConfig(RollModel):
     keywords: list[str] = Field(default_factory=list, description="words every response should contain")
     use_ground_truth: bool = Field(True, description="also require the words of the row's ground_truth")
     max_words: int = Field(32, ge=1, description="the length rule: longer responses score 0")
-    length_weight: float = Field(0.5, ge=0.0, le=1.0, description="the score of a short response without keywords")
+    length_weight: float = Field(
+        0.5, ge=0.0, le=1.0, description="the score of a short response without keywords"
+    )
 
 
 class KeywordReward:

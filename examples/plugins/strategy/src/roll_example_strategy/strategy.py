@@ -18,7 +18,9 @@ class CappedStrategy:
 
     def __init__(self, config: HFCappedConfig, model: torch.nn.Module, **kwargs: Any) -> None:
         self.config = config
-        hf = HFInferConfig.model_validate(config.model_dump(include=set(HFInferConfig.model_fields) - {"type"}))
+        hf = HFInferConfig.model_validate(
+            config.model_dump(include=set(HFInferConfig.model_fields) - {"type"})
+        )
         self.inner = HFInferStrategy(model, hf, **kwargs)
 
     @property
@@ -26,7 +28,11 @@ class CappedStrategy:
         return self.inner.policy_version
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None, **kw: Any
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
+        **kw: Any,
     ) -> list[GeneratedSample]:
         cap = self.config.max_new_tokens
         update: dict[str, Any] = {"stop_strings": [*params.stop_strings, *self.config.stop]}
@@ -34,7 +40,9 @@ class CappedStrategy:
             update["max_new_tokens"] = min(params.max_new_tokens, cap)
         return self.inner.generate(prompts, params.model_copy(update=update), seeds, **kw)
 
-    def compute_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw: Any) -> TokenScores:
+    def compute_logprobs(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw: Any
+    ) -> TokenScores:
         return self.inner.compute_logprobs(input_ids, attention_mask, **kw)
 
     def load_weights(self, named_tensors: Mapping[str, torch.Tensor], policy_version: int) -> None:

@@ -54,7 +54,9 @@ class LookupTool:
             return ToolResult('error: pass {"key": "<a string>"}', ok=False)
         value = self.table.get(self._key(key))
         if value is None:
-            return ToolResult(f"error: no entry {key!r}; known keys: {', '.join(self.config.table)}", ok=False)
+            return ToolResult(
+                f"error: no entry {key!r}; known keys: {', '.join(self.config.table)}", ok=False
+            )
         return ToolResult(value)
 
     def close(self) -> None:

@@ -46,7 +46,9 @@ def _tool_issues(entry: EnvEntryConfig, where: str) -> list[ConfigIssue]:
             continue
         if spec.config_model is None:
             if tool.options:
-                issues.append(ConfigIssue(f"{at}.options", f"tool {tool.type!r} takes no options", "remove them"))
+                issues.append(
+                    ConfigIssue(f"{at}.options", f"tool {tool.type!r} takes no options", "remove them")
+                )
             continue
         try:
             validate_data(dict(tool.options), spec.config_model)

@@ -110,7 +110,9 @@ def _plugin_strategy(value: Any, kind: StrategyKind, handler: ValidatorFunctionW
     except PluginError as exc:
         raise ValueError(str(exc)) from None
     if spec.kind != kind:
-        raise ValueError(f"strategy type {name!r} is an {spec.kind} strategy plugin; this role needs a {kind} one")
+        raise ValueError(
+            f"strategy type {name!r} is an {spec.kind} strategy plugin; this role needs a {kind} one"
+        )
     return spec.config_model.model_validate(value)
 
 
