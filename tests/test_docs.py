@@ -139,7 +139,7 @@ def test_command_parses_and_its_config_validates(where: str, command: str) -> No
     if args.command == "list":
         return
     assert (ROOT / args.config).exists(), f"{where}: {command}: no file {args.config}"
-    if args.config.startswith(PLUGIN_EXAMPLES):
+    if str(args.config).startswith(PLUGIN_EXAMPLES):
         return  # needs its plugin installed: tests/test_plugin_examples.py validates it with the plugin
     overrides = list(args.overrides)
     if args.command == "eval" and "pipeline" not in yaml.safe_load((ROOT / args.config).read_text()):
