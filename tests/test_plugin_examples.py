@@ -156,25 +156,26 @@ def _train(venv: Path, name: str, tmp: Path) -> tuple[Path, list[dict[str, float
     return out_dir, metrics, log
 
 
-@pytest.mark.slow
-def test_the_example_plugins_train_in_a_fresh_venv(plugin_venv: Path, tmp_path: Path) -> None:
-    listed = _run([str(plugin_venv / "bin" / "roll"), "list"], cwd=tmp_path)
-    assert all(dist in listed for dist, *_ in PLUGINS.values()), listed
-
-    # reward: every 12-token response keeps to the 24-word rule, so each row scores >= length_weight 0.5 (the
-    # arithmetic reward on an untrained model would give 0)
-    _, metrics, _ = _train(plugin_venv, "reward", tmp_path)
+def _check_reward(venv: Path, tmp: Path) -> None:
+    # every 12-token response keeps to the 24-word rule, so each row scores >= length_weight 0.5 (the arithmetic
+    # reward on an untrained model gives 0)
+    _, metrics, _ = _train(venv, "reward", tmp)
     assert len(metrics) == 1 and metrics[0]["reward/arithmetic/count"] == 16
     assert 0.5 <= metrics[0]["reward/arithmetic/mean"] <= 1.0 and metrics[0]["reward/errors"] == 0
 
-    # env: 2 groups x 4 episodes of higher_lower, its metrics under its tag
-    _, metrics, _ = _train(plugin_venv, "env", tmp_path)
-    assert metrics[0]["env/episodes_kept"] == 8 and "env/higher_lower/success_rate" in metrics[0]
 
-    # tool: the run plays guess_direction with the lookup tool; then the same entry, built as the env workers build
-    # it, answers a tool call through the plugin
-    out_dir, metrics, _ = _train(plugin_venv, "tool", tmp_path)
-    assert metrics[0]["env/episodes_kept"] == 8
+def _check_env(venv: Path, tmp: Path) -> None:
+    # 2 groups x 4 episodes of higher_lower, its metrics under its tag, no env errors
+    _, metrics, _ = _train(venv, "env", tmp)
+    assert metrics[0]["env/episodes_kept"] == 8 and "env/higher_lower/success_rate" in metrics[0]
+    assert metrics[0]["env/errors"] == 0
+
+
+def _check_tool(venv: Path, tmp: Path) -> None:
+    # the run plays guess_direction with the lookup tool; then the same entry, built as the env workers build it,
+    # answers a tool call through the plugin
+    out_dir, metrics, _ = _train(venv, "tool", tmp)
+    assert metrics[0]["env/episodes_kept"] == 8 and metrics[0]["env/errors"] == 0
     probe = (
         "import json; from roll.core.cli import load_run_config; from roll.agentic.env_manager.slots import build_env\n"
         f"_, cfg = load_run_config({str(out_dir / 'config.yaml')!r}, [], preflight=True)\n"
@@ -182,26 +183,56 @@ def test_the_example_plugins_train_in_a_fresh_venv(plugin_venv: Path, tmp_path: 
         'r = env.step(\'<tool_call>{"name": "lookup", "arguments": {"key": "South"}}</tool_call>\')\n'
         "print(json.dumps([r.observation, r.info, env.system_prompt]))"
     )
-    answer = _run([str(plugin_venv / "bin" / "python"), "-c", probe]).splitlines()[-1]
+    answer = _run([str(venv / "bin" / "python"), "-c", probe]).splitlines()[-1]
     observation, info, prompt = json.loads(answer)
     assert observation == "<tool_response>\nDown\n</tool_response>" and info["tool_calls_ok"] == 1
     assert '"name": "lookup"' in prompt
 
-    # tracker: metrics.csv holds exactly the metrics roll's jsonl tracker wrote for the step
-    out_dir, metrics, _ = _train(plugin_venv, "tracker", tmp_path)
+
+def _check_tracker(venv: Path, tmp: Path) -> None:
+    # metrics.csv holds exactly the metrics roll's jsonl tracker wrote for the step
+    out_dir, metrics, _ = _train(venv, "tracker", tmp)
     header, *rows = (out_dir / "metrics.csv").read_text().splitlines()
     assert header == "step,name,value" and len(metrics) == 1 and len(metrics[0]) >= 2
     assert {(int(s), n, float(v)) for s, n, v in (r.split(",") for r in rows)} == {
         (1, name, value) for name, value in metrics[0].items()
     }
 
-    # strategy: the pipeline asked for 12 new tokens; hf_capped generated every response, so none is over 4
-    _, metrics, _ = _train(plugin_venv, "strategy", tmp_path)
+
+def _check_strategy(venv: Path, tmp: Path) -> None:
+    # the pipeline asked for 12 new tokens; hf_capped generated every response, so none is over 4
+    _, metrics, _ = _train(venv, "strategy", tmp)
     assert metrics[0]["reward/arithmetic/count"] == 16 and 1 <= metrics[0]["response/length_max"] <= 4
 
-    # pipeline: one kept answer per prompt, the best of its n scores
-    out_dir, metrics, _ = _train(plugin_venv, "pipeline", tmp_path)
+
+def _check_pipeline(venv: Path, tmp: Path) -> None:
+    # one kept answer per prompt, the best of its n scores
+    out_dir, metrics, _ = _train(venv, "pipeline", tmp)
     kept = [json.loads(line) for line in (out_dir / "best_of_n.jsonl").read_text().splitlines()]
     assert len(kept) == 8 and all(len(r["scores"]) == 4 and r["score"] == max(r["scores"]) for r in kept)
     assert metrics[0]["best_of_n/prompts"] == 8
     assert metrics[0]["best_of_n/best_score"] >= metrics[0]["best_of_n/mean_score"]
+
+
+CHECKS = {
+    "reward": _check_reward,
+    "env": _check_env,
+    "tool": _check_tool,
+    "tracker": _check_tracker,
+    "strategy": _check_strategy,
+    "pipeline": _check_pipeline,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(
+    1200
+)  # the first one also builds the venv; each run starts Ray and its actors (1-3 min loaded)
+@pytest.mark.parametrize("name", list(PLUGINS))
+def test_example_plugin_trains_in_a_fresh_venv(plugin_venv: Path, tmp_path: Path, name: str) -> None:
+    listed = _run([str(plugin_venv / "bin" / "roll"), "list"], cwd=tmp_path)
+    dist, group, plugin, _ = PLUGINS[name]
+    assert any(line.split()[:2] == [plugin, dist] for line in listed.split(group + ":", 1)[1].splitlines()), (
+        listed
+    )
+    CHECKS[name](plugin_venv, tmp_path)
