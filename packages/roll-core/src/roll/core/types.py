@@ -70,10 +70,11 @@ class StrategyBuild(Protocol):
     seed). ``kwargs`` are role-specific and may grow: an infer strategy gets ``tokenizer`` and ``eos_token_ids``,
     a train strategy ``total_steps``; accept ``**kwargs``. Returns an object implementing
     ``roll.workers.types.TrainStrategy`` (kind ``train``) or ``InferStrategy`` (kind ``infer``); the role checks
-    the members and names the missing ones. Heavy imports (torch, vLLM, Megatron) belong here, not in the spec's
+    the members and names the missing ones. Name the first two parameters ``config`` and ``model`` (extra keywords
+    arrive beside them, so they are not positional-only). Heavy imports (torch, vLLM, Megatron) belong here, not in the spec's
     module."""
 
-    def __call__(self, config: Any, model: Any, /, **kwargs: Any) -> Any: ...
+    def __call__(self, config: Any, model: Any, **kwargs: Any) -> Any: ...
 
 
 class RewardBuild(Protocol):
