@@ -17,7 +17,14 @@ from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.pipelines.rlvr.config import RewardDomainConfig
-from roll.workers.roles.config import InferRoleConfig
+from roll.workers.roles.config import InferRoleConfig, ModelConfig
+
+
+class SampledModelConfig(InferRoleConfig):
+    """The sampled model: placement, an infer strategy and ``model``, required here (in modes that train,
+    an inference role's model defaults to the trained one; this mode trains none)."""
+
+    model: ModelConfig
 
 
 class BestOfNConfig(RunConfig):
@@ -25,7 +32,7 @@ class BestOfNConfig(RunConfig):
     each one of roll's shared config models, so they read and validate as in every other mode."""
 
     pipeline: str = "best_of_n"
-    actor_infer: InferRoleConfig = Field(description="the sampled model: placement, model and infer strategy")
+    actor_infer: SampledModelConfig
     cpu_threads: int | None = Field(None, ge=1)
     data: DataConfig
     tokenize: TokenizeConfig = Field(default_factory=TokenizeConfig)

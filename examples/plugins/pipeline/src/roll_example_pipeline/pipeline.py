@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import TypedDict
 
 from roll.core import columns as C
 from roll.core.batch import Batch
@@ -29,6 +30,16 @@ from roll.workers.roles.infer import ActorInferWorker
 from roll_example_pipeline import BestOfNConfig
 
 OUTPUT_FILE = "best_of_n.jsonl"
+
+
+class Kept(TypedDict):
+    """One line of ``best_of_n.jsonl``: a prompt's best answer, its score and all ``n`` scores."""
+
+    prompt: str
+    response: str
+    ground_truth: str
+    score: float
+    scores: list[float]
 
 
 def _no_feed(n: int) -> Batch:
@@ -93,9 +104,10 @@ class BestOfNPipeline(BasePipeline):
             / len(errors),  # the failure guard's error rate (failures.max_error_rate)
         }
 
-    def _best(self, scored: Batch) -> list[dict[str, object]]:
+    def _best(self, scored: Batch) -> list[Kept]:
         """One row per prompt: its best-scored answer (the first of equals) and all n scores."""
-        n, kept = self.config.n, []
+        n = self.config.n
+        kept: list[Kept] = []
         scores = [float(s) for s in scored[C.SCORES].tolist()]
         for start in range(0, len(scored), n):
             group = scores[start : start + n]
@@ -106,7 +118,7 @@ class BestOfNPipeline(BasePipeline):
             })  # fmt: skip
         return kept
 
-    def _write(self, kept: list[dict[str, object]]) -> None:
+    def _write(self, kept: list[Kept]) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with (self.output_dir / OUTPUT_FILE).open("w", encoding="utf-8") as out:
             out.writelines(json.dumps(row) + "\n" for row in kept)
