@@ -6,8 +6,8 @@ and trained with ``roll train <their config.yaml>`` there.
   subprocess puts on PYTHONPATH (this environment is never changed); ``roll list`` shows each plugin with its
   distribution, ``roll validate`` passes each example config with its pre-flight checks, and a wrong option of each
   is a config error (exit 2) naming its key path.
-- slow: ``uv build`` each package, ``uv venv`` + ``uv pip install --offline`` the workspace packages (from their
-  local paths, pinned by ``uv export`` of the lock) and the wheels, then ``roll train`` each config for one step and
+- slow: ``uv build`` each package, ``uv venv`` + ``uv pip install --offline --no-sources`` the workspace packages
+  (copies from their local paths, pinned by ``uv export`` of the lock) and the wheels, then ``roll train`` each config for one step and
   check the file or metric only that plugin makes.
 """
 
@@ -137,8 +137,20 @@ def plugin_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp / "venv"
     _run([uv, "venv", "--quiet", "--python", sys.executable, str(venv)])
     packages = [str(ROOT / "packages" / p) for p in PACKAGES]
-    install = [uv, "pip", "install", "--quiet", "--offline", "--python", str(venv / "bin" / "python")]
+    # --no-sources: the workspace's sources would install roll's packages as editable links to this checkout
+    install = [
+        uv,
+        "pip",
+        "install",
+        "--quiet",
+        "--offline",
+        "--no-sources",
+        "--python",
+        str(venv / "bin" / "python"),
+    ]
     _run([*install, "--constraints", str(pins), *packages, *sorted(map(str, wheels.glob("*.whl")))])
+    linked = [p.name for p in venv.glob("lib/python*/site-packages/*.pth") if p.name.startswith("roll")]
+    assert not linked, f"roll is installed as editable links, not copies: {linked}"
     return venv
 
 
