@@ -268,3 +268,36 @@ def test_registry_builds_via_entry_points(monkeypatch: pytest.MonkeyPatch) -> No
         registry.build_tools("python", {"sandbox": {"wall_timeout_s": -1}})
     with pytest.raises(PluginError, match="installed"):
         registry.build_tools("nope")
+
+
+def test_an_env_entry_takes_tool_plugins_by_name() -> None:
+    """``tools`` on any env entry wraps the env: a turn with a call runs the ``roll.tool`` plugin (7*6 -> 42), the
+    limit comes from ``tool_calls``, and the env's own actions still reach it."""
+    from roll.agentic.env_manager.config import EnvEntryConfig
+    from roll.agentic.env_manager.slots import build_env
+
+    entry = EnvEntryConfig(
+        type="guess_direction",
+        options={"num_directions": 2, "max_steps": 1},
+        tools=[{"type": "calculator"}],
+        tool_calls={"max_tool_calls": 1},
+    )
+    env = build_env(entry)
+    assert isinstance(env, ToolEnvWrapper) and env.max_steps == 1 + 1
+    env.reset(0)
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "7*6"}}</tool_call>'
+    result = env.step(call)
+    assert result.observation == "<tool_response>\n42\n</tool_response>" and result.info["tool_calls_ok"] == 1
+    assert not result.done and env.calls_used == 1
+
+
+def test_env_entry_tools_are_preflighted_with_key_paths() -> None:
+    from roll.agentic.env_manager.check import env_issues
+    from roll.agentic.env_manager.config import EnvEntryConfig
+
+    entry = EnvEntryConfig(
+        type="guess_direction", tools=[{"type": "calculatr"}, {"type": "calculator", "options": {"x": 1}}]
+    )
+    issues = {issue.path: issue.message for issue in env_issues([entry])}
+    assert set(issues) == {"env_manager.envs.0.tools.0.type", "env_manager.envs.0.tools.1.options.x"}
+    assert "installed: calculator, mcp, python" in issues["env_manager.envs.0.tools.0.type"]

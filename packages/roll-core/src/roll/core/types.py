@@ -12,6 +12,10 @@ Map of the abstractions:
 - ``roll.tool`` -> :class:`ToolSpec`: a tool factory.
 - ``roll.tracker`` -> :class:`TrackerSpec`: a metrics sink (stdout, jsonl, tensorboard, wandb).
 
+Each spec's ``build`` is typed by a Protocol below (:class:`PipelineBuild`, :class:`StrategyBuild`,
+:class:`RewardBuild`, :class:`EnvBuild`, :class:`ToolBuild`, :class:`TrackerBuild`) whose docstring is the contract a
+plugin author implements; docs/plugins.md walks through one example package per group.
+
 Specs are light: their modules import no torch, vLLM or Megatron; only ``build`` does. :mod:`roll.core.plugins`
 checks each loaded object against the spec type of its group.
 """
@@ -24,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from roll.core.config.sections import RunConfig
+    from roll.core.config.sections import RunConfig, TrackingConfig
     from roll.core.errors import ConfigIssue
 
 
@@ -54,6 +58,89 @@ ExportHook = Callable[[Any, Path, Path, str | None], str]
 """``export(config, checkpoint_dir, out_dir, role) -> how_to_load``: see :attr:`PipelineSpec.export`."""
 
 
+class PipelineBuild(Protocol):
+    """``build(config) -> Pipeline`` of a ``roll.pipeline`` plugin.
+
+    ``config`` is an instance of the spec's ``config_model`` (a :class:`RunConfig` subclass), validated, frozen and
+    pre-flighted. ``build`` runs in the driver process of ``roll train`` after the config is loaded and before
+    anything else: it may start Ray and actors (or leave that to ``run``) and returns an object with ``run()`` (train
+    to the end, return a summary mapping) and ``shutdown()`` (free every actor; called by the CLI also after a
+    failure). Raise a :class:`roll.core.errors.RollError` for a setup the config could not reject."""
+
+    def __call__(self, config: Any, /) -> Pipeline: ...
+
+
+class StrategyBuild(Protocol):
+    """``build(config, model, **kwargs)`` of a ``roll.strategy`` plugin.
+
+    Runs inside a worker actor (a Ray process) once per role and rank. ``config`` is an instance of the spec's
+    ``config_model`` with the run's micro-batch sizes filled in, ``model`` the role's model section (path, dtype,
+    seed). ``kwargs`` are role-specific and may grow: an infer strategy gets ``tokenizer`` and ``eos_token_ids``,
+    a train strategy ``total_steps``; accept ``**kwargs``. Returns an object implementing
+    ``roll.workers.types.TrainStrategy`` (kind ``train``) or ``InferStrategy`` (kind ``infer``); the role checks
+    the members and names the missing ones. Name the first two parameters ``config`` and ``model`` (extra keywords
+    arrive beside them, so they are not positional-only). Heavy imports (torch, vLLM, Megatron) belong here, not in the spec's
+    module."""
+
+    def __call__(self, config: Any, model: Any, **kwargs: Any) -> Any: ...
+
+
+class RewardBuild(Protocol):
+    """``build(config)`` of a ``roll.reward`` (or ``roll.diffusion_reward``) plugin.
+
+    ``config`` is the domain's ``options`` validated by the spec's ``config_model`` (``None`` when the spec has
+    none). Runs once per reward worker (a Ray actor) and returns the scorer: for ``roll.reward``, an object with
+    ``score(requests: list[RewardRequest]) -> list[RewardResult]`` (``roll.pipelines.rewards.types.RewardFunction``),
+    one result per request, in order. A bad response is a result (``RewardResult.failed``), never an exception; an
+    exception from ``score`` leaves the batch unscored, shows its traceback once and counts toward
+    ``failures.max_error_rate``. Each ``score`` call runs under the domain's call deadline
+    (``rewards.<domain>.workers.call_timeout_s``, else ``ray.call_timeout_s``): past it the worker is restarted
+    and its rows count as unscored."""
+
+    def __call__(self, config: Any, /) -> Any: ...
+
+
+class EnvBuild(Protocol):
+    """``build(config)`` of a ``roll.env`` plugin.
+
+    ``config`` is the env entry's ``options`` validated by the spec's ``config_model`` (a subclass of
+    ``roll.agentic.types.EnvConfig``, its ``type`` filled in), or ``None`` when the spec has none. Called once per
+    env slot inside an env worker (a Ray actor); returns a fresh ``roll.agentic.types.Env`` (max_steps,
+    system_prompt, action_space_text, reset, step, render, close), which the env manager owns alone (no thread
+    safety needed). Every call into it runs under ``env_manager.step_timeout_s``; an exception ends that episode,
+    shows its traceback once and counts toward ``failures.max_error_rate``."""
+
+    def __call__(self, config: Any, /) -> Any: ...
+
+
+class ToolBuild(Protocol):
+    """``build(config)`` of a ``roll.tool`` plugin.
+
+    ``config`` is the tool entry's ``options`` validated by the spec's ``config_model`` (``None`` when the spec has
+    none). Returns one ``roll.agentic.types.Tool`` or a sequence of them (an MCP server offers several); each is
+    checked against the protocol. A tool's ``call`` reports failures as ``ToolResult(text, ok=False)`` for the model
+    to read, never as exceptions; it runs inside the env step, so under the env's deadline."""
+
+    def __call__(self, config: Any, /) -> Any: ...
+
+
+class TrackerBuild(Protocol):
+    """``build(output_dir, tracking, run_config) -> Tracker`` of a ``roll.tracker`` plugin.
+
+    Called in the driver when the run starts, once per name in ``tracking.backends``: ``output_dir`` is the run's
+    folder (write files under it), ``tracking`` the run's ``tracking`` section, ``run_config`` the whole config as
+    plain JSON data (or ``None``). The tracker's ``log(metrics, step)`` gets flat ``{"group/name": float}`` dicts every
+    ``tracking.log_every`` steps; ``close()`` runs at the end, also after a failure. Optional members the
+    pipeline uses when present: ``log_images(images, step)`` (``{name: png path}``), ``log_samples(rows, step, kind)``
+    (see :mod:`roll.core.samples`) and ``rewind(last_step)`` (a
+    restart from a checkpoint continues after ``last_step``: drop what was logged past it). An exception from
+    ``log`` stops the run non-zero with its traceback."""
+
+    def __call__(
+        self, output_dir: Path, tracking: TrackingConfig, run_config: Mapping[str, Any] | None, /
+    ) -> Tracker: ...
+
+
 @dataclass(frozen=True)
 class PipelineSpec:
     """A training mode. ``preflight(config)`` (optional) checks what the config model cannot see alone, such as
@@ -70,7 +157,7 @@ class PipelineSpec:
 
     name: str
     config_model: type[RunConfig]
-    build: Callable[[Any], Pipeline]
+    build: PipelineBuild
     description: str = ""
     preflight: Callable[[Any], Sequence[ConfigIssue]] | None = None
     explain: Callable[[Any], Sequence[str]] | None = None
@@ -79,42 +166,52 @@ class PipelineSpec:
 
 @dataclass(frozen=True)
 class StrategySpec:
+    """A train or infer backend: ``type: <name>`` in a role's ``strategy`` section picks it."""
+
     name: str
     kind: Literal["train", "infer"]
     config_model: type[Any]
-    build: Callable[..., Any]
+    build: StrategyBuild
     description: str = ""
     extra: str | None = None  # the pip extra that provides its backend, e.g. "vllm"
 
 
 @dataclass(frozen=True)
 class RewardSpec:
+    """A reward: ``type: <name>`` in a ``rewards`` domain picks it; ``options`` validate against ``config_model``."""
+
     name: str
-    build: Callable[..., Any]
+    build: RewardBuild
     config_model: type[Any] | None = None
     description: str = ""
 
 
 @dataclass(frozen=True)
 class EnvSpec:
+    """An environment: ``type: <name>`` in ``env_manager.envs`` picks it; ``options`` validate against ``config_model``."""
+
     name: str
-    build: Callable[..., Any]
+    build: EnvBuild
     config_model: type[Any] | None = None
     description: str = ""
 
 
 @dataclass(frozen=True)
 class ToolSpec:
+    """A tool: ``type: <name>`` in an env entry's ``tools`` picks it; ``options`` validate against ``config_model``."""
+
     name: str
-    build: Callable[..., Any]
+    build: ToolBuild
     config_model: type[Any] | None = None
     description: str = ""
 
 
 @dataclass(frozen=True)
 class TrackerSpec:
+    """A metrics sink: a name in ``tracking.backends`` picks it."""
+
     name: str
-    build: Callable[..., Tracker]
+    build: TrackerBuild
     description: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
 

@@ -1,6 +1,6 @@
 """Load-time checks of the env mix: each ``type`` is an installed ``roll.env`` plugin and its ``options`` validate
-against that plugin's config model (tool wrappers included: an env's tools are fields of its config, such as
-countdown's ``tools``). The agentic pipelines call :func:`env_issues` from their spec's ``preflight``, so ``roll
+against that plugin's config model (tool wrappers included: an env's built-in tools are fields of its config,
+such as countdown's ``tools``; an entry's ``tools`` list names ``roll.tool`` plugins, checked the same way). The agentic pipelines call :func:`env_issues` from their spec's ``preflight``, so ``roll
 validate`` reports a misspelled env or option before any actor starts, with key paths such as
 ``env_manager.envs.0.options.size``, exactly as it reports rewards.
 """
@@ -30,6 +30,30 @@ def env_issues(envs: Sequence[EnvEntryConfig], *, prefix: str = "env_manager.env
             issues.append(ConfigIssue(f"{where}.type", str(exc), _did_you_mean(entry.type)))
             continue
         issues += _option_issues(spec, entry, where)
+        issues += _tool_issues(entry, where)
+    return issues
+
+
+def _tool_issues(entry: EnvEntryConfig, where: str) -> list[ConfigIssue]:
+    """Each of ``entry.tools``: an installed ``roll.tool`` plugin whose options validate against its model."""
+    issues: list[ConfigIssue] = []
+    for j, tool in enumerate(entry.tools):
+        at = f"{where}.tools.{j}"
+        try:
+            spec = plugins.load("roll.tool", tool.type)
+        except PluginError as exc:
+            issues.append(ConfigIssue(f"{at}.type", str(exc)))
+            continue
+        if spec.config_model is None:
+            if tool.options:
+                issues.append(
+                    ConfigIssue(f"{at}.options", f"tool {tool.type!r} takes no options", "remove them")
+                )
+            continue
+        try:
+            validate_data(dict(tool.options), spec.config_model)
+        except ConfigError as exc:
+            issues += [_prefixed(issue, f"{at}.options") for issue in exc.issues]
     return issues
 
 

@@ -12,11 +12,21 @@ from typing import Any, Literal
 from pydantic import Field
 
 from roll.agentic.parsing import ActionParseConfig
+from roll.agentic.tools.wrapper import ToolWrapperConfig
 from roll.core.config.base import RollModel
 
-__all__ = ["EnvEntryConfig", "EnvManagerConfig", "ManagerMode"]
+__all__ = ["EnvEntryConfig", "EnvManagerConfig", "ManagerMode", "ToolEntryConfig"]
 
 ManagerMode = Literal["trajectory", "step"]
+
+
+class ToolEntryConfig(RollModel):
+    """One tool an env entry gives the policy: a ``roll.tool`` entry point and its options."""
+
+    type: str = Field(min_length=1, description="roll.tool entry point: calculator, python, mcp, ...")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="the tool's config fields (its ToolSpec config_model)"
+    )
 
 
 class EnvEntryConfig(RollModel):
@@ -28,6 +38,14 @@ class EnvEntryConfig(RollModel):
     )
     tag: str | None = Field(None, description="metric and reward-normalization tag; default: type")
     weight: int = Field(1, ge=1, description="share of the groups of a batch that use this env")
+    tools: list[ToolEntryConfig] = Field(
+        default_factory=list,
+        description="roll.tool plugins the policy may call in this env's turns (<tool_call> JSON); their results "
+        "come back as observations",
+    )
+    tool_calls: ToolWrapperConfig = Field(
+        default_factory=ToolWrapperConfig, description="limits and rewards of the tool calls (with tools)"
+    )
 
     @property
     def name(self) -> str:

@@ -32,6 +32,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from roll.agentic.env_manager.config import EnvEntryConfig
+from roll.agentic.tools.registry import build_tools
+from roll.agentic.tools.wrapper import ToolEnvWrapper
 from roll.agentic.types import Env, Observation, StepResult
 from roll.core import plugins
 from roll.core.errors import ConfigError, ConfigIssue, PluginError
@@ -95,7 +97,8 @@ def valid_actions_of(env: Env) -> tuple[str, ...] | None:
 
 
 def build_env(entry: EnvEntryConfig) -> Env:
-    """The env of ``entry``: its ``roll.env`` spec, built with ``entry.options`` validated by the spec's model."""
+    """The env of ``entry``: its ``roll.env`` spec, built with ``entry.options`` validated by the spec's model,
+    wrapped in a :class:`~roll.agentic.tools.wrapper.ToolEnvWrapper` with ``entry.tools`` when there are any."""
     spec = plugins.load("roll.env", entry.type)
     env = spec.build(_env_config(spec, entry))
     if not isinstance(env, Env):
@@ -103,7 +106,10 @@ def build_env(entry: EnvEntryConfig) -> Env:
             f"roll.env plugin {entry.type!r} built a {type(env).__name__}, which is not an Env "
             "(needs max_steps, system_prompt, action_space_text, reset, step, render and close)"
         )
-    return env
+    if not entry.tools:
+        return env
+    tools = [tool for t in entry.tools for tool in build_tools(t.type, t.options)]
+    return ToolEnvWrapper(env, tools, entry.tool_calls)
 
 
 def _env_config(spec: Any, entry: EnvEntryConfig) -> BaseModel | None:

@@ -47,7 +47,7 @@ class RewardWorker(Worker):
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # for a plugin that brings torch along
         spec = plugins.load("roll.reward", reward_type)
         config = spec.config_model(**options) if spec.config_model is not None else None
-        self.reward: RewardFunction = spec.build(config) if config is not None else spec.build()
+        self.reward: RewardFunction = spec.build(config)  # None when the spec has no config model
         domain = ctx.role.removeprefix("reward_")
         self.source = f"reward {domain}" + (f" ({reward_type})" if reward_type != domain else "")
         self._traced: set[str] = set()  # kinds whose traceback this worker has sent (the driver shows one)

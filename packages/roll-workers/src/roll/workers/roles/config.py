@@ -6,7 +6,9 @@ the strategy configs of roll-workers. Which strategy types a role accepts is dec
 (:data:`STRATEGY_KINDS`): a trained role (:class:`TrainRoleConfig`) takes ``fsdp2`` or ``megatron``, a generating or
 scoring role (:class:`InferRoleConfig`) takes ``hf`` or ``vllm``; a strategy of the other kind is a config error
 naming the role's kind and the types it accepts. A ``strategy`` without ``type`` is the kind's default
-(``fsdp2`` to train, ``hf`` to generate).
+(``fsdp2`` to train, ``hf`` to generate). A ``type`` outside roll-workers names a ``roll.strategy`` plugin of
+another distribution: its section validates against that plugin's config model (a light import of its spec), and
+the role builds it through the plugin seam like the built-in ones (docs/plugins.md#strategies).
 
 Micro-batch sizes are not a strategy's business: they come from the run's ``batch`` section and reach the strategy
 at build time (:func:`with_micro_batches`). Light module: pydantic only, no torch, so ``roll validate`` stays fast.
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, ValidatorFunctionWrapHandler, field_validator, model_validator
 
+from roll.core import plugins
 from roll.core.config.base import RollModel
 from roll.core.config.sections import RoleConfig
+from roll.core.errors import PluginError
 from roll.workers.config import FSDP2Config, HFInferConfig
 from roll.workers.megatron_config import MegatronConfig
 from roll.workers.vllm_config import VLLMConfig
@@ -37,8 +41,10 @@ STRATEGY_KINDS: dict[str, StrategyKind] = {
 }
 """Strategy ``type`` -> kind; the ``roll.strategy`` entry points of the same names must agree (a test checks)."""
 
-TrainStrategyConfig = Annotated[FSDP2Config | MegatronConfig, Field(discriminator="type")]
-InferStrategyConfig = Annotated[HFInferConfig | VLLMConfig, Field(discriminator="type")]
+TrainStrategyConfig = SerializeAsAny[Annotated[FSDP2Config | MegatronConfig, Field(discriminator="type")]]
+InferStrategyConfig = SerializeAsAny[Annotated[HFInferConfig | VLLMConfig, Field(discriminator="type")]]
+"""The built-in strategy configs of each kind; a plugin's config (see :func:`_plugin_strategy`) also fits the field,
+and ``SerializeAsAny`` dumps it with its own fields."""
 StrategyConfig = FSDP2Config | MegatronConfig | HFInferConfig | VLLMConfig
 
 MICRO_BATCH_FIELDS = ("micro_batch_size", "max_tokens_per_micro_batch")
@@ -92,6 +98,24 @@ def _check_kind(value: Any, kind: StrategyKind) -> Any:
     return value
 
 
+def _plugin_strategy(value: Any, kind: StrategyKind, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A strategy section validated: a built-in ``type`` by the union (``handler``), any other by the config model
+    of the ``roll.strategy`` plugin of that name, which must be of ``kind``. Errors keep their key paths."""
+    value = _check_kind(value, kind)
+    name = value.get("type") if isinstance(value, dict) else None
+    if not isinstance(name, str) or name in STRATEGY_KINDS:
+        return handler(value)
+    try:
+        spec = plugins.load("roll.strategy", name)
+    except PluginError as exc:
+        raise ValueError(str(exc)) from None
+    if spec.kind != kind:
+        raise ValueError(
+            f"strategy type {name!r} is an {spec.kind} strategy plugin; this role needs a {kind} one"
+        )
+    return spec.config_model.model_validate(value)
+
+
 class TrainRoleConfig(RoleConfig):
     """A trained model on ``num_workers`` data-parallel workers: placement, model and a train strategy."""
 
@@ -102,10 +126,10 @@ class TrainRoleConfig(RoleConfig):
         default_factory=FSDP2Config, description="train strategy (fsdp2 or megatron), chosen by its type"
     )
 
-    @field_validator("strategy", mode="before")
+    @field_validator("strategy", mode="wrap")
     @classmethod
-    def _train_kind(cls, value: Any) -> Any:
-        return _check_kind(value, "train")
+    def _train_kind(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return _plugin_strategy(value, "train", handler)
 
     def data_parallel_size(self) -> int:
         """How many data-parallel replicas the workers form: ``num_workers / (tp * pp)`` under megatron, else
@@ -146,10 +170,10 @@ class InferRoleConfig(RoleConfig):
         default_factory=HFInferConfig, description="infer strategy (hf or vllm), chosen by its type"
     )
 
-    @field_validator("strategy", mode="before")
+    @field_validator("strategy", mode="wrap")
     @classmethod
-    def _infer_kind(cls, value: Any) -> Any:
-        return _check_kind(value, "infer")
+    def _infer_kind(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return _plugin_strategy(value, "infer", handler)
 
 
 S = TypeVar("S", bound=RollModel)

@@ -1,0 +1,130 @@
+"""The ``best_of_n`` run, composed from roll's shared parts (nothing copied from another mode):
+
+- :class:`~roll.core.pipeline.BasePipeline`: Ray, placement, the step loop, tracking, checkpoints, failures, shutdown;
+- :class:`~roll.workers.roles.infer.ActorInferWorker`: the model role that generates (any infer strategy);
+- :class:`~roll.pipelines.rlvr.reward_worker.RewardWorker`: one cluster per reward domain, any ``roll.reward`` plugin;
+- :class:`~roll.core.scheduler.GenerateScheduler` and :class:`~roll.core.scheduler.RewardScheduler`: n samples per
+  prompt over the inference ranks, scores routed to the domains by tag, deadlines enforced;
+- rlvr's data helpers (:func:`prepare_data`, :func:`prompt_batch`) and reward routing (:func:`reward_routes`).
+
+One step samples and scores every prompt; a run of ``max_steps`` steps resamples (each step is seeded apart).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TypedDict
+
+from roll.core import columns as C
+from roll.core.batch import Batch
+from roll.core.config.sections import RoleConfig
+from roll.core.pipeline import BasePipeline
+from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
+from roll.pipelines.common.data import load_tokenizer, prepare_data
+from roll.pipelines.rlvr.config import reward_routes
+from roll.pipelines.rlvr.data import CARRY_COLUMNS, prompt_batch
+from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker, timed_out_rows
+from roll.workers.config import SamplingParams
+from roll.workers.roles.infer import ActorInferWorker
+from roll_example_pipeline import BestOfNConfig
+
+OUTPUT_FILE = "best_of_n.jsonl"
+
+
+class Kept(TypedDict):
+    """One line of ``best_of_n.jsonl``: a prompt's best answer, its score and all ``n`` scores."""
+
+    prompt: str
+    response: str
+    ground_truth: str
+    score: float
+    scores: list[float]
+
+
+def _no_feed(n: int) -> Batch:
+    raise RuntimeError("best_of_n generates with generate_all; it has no prompt feed")
+
+
+class BestOfNPipeline(BasePipeline):
+    """BasePipeline's hooks: ``roles`` (what to place), ``setup`` (start the clusters), ``train_step`` (one step)."""
+
+    config: BestOfNConfig
+
+    def __init__(self, config: BestOfNConfig) -> None:
+        super().__init__(config, name="best_of_n")
+        self.domain_of, self.route_default = reward_routes(dict(config.rewards))
+
+    def roles(self) -> Mapping[str, RoleConfig]:
+        roles: dict[str, RoleConfig] = {"actor_infer": self.config.actor_infer}
+        roles.update({f"reward_{name}": d.workers for name, d in self.config.rewards.items()})
+        return roles
+
+    def setup(self) -> None:
+        cfg = self.config
+        model, strategy = cfg.actor_infer.model, cfg.actor_infer.strategy
+        tokenizer = load_tokenizer(model.tokenizer or model.path)
+        data = prepare_data(cfg.data, cfg.tokenize, kind="prompt", tokenizer=tokenizer)
+        self.rows = data.train
+        env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
+        self.infer = self.make_cluster(
+            "actor_infer", ActorInferWorker, init_args=(model, strategy, strategy.type), runtime_env=env
+        )
+        reward_clusters = {
+            name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
+            for name, d in cfg.rewards.items()
+        }
+        self.infer.setup()
+        self.rewards = RewardScheduler(
+            reward_clusters, self.domain_of, method="score", columns=REWARD_COLUMNS,
+            default_domain=self.route_default, on_timeout=timed_out_rows,
+        )  # fmt: skip
+        options = GenerateOptions(
+            group_size=cfg.n, request_prompts=cfg.request_prompts, carry_columns=CARRY_COLUMNS
+        )
+        self.generator = GenerateScheduler(self.infer, _no_feed, options)
+
+    def train_step(self, step: int) -> Mapping[str, float]:
+        cfg = self.config
+        params = SamplingParams(n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+        scored = self.rewards.score(self.generator.generate_all(prompt_batch(self.rows), params))
+        if (
+            C.REWARD_ERROR_REPORT in scored.non_tensors
+        ):  # a reward's first error of each kind, with its traceback
+            self.failures.show(scored.non_tensors[C.REWARD_ERROR_REPORT])
+        kept = self._best(scored)
+        self._write(kept)
+        scores = [s for row in kept for s in row["scores"]]
+        errors = scored[C.REWARD_ERROR].tolist()
+        return {
+            "best_of_n/best_score": sum(row["score"] for row in kept) / len(kept),
+            "best_of_n/mean_score": sum(scores) / len(scores),
+            "best_of_n/prompts": float(len(kept)),
+            "reward/errors": sum(errors)
+            / len(errors),  # the failure guard's error rate (failures.max_error_rate)
+        }
+
+    def _best(self, scored: Batch) -> list[Kept]:
+        """One row per prompt: its best-scored answer (the first of equals) and all n scores."""
+        n = self.config.n
+        kept: list[Kept] = []
+        scores = [float(s) for s in scored[C.SCORES].tolist()]
+        for start in range(0, len(scored), n):
+            group = scores[start : start + n]
+            best = start + group.index(max(group))
+            kept.append({
+                "prompt": str(scored["prompt"][best]), "response": str(scored[C.TEXT][best]),
+                "ground_truth": str(scored["ground_truth"][best]), "score": scores[best], "scores": group,
+            })  # fmt: skip
+        return kept
+
+    def _write(self, kept: list[Kept]) -> None:
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        with (self.output_dir / OUTPUT_FILE).open("w", encoding="utf-8") as out:
+            out.writelines(json.dumps(row) + "\n" for row in kept)
+
+    def shutdown(self) -> None:
+        generator = getattr(self, "generator", None)
+        if generator is not None:
+            generator.close()
+        super().shutdown()
