@@ -19,12 +19,10 @@ import contextlib
 import os
 import socket
 import sys
-from collections.abc import Callable, Iterator
-from typing import Any
-
-from pydantic import BaseModel
+from collections.abc import Callable
 
 from roll.core import plugins
+from roll.core.config.schema import sections_of
 from roll.core.config.sections import RoleConfig, RunConfig
 from roll.core.errors import ConfigIssue, PluginError
 from roll.core.types import PipelineSpec
@@ -62,7 +60,7 @@ def node_pin_issues(config: RunConfig) -> list[ConfigIssue]:
         return []
     local = {f"node:{ip}" for ip in _local_ips()}
     issues = []
-    for where, role in _roles(config, ""):
+    for where, role in sections_of(config, RoleConfig):
         if role.node is None or role.node in local:
             continue
         message = (
@@ -98,18 +96,3 @@ def _local_ips() -> set[str]:
         probe.connect(("8.8.8.8", 80))  # UDP: sends nothing, only picks the outbound interface
         ips.add(probe.getsockname()[0])
     return ips
-
-
-def _roles(model: Any, where: str) -> Iterator[tuple[str, RoleConfig]]:
-    """Every role section in ``model`` with its key path, nested ones (``teachers.<name>``) included."""
-    if isinstance(model, RoleConfig):
-        yield where, model
-    if isinstance(model, BaseModel):
-        for name in type(model).model_fields:
-            yield from _roles(getattr(model, name), f"{where}.{name}".lstrip("."))
-    elif isinstance(model, dict):
-        for key, value in model.items():
-            yield from _roles(value, f"{where}.{key}")
-    elif isinstance(model, list | tuple):
-        for i, value in enumerate(model):
-            yield from _roles(value, f"{where}.{i}")

@@ -10,13 +10,31 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 _SEQUENCE_ORIGINS: tuple[Any, ...] = (list, tuple, set, frozenset, Sequence, typing.Sequence)
 _MAPPING_ORIGINS: tuple[Any, ...] = (dict, Mapping, typing.Mapping)
+
+S = TypeVar("S", bound=BaseModel)
+
+
+def sections_of(config: Any, kind: type[S], where: str = "") -> Iterator[tuple[str, S]]:
+    """Every instance of ``kind`` inside a loaded config, with its key path (``actor_train.model``,
+    ``teachers.math``, ``data.sources.0``): through nested models, dicts and lists; a match is searched too."""
+    if isinstance(config, kind):
+        yield where, config
+    if isinstance(config, BaseModel):
+        for name in type(config).model_fields:
+            yield from sections_of(getattr(config, name), kind, f"{where}.{name}".lstrip("."))
+    elif isinstance(config, dict):
+        for key, value in config.items():
+            yield from sections_of(value, kind, f"{where}.{key}")
+    elif isinstance(config, list | tuple):
+        for i, value in enumerate(config):
+            yield from sections_of(value, kind, f"{where}.{i}")
 
 
 def alternatives(annotation: Any) -> list[Any]:

@@ -13,11 +13,10 @@ images those rows name. No weights are loaded and no preset model is built. Ever
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel
-
+from roll.core.config.schema import sections_of
 from roll.core.errors import ConfigIssue, DataError
 from roll.data.model_check import has_chat_template, is_vision_language_files, model_path_issues
 from roll.data.peek import Peek, peek_data
@@ -31,7 +30,7 @@ Check = Callable[[Any], list[ConfigIssue]]
 def model_issues(config: Any) -> list[ConfigIssue]:
     """A local model or tokenizer path that does not exist, or is no ``save_pretrained`` folder, in any role."""
     issues = []
-    for where, model in _models(config, ""):
+    for where, model in sections_of(config, ModelConfig):
         issues += model_path_issues(model.path, where=f"{where}.path")
         if model.tokenizer is not None:
             issues += model_path_issues(model.tokenizer, where=f"{where}.tokenizer", tokenizer_only=True)
@@ -98,18 +97,3 @@ def offline_preflight(kind: Kind, role: str = "actor_train") -> Check:
         return issues + chat_template_issues(config, role)
 
     return preflight
-
-
-def _models(model: Any, where: str) -> Iterator[tuple[str, ModelConfig]]:
-    """Every model section in ``model`` with its key path (``actor_train.model``, ``teachers.math.model``)."""
-    if isinstance(model, ModelConfig):
-        yield where, model
-    elif isinstance(model, BaseModel):
-        for name in type(model).model_fields:
-            yield from _models(getattr(model, name), f"{where}.{name}".lstrip("."))
-    elif isinstance(model, dict):
-        for key, value in model.items():
-            yield from _models(value, f"{where}.{key}")
-    elif isinstance(model, list | tuple):
-        for i, value in enumerate(model):
-            yield from _models(value, f"{where}.{i}")
