@@ -217,9 +217,22 @@ def test_hung_method_hits_its_timeout(ray_local: Any) -> None:
         assert 1.4 < elapsed < 1.5 + 5
 
 
+def _wait_until_dead(actor: Any, deadline_s: float = 30.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            ray.get(actor.add.remote(0), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the killed actor still answered after {deadline_s} s")
+
+
 def test_killed_actor_is_reported_with_role_and_rank(ray_local: Any) -> None:
     with Cluster("victim", Echo, tiny_role(num_workers=2, call_timeout_s=20.0)) as cluster:
         ray.kill(cluster.actors[1], no_restart=True)
+        # ray.kill only sends the kill: a call right after it may still run
+        _wait_until_dead(cluster.actors[1])
         start = time.monotonic()
         with pytest.raises(WorkerError) as info:
             cluster.add(1)

@@ -49,9 +49,13 @@ def test_curriculum_config_is_checked_with_key_paths() -> None:
     """One generated source with no level of its own; the start inside the levels; all problems at once."""
     assert _rlvr_config(CURRICULUM).curriculum is not None
     with pytest.raises(ConfigError) as err:
-        _rlvr_config(["curriculum={levels: 2, start: 2}"])
+        _rlvr_config(["curriculum={levels: 2, start: 2}", "data.sources.0.builtin_options={level: 0}"])
     text = str(err.value)
     assert "curriculum.start" in text and "data.sources.0.builtin_options.level" in text
+    # the quickstart's own explicit options conflict with the levels too
+    with pytest.raises(ConfigError) as err:
+        _rlvr_config(["curriculum={levels: 2}", "data.sources.0.builtin_options={digits: 1, num_ops: 2}"])
+    assert "builtin_options.digits" in str(err.value) and "builtin_options.num_ops" in str(err.value)
     with pytest.raises(ConfigError, match=r"data.sources.0.path .*'data/x.jsonl' is not generated"):
         _rlvr_config([*CURRICULUM, "data.sources.0={path: data/x.jsonl}"])
     with pytest.raises(ConfigError, match=r"data\.sources has 2"):

@@ -186,8 +186,11 @@ class RLVRConfig(PolicyRunConfig):
             issues.append(
                 ConfigIssue("data.sources.0.path", message, "use reasoning_gym:<task> or builtin:<task>")
             )
-        if src.difficulty is not None or "level" in src.builtin_options:
-            key = "difficulty" if src.difficulty is not None else "builtin_options.level"
+        # A builtin task takes either a level or explicit options (digits, num_ops, ...), never both: the
+        # curriculum sets the level, so any option of the source's own would fail when the pools are built.
+        keys = ["difficulty"] if src.difficulty is not None else []
+        keys += [f"builtin_options.{k}" for k in src.builtin_options]
+        for key in keys:
             message = "the curriculum sets the level of every pool"
             issues.append(ConfigIssue(f"data.sources.0.{key}", message, "drop it; use curriculum.start"))
         return issues
