@@ -43,6 +43,9 @@ def test_difficulty_rises_when_accuracy_passes(ray_local: Any, tmp_path: Path) -
         "batch.micro_batch_samples=64",
         "warmup.steps=30",
         "data.sources.0.builtin_options={}",
+        "data.sources.0.max_samples=80",  # level 0 has 100 one-digit sums, 83 of them in the train split
+        "warmup.data.sources.0.builtin_options={level: 0}",  # the warm-up this was measured with (the quickstart's
+        "warmup.data.sources.0.max_samples=80",  # before it moved to three-term sums)
         f"curriculum={{levels: 3, threshold: {THRESHOLD}, window: {WINDOW}}}",
     ]
     cfg = validate(load_tree(QUICKSTART, overrides, model=RLVRConfig), RLVRConfig)
