@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import sys
 import types
@@ -140,6 +141,23 @@ def test_progress_forced_shows_step_of_max_steps() -> None:
     last = text.replace("\n", "\r").split("\r")[-2]  # the line as redrawn last
     match = re.search(r"elapsed (\d+:\d\d(?::\d\d)?), eta (\d+:\d\d(?::\d\d)?)", last)
     assert match is not None, last  # tqdm's MM:SS / H:MM:SS durations
+
+
+def test_progress_draws_on_a_terminal_that_reports_no_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """stderr a pty of 0 x 0 (what `script` and some CI runners give): tqdm, which asks sys.stderr's terminal for
+    its size, took 0 rows as "no room" and drew nothing."""
+    import pty
+
+    master, slave = pty.openpty()  # a fresh pty reports 0 columns and 0 rows
+    with os.fdopen(slave, "w", encoding="utf-8") as stream:
+        assert os.get_terminal_size(stream.fileno()) == (0, 0)
+        monkeypatch.setattr(sys, "stderr", stream)
+        with Progress(4, desc="rlvr") as bar:
+            assert bar.active
+            bar.update(2, {"loss": 0.5})
+    text = os.read(master, 65536).decode()
+    os.close(master)
+    assert "rlvr 2/4" in text and "eta" in text and "loss=0.5" in text, repr(text)
 
 
 # --------------------------------------------------------------------------------------------------- jsonl

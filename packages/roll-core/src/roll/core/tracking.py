@@ -302,8 +302,8 @@ PROGRESS_FORMAT = (
 durations as ``MM:SS`` or ``H:MM:SS`` (``?`` until a step has finished)."""
 
 
-PROGRESS_COLUMNS = 120
-"""The progress line's width on a terminal that reports none."""
+PROGRESS_COLUMNS, PROGRESS_ROWS = 120, 24
+"""The progress line's width, and the screen's height, on a terminal that reports no size."""
 
 
 def _columns(stream: TextIO) -> int:
@@ -339,12 +339,13 @@ class Progress:
         if enabled and (force or stream.isatty()):
             from tqdm import tqdm
 
-            width = _columns(
-                stream
-            )  # a terminal that reports no width (0) gets a fixed one, not an empty line
+            # A terminal that reports no size (0 x 0: `script`, some CI ptys) gets a fixed width, and a height:
+            # tqdm reads 0 rows as "no room" and draws nothing at all.
+            width = _columns(stream)
             self._bar = tqdm(
                 total=total, initial=initial, desc=desc, unit="step", file=stream, dynamic_ncols=width > 0,
-                ncols=None if width > 0 else PROGRESS_COLUMNS, bar_format=PROGRESS_FORMAT,
+                ncols=None if width > 0 else PROGRESS_COLUMNS, nrows=None if width > 0 else PROGRESS_ROWS,
+                bar_format=PROGRESS_FORMAT,
             )  # fmt: skip
 
     @property
