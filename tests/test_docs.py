@@ -213,7 +213,7 @@ def test_example_headers_name_overrides() -> None:
     """The pattern finds the overrides the headers are known to show (a guard against a pattern that finds none)."""
     assert ("examples/quickstart.yaml", "rollout.temperature=0.8") in HEADER_OVERRIDES
     assert ("examples/reward_fl.yaml", "actor_train.strategy.lora={r: 4, alpha: 4}") in HEADER_OVERRIDES
-    assert ("examples/rlvr_rollout.yaml", "actor_infer.model.path=outputs/quickstart/hf") in HEADER_OVERRIDES
+    assert ("examples/rlvr_rollout.yaml", "actor_infer.model.path=outputs/quickstart-hf") in HEADER_OVERRIDES
     assert len(HEADER_OVERRIDES) >= 30
 
 

@@ -70,6 +70,8 @@ DEFAULT_STDOUT_METRICS: tuple[str, ...] = (
     "eval/loss",
     "eval/success_rate",
     "time/step_s",
+    "accuracy",  # roll eval (rlvr_rollout): its summary's names are bare
+    "pass@*",
     "warmup/loss",
 )
 """The stdout line's metrics when ``tracking.stdout_metrics`` is not set: the few names that say whether a run
