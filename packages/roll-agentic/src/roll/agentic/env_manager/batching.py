@@ -4,8 +4,10 @@ Columns (``roll.core.columns`` names where one exists):
 
 - ``input_ids_BT``, ``attention_mask_BT``; ``response_mask_BT``: the loss mask (1 on model-sampled tokens only);
   ``infer_logp_BT``: the sampler's log-probs there (0 elsewhere);
-- ``rewards_BT``: the sample's reward on its last trained token, 0 elsewhere; ``scores_B``: that reward;
-- ``group_id_B`` (episode group: envs that shared a seed), ``episode_id_B``, ``step_B``, ``anchor_id_B``,
+- ``rewards_BT``: the sample's reward on its last trained token, 0 elsewhere (of a trajectory split into
+  segments, only on its last segment's: a return is counted once per trajectory); ``scores_B``: that reward
+  (on every segment of a trajectory, since each is trained towards it);
+- ``group_id_B`` (episode group: envs that shared a seed), ``episode_id_B``, ``segment_B``, ``step_B``, ``anchor_id_B``,
   ``step_return_B``, ``episode_return_B``; non-tensor ``tag`` and ``success``;
 - rows of image observations: the non-tensor vision columns ``pixel_values`` and ``image_grid_thw`` per row
   (None for a text row); a batch of text rows has none.
@@ -36,6 +38,9 @@ def to_batch(samples: Sequence[Sample], pad_token_id: int) -> Batch:
     mask_BT = torch.zeros((B, T), dtype=torch.long)
     logp_BT = torch.zeros((B, T), dtype=torch.float32)
     rewards_BT = torch.zeros((B, T), dtype=torch.float32)
+    last_segment = {}
+    for s in samples:
+        last_segment[s.episode] = max(last_segment.get(s.episode, 0), s.segment)
     for b, s in enumerate(samples):
         n = len(s.input_ids)
         ids_BT[b, :n] = torch.tensor(s.input_ids, dtype=torch.long)
@@ -43,7 +48,7 @@ def to_batch(samples: Sequence[Sample], pad_token_id: int) -> Batch:
         mask_BT[b, :n] = torch.tensor(s.loss_mask, dtype=torch.long)
         logp_BT[b, :n] = torch.tensor(s.logp, dtype=torch.float32)
         trained = [t for t, m in enumerate(s.loss_mask) if m]
-        if trained:
+        if trained and s.segment == last_segment[s.episode]:
             rewards_BT[b, trained[-1]] = s.score
     tensors = {
         C.INPUT_IDS: ids_BT,
@@ -54,6 +59,7 @@ def to_batch(samples: Sequence[Sample], pad_token_id: int) -> Batch:
         C.SCORES: _floats([s.score for s in samples]),
         C.GROUP_ID: torch.tensor([s.group for s in samples], dtype=torch.long),
         C.EPISODE_ID: torch.tensor([s.episode for s in samples], dtype=torch.long),
+        C.SEGMENT: torch.tensor([s.segment for s in samples], dtype=torch.long),
         C.STEP: torch.tensor([s.step for s in samples], dtype=torch.long),
         C.ANCHOR_ID: torch.tensor([s.anchor for s in samples], dtype=torch.long),
         C.STEP_RETURN: _floats([s.step_return for s in samples]),

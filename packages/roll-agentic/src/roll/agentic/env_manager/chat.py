@@ -1,19 +1,24 @@
-"""Token-in, token-out chat encoding for multi-turn episodes.
+"""Token-in, token-out chat encoding for multi-turn episodes, for templates that rewrite history too.
 
 A multi-turn sample must contain *exactly* the tokens the model generated (re-tokenizing their decoded text can
 split differently, and the sampler's log-probs would no longer line up). So an episode is built as a list of
 token segments: the template's text (system prompt, observations, role markers) is rendered with the
 tokenizer's own chat template and tokenized, and the model's turns are appended as the ids it sampled.
 
-The template text between two model turns is found by rendering prefixes of the conversation and taking the
-difference (``render(history + [user]) - render(history)``), so any template whose render of a prefix is a
-prefix of the render of the whole works (ChatML, Qwen2.5, Llama 3 ...); a template that rewrites earlier turns is
-rejected with a :class:`~roll.core.errors.DataError`. Special tokens split BPE pre-tokenization, so tokenizing a
-segment alone gives the same ids as tokenizing the whole conversation.
+After the model's turn ``k`` and the env's answer, :meth:`ChatEncoder.next_prompt` renders the whole next prompt
+``render(history + [assistant_k, user_k+1])`` and compares it, as text, with what the model saw and produced at
+turn ``k`` (``render(history)`` plus the answer's text, plus the end-of-turn token when the model stopped on it):
 
-After a model turn, the template closes it (ChatML: ``<|im_end|>\\n``). When the model stopped on the
-end-of-turn token itself, that token is already part of its output (and trained), and only the rest of the
-closing text (``\\n``) is template markup; when it stopped at the token limit, the whole closing text is markup.
+- an *extension* (ChatML, Qwen2.5, Llama 3 ...): only the new text (the template's closing markup, the next user
+  turn, the next generation prompt) is tokenized and appended; the sampled ids stay as they were;
+- anything else (Qwen3 drops earlier turns' ``<think>`` reasoning; DeepSeek-R1 drops it and its generation prompt
+  opens ``<think>``; Llama 3 trims whitespace): the trajectory is *split*: the current segment ends after the
+  model's tokens, and a new segment starts with the whole next prompt, tokenized, which is what the model is
+  then given. Every segment is trained with its own mask (see :mod:`.episode`).
+
+Special tokens split BPE pre-tokenization, so tokenizing a piece alone gives the same ids as tokenizing the
+whole conversation. A template that cannot render the conversation, or whose next prompt leaves out the env's
+answer, is rejected with a :class:`~roll.core.errors.DataError`.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from roll.data.vision import (
     tokens_per_image,
 )
 
-__all__ = ["ChatEncoder", "EncodedImages", "Message", "merge_images", "vision_rows"]
+__all__ = ["ChatEncoder", "EncodedImages", "Message", "NextPrompt", "merge_images", "vision_rows"]
 
 Message = dict[str, str]
 
@@ -44,6 +49,16 @@ class EncodedImages:
 
     pixel_values: Any
     image_grid_thw: Any
+
+
+@dataclass(frozen=True)
+class NextPrompt:
+    """What follows a model turn: ``ids`` (and their images' patches) extend the current segment, or, when
+    ``split``, are the whole prompt of a new segment."""
+
+    ids: list[int]
+    images: EncodedImages | None
+    split: bool
 
 
 def merge_images(parts: Sequence[EncodedImages]) -> EncodedImages | None:
@@ -84,9 +99,16 @@ class ChatEncoder:
         self.image_processor = image_processor
 
     def render(self, messages: Sequence[Message], generation_prompt: bool) -> str:
-        text = self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=generation_prompt
-        )
+        try:
+            text = self.tokenizer.apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=generation_prompt
+            )
+        except Exception as exc:  # the template is user code: name it and the conversation it failed on
+            roles = ", ".join(m["role"] for m in messages)
+            raise DataError(
+                f"the chat template cannot render the episode's conversation (roles: {roles}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         return str(text)
 
     def encode(self, text: str) -> list[int]:
@@ -99,21 +121,32 @@ class ChatEncoder:
         """The whole conversation, ending with the generation prompt of an assistant turn."""
         return self.encode(self.render(messages, generation_prompt=True))
 
-    def user_turn_ids(self, history: Sequence[Message], content: str) -> list[int]:
-        """Template text that adds a user turn ``content`` after ``history`` and opens the assistant's turn."""
-        return self.user_turn_with_images(history, content, ())[0]
-
-    def close_ids(self, history: Sequence[Message], content: str, stopped_on_eos: bool) -> list[int]:
-        """Template text that closes an assistant turn whose text is ``content`` (see the module docstring)."""
-        before = self.render(history, generation_prompt=True)
-        after = self.render([*history, {"role": "assistant", "content": content}], generation_prompt=False)
-        tail = _suffix(after, before)
-        if not tail.startswith(content):
-            raise DataError("the chat template changes the assistant's text; cannot align model tokens")
-        close = tail[len(content) :]
-        if stopped_on_eos and close.startswith(self.eos_text):
-            close = close[len(self.eos_text) :]
-        return self.encode(close) if close else []
+    def next_prompt(
+        self,
+        history: Sequence[Message],
+        answer: str,
+        stopped_on_eos: bool,
+        user: str,
+        images: Sequence[Any] = (),
+        all_images: Sequence[Any] = (),
+    ) -> NextPrompt:
+        """The prompt after the model answered ``history`` (which ends with the user turn it acted on) with
+        ``answer`` and the env replied ``user`` (showing ``images``); see the module docstring. ``all_images``:
+        every image of the conversation, ``images`` included, in order (a split re-encodes them all)."""
+        seen = self.render(history, generation_prompt=True)
+        produced = seen + answer + (self.eos_text if stopped_on_eos else "")
+        messages = [*history, {"role": "assistant", "content": answer}, {"role": "user", "content": user}]
+        following = self.render(messages, generation_prompt=True)
+        if user.strip() not in following:
+            raise DataError(
+                "the chat template leaves the env's answer out of the next prompt (rendered "
+                f"{following[-200:]!r}); the model would never see the observation {user[:80]!r}"
+            )
+        if following.startswith(produced):
+            ids, encoded = self.encode_with_images(following[len(produced) :], images)
+            return NextPrompt(ids, encoded, split=False)
+        ids, encoded = self.encode_with_images(following, all_images)
+        return NextPrompt(ids, encoded, split=True)
 
     def encode_with_images(self, text: str, images: Sequence[Any]) -> tuple[list[int], EncodedImages | None]:
         """``text`` (one ``<image>`` per image) as ids with each image's vision span expanded, and the images'
@@ -143,22 +176,6 @@ class ChatEncoder:
         """:meth:`prompt_ids` of a conversation whose user turns hold ``images`` at their markers."""
         return self.encode_with_images(self.render(messages, generation_prompt=True), images)
 
-    def user_turn_with_images(
-        self, history: Sequence[Message], content: str, images: Sequence[Any]
-    ) -> tuple[list[int], EncodedImages | None]:
-        """:meth:`user_turn_ids` for a user turn holding ``images`` at its markers."""
-        before = self.render(history, generation_prompt=False)
-        after = self.render([*history, {"role": "user", "content": content}], generation_prompt=True)
-        return self.encode_with_images(_suffix(after, before), images)
-
     def stopped_on_eos(self, response_ids: Sequence[int]) -> bool:
         return bool(response_ids) and response_ids[-1] == self.eos_token_id
 
-
-def _suffix(after: str, before: str) -> str:
-    if not after.startswith(before):
-        raise DataError(
-            "the chat template renders a conversation prefix differently from the whole conversation "
-            "(it rewrites earlier turns); multi-turn token alignment needs a prefix-stable template"
-        )
-    return after[len(before) :]

@@ -4,9 +4,17 @@ An :class:`Episode` records, for one env, every turn the model took: the observa
 and log-probs it sampled, the parsed action and the reward. In trajectory mode it also grows the conversation's
 token ids turn by turn (which is the next prompt), with a loss mask that is 1 exactly on model-sampled tokens.
 
-- :func:`trajectory_sample`: one :class:`Sample` per episode: the whole conversation; trained positions are the
-  model's tokens (its end-of-turn token included), never the system prompt, observations or template markup;
-  the episode return is the reward on the last trained token.
+When the chat template rewrites history (Qwen3 drops earlier turns' ``<think>`` reasoning), the next prompt is
+not an extension of what the model saw and produced (:meth:`~.chat.ChatEncoder.next_prompt`): the conversation
+is *split*. The tokens so far become a closed :class:`Segment` (it ends with the model's sampled tokens), and a
+new segment starts with the whole re-rendered prompt, which is what the model is given next. A prefix-consistent
+template never splits: one segment, exactly the conversation as before.
+
+- :func:`trajectory_samples`: one :class:`Sample` per segment (one per episode without splits): the prompt the
+  model saw at the segment's first turn, then its turns; trained positions are the model's tokens (its
+  end-of-turn token included), never the system prompt, observations or template markup. Every segment of an
+  episode carries the episode return and its ``segment`` index; the pipeline computes one advantage per
+  trajectory, not per segment (:mod:`roll.agentic.pipeline.agentic.trajectories`).
 - :func:`step_samples`: one :class:`Sample` per turn: the windowed prompt the model saw plus its answer, with
   the discounted return from that step and an *anchor* id (a hash of the episode group and the observation the
   step acted on) so GiGPO can group steps taken from the same state by the envs of one group.
@@ -30,7 +38,16 @@ from roll.agentic.env_manager.chat import ChatEncoder, EncodedImages, Message, m
 from roll.agentic.types import Observation, split_observation
 from roll.core.failures import ErrorReport
 
-__all__ = ["Episode", "EpisodeStatus", "Sample", "Turn", "anchor_id", "step_samples", "trajectory_sample"]
+__all__ = [
+    "Episode",
+    "EpisodeStatus",
+    "Sample",
+    "Segment",
+    "Turn",
+    "anchor_id",
+    "step_samples",
+    "trajectory_samples",
+]
 
 EpisodeStatus = Literal["running", "done", "turn_limit", "context_limit", "timeout", "error"]
 DROPPED: frozenset[str] = frozenset({"timeout", "error"})
@@ -76,11 +93,26 @@ class Sample:
     """The oldest policy version that sampled a trained token of the row (its staleness bound)."""
     images: EncodedImages | None = None
     """The patches of the images the row's tokens show (None for a text row)."""
+    segment: int = 0
+    """Trajectory mode: which segment of its episode the row is (0 unless the chat template split it)."""
+
+
+@dataclass
+class Segment:
+    """A prefix-consistent part of a trajectory: the prompt the model saw at turn ``first_turn``, then turns
+    (model tokens, trained) and the template text between them (masked)."""
+
+    first_turn: int
+    ids: list[int] = field(default_factory=list)
+    trained: list[int] = field(default_factory=list)
+    logp: list[float] = field(default_factory=list)
+    images: list[EncodedImages] = field(default_factory=list)
 
 
 @dataclass
 class Episode:
-    """An env's episode. ``ids``/``trained``/``logp`` hold the trajectory-mode conversation."""
+    """An env's episode. ``ids``/``trained``/``logp``/``images`` hold the trajectory-mode conversation's current
+    segment (the next prompt); ``closed`` the segments a split ended."""
 
     index: int
     group: int
@@ -103,6 +135,11 @@ class Episode:
     trained: list[int] = field(default_factory=list)
     logp: list[float] = field(default_factory=list)
     images: list[EncodedImages] = field(default_factory=list)
+    closed: list[Segment] = field(default_factory=list)
+    segment_start: int = 0
+    """The first turn of the current segment."""
+    shown_images: list[Any] = field(default_factory=list)
+    """Every observation image of the conversation, in order (a split re-encodes them all)."""
 
     @property
     def live(self) -> bool:
@@ -124,6 +161,7 @@ class Episode:
             {"role": "system", "content": self.system},
             {"role": "user", "content": self.observation},
         ]
+        self.shown_images = list(self.observation_images)
         ids, images = encoder.prompt_with_images(self.messages, self.observation_images)
         self._append(ids, trained=False, images=images)
 
@@ -134,15 +172,35 @@ class Episode:
         self.messages.append({"role": "assistant", "content": encoder.decode(_without_eos(encoder, turn))})
 
     def add_observation(self, encoder: ChatEncoder, observation: Observation) -> None:
-        """Close the last assistant turn and add the env's answer as the next user turn (template, masked)."""
+        """Close the last assistant turn and add the env's answer as the next user turn (template, masked); when
+        the template rewrote history, close the segment and start the next one (see the module docstring)."""
         turn = self.turns[-1]
         text, images = split_observation(observation)
         history, content = self.messages[:-1], self.messages[-1]["content"]
-        close = encoder.close_ids(history, content, encoder.stopped_on_eos(turn.response_ids))
-        user, encoded = encoder.user_turn_with_images(self.messages, text, images)
-        self._append(close + user, trained=False, images=encoded)
+        self.shown_images += images
+        following = encoder.next_prompt(
+            history, content, encoder.stopped_on_eos(turn.response_ids), text, images, self.shown_images
+        )
+        if following.split:
+            self.closed.append(self.current_segment())
+            self.ids, self.trained, self.logp, self.images = [], [], [], []
+            self.segment_start = len(self.turns)
+        self._append(following.ids, trained=False, images=following.images)
         self.messages.append({"role": "user", "content": text})
         self.observation, self.observation_images = text, images
+
+    def current_segment(self) -> Segment:
+        return Segment(self.segment_start, list(self.ids), list(self.trained), list(self.logp), list(self.images))
+
+    def segments(self) -> list[Segment]:
+        """The trajectory's segments that hold a model turn, in order (a split right before the episode ended
+        leaves a last prompt that nothing answered: it is not one)."""
+        return [s for s in [*self.closed, self.current_segment()] if any(s.trained)]
+
+    @property
+    def splits(self) -> int:
+        """How many times the chat template's rewrite of history split the conversation."""
+        return len(self.closed)
 
     def finish(self, status: EpisodeStatus, turn: int, error: str | None = None) -> None:
         self.status, self.finished_turn, self.error = status, turn, error
@@ -160,7 +218,8 @@ class Episode:
         return encoder.prompt_with_images(messages, [*images, *self.observation_images])
 
     def conversation_images(self) -> EncodedImages | None:
-        """The patches of every image of the trajectory-mode conversation so far (None without images)."""
+        """The patches of every image of the trajectory-mode conversation's current segment (None without
+        images)."""
         return merge_images(self.images)
 
     def _append(
@@ -189,22 +248,28 @@ def anchor_id(group: int, observation: str) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
-def trajectory_sample(episode: Episode) -> Sample:
-    """The whole conversation as one row; the return lands on the last trained token (see the module doc)."""
-    return Sample(
-        input_ids=list(episode.ids),
-        loss_mask=list(episode.trained),
-        logp=list(episode.logp),
-        score=episode.total_reward,
-        group=episode.group,
-        episode=episode.index,
-        tag=episode.tag,
-        success=episode.success,
-        step=len(episode.turns),
-        episode_return=episode.total_reward,
-        policy_version=min((t.policy_version for t in episode.turns), default=0),
-        images=episode.conversation_images(),
-    )
+def trajectory_samples(episode: Episode) -> list[Sample]:
+    """One row per segment (see the module docstring); every row carries the episode return as its score."""
+    segments = episode.segments()
+    ends = [s.first_turn for s in segments[1:]] + [len(episode.turns)]
+    return [
+        Sample(
+            input_ids=list(seg.ids),
+            loss_mask=list(seg.trained),
+            logp=list(seg.logp),
+            score=episode.total_reward,
+            group=episode.group,
+            episode=episode.index,
+            tag=episode.tag,
+            success=episode.success,
+            step=len(episode.turns),
+            episode_return=episode.total_reward,
+            policy_version=min((t.policy_version for t in episode.turns[seg.first_turn : end]), default=0),
+            images=merge_images(seg.images),
+            segment=k,
+        )
+        for k, (seg, end) in enumerate(zip(segments, ends))
+    ]
 
 
 def step_samples(episode: Episode, gamma: float = 1.0) -> list[Sample]:

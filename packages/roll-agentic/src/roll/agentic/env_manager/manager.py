@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from roll.agentic.env_manager.chat import ChatEncoder, EncodedImages, vision_rows
 from roll.agentic.env_manager.config import EnvManagerConfig
-from roll.agentic.env_manager.episode import Episode, Sample, Turn, step_samples, trajectory_sample
+from roll.agentic.env_manager.episode import Episode, Sample, Turn, step_samples, trajectory_samples
 from roll.agentic.env_manager.slots import ResetOutcome, ResetRequest, StepOutcome, StepRequest
 from roll.agentic.parsing import parse_action
 from roll.core.failures import ErrorReport
@@ -83,7 +83,7 @@ class Rollout:
     def samples(self, mode: str, gamma: float = 1.0) -> list[Sample]:
         if mode == "step":
             return [s for e in self.episodes for s in step_samples(e, gamma)]
-        return [trajectory_sample(e) for e in self.episodes]
+        return [s for e in self.episodes for s in trajectory_samples(e)]
 
     def metrics(self) -> dict[str, float]:
         return rollout_metrics(self)
@@ -265,9 +265,9 @@ def _first_groups(episodes: Sequence[Episode], num_groups: int) -> list[Episode]
 
 
 def rollout_metrics(rollout: Rollout) -> dict[str, float]:
-    """Success rate, return, turns and format rate per tag (``env/<tag>/...``) and overall (``env/...``);
-    ``env/errors`` is the share of started episodes that an env error or timeout ended, ``env/timeouts`` the
-    count of the latter."""
+    """Success rate, return, turns, format rate and chat-template splits per tag (``env/<tag>/...``) and overall
+    (``env/...``), each episode counted once however many segments it was split into; ``env/errors`` is the
+    share of started episodes that an env error or timeout ended, ``env/timeouts`` the count of the latter."""
     metrics: dict[str, float] = {}
     by_tag: dict[str, list[Episode]] = {}
     for e in rollout.episodes:
@@ -292,4 +292,6 @@ def _episode_stats(prefix: str, episodes: Sequence[Episode]) -> dict[str, float]
         f"{prefix}/return": sum(e.total_reward for e in episodes) / n,
         f"{prefix}/turns": len(turns) / n,
         f"{prefix}/format_ok": sum(t.format_ok for t in turns) / max(len(turns), 1),
+        f"{prefix}/template_splits": float(sum(e.splits for e in episodes)),
+        f"{prefix}/segments": sum(len(e.segments()) for e in episodes) / n,
     }
