@@ -124,8 +124,8 @@ def test_resolve_model_path(tiny_1m_path: Path, tmp_path: Path) -> None:
 
 
 def test_presets() -> None:
-    assert set(PRESETS) == {"tiny-1m", "tiny-10m", "tiny-50m"}
-    with pytest.raises(DataError, match="known presets: tiny-10m, tiny-1m, tiny-50m"):
+    assert set(PRESETS) == {"tiny-1m", "tiny-think-1m", "tiny-10m", "tiny-50m"}
+    with pytest.raises(DataError, match="known presets: tiny-10m, tiny-1m, tiny-50m, tiny-think-1m"):
         get_preset("tiny-7b")
     custom = TinyPreset(
         hidden_size=64,

@@ -48,6 +48,15 @@ PRESETS: dict[str, TinyPreset] = {
         num_key_value_heads=2,
         intermediate_size=384,
     ),
+    # tiny-1m's shape with the thinking kit's tokenizer (Qwen3-like template that drops past reasoning).
+    "tiny-think-1m": TinyPreset(
+        hidden_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=384,
+        tokenizer="roll-tiny-think",
+    ),
     "tiny-10m": TinyPreset(
         hidden_size=320,
         num_hidden_layers=8,

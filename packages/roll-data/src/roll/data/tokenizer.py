@@ -54,6 +54,49 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
 
+# Qwen3-like (written here, not copied): ChatML whose assistant turns keep their reasoning only after the last user
+# query, as Qwen3's template does. An answer's reasoning is the text before its last ``</think>`` (after a
+# ``<think>``); a turn after the last user query is rendered as ``<think>\n{reasoning}\n</think>\n\n{answer}``
+# when it is the last message or has reasoning, every earlier turn as ``{answer}`` alone: the reasoning of past
+# turns is dropped from the history. ``enable_thinking=False`` prefills an empty think block, as Qwen3's does.
+# Tool results are user turns wrapped in <tool_response> that do not count as a query, as in Qwen3.
+THINK_CHAT_TEMPLATE = (
+    "{%- set ns = namespace(last_query=messages|length - 1) -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'user' -%}{%- set ns.last_query = loop.index0 -%}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] not in ['system', 'user', 'assistant', 'tool'] -%}"
+    "{{- raise_exception('unknown chat role: ' + message['role']) -}}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{%- set content = message['content'] -%}"
+    "{%- set reasoning = '' -%}"
+    "{%- if '</think>' in content -%}"
+    "{%- set reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') -%}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\n') -%}"
+    "{%- endif -%}"
+    "{{- '<|im_start|>assistant\n' -}}"
+    "{%- generation -%}"
+    "{%- if loop.index0 > ns.last_query and (loop.last or reasoning) -%}"
+    "{{- '<think>\n' + reasoning.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') -}}"
+    "{%- else -%}{{- content -}}{%- endif -%}"
+    "{{- '<|im_end|>' -}}"
+    "{%- endgeneration -%}"
+    "{{- '\n' -}}"
+    "{%- elif message['role'] == 'tool' -%}"
+    "{{- '<|im_start|>user\n<tool_response>\n' + message['content'] + '\n</tool_response><|im_end|>\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\n\n</think>\n\n' -}}"
+    "{%- endif -%}{%- endif -%}"
+)
+THINK_TOKENS = ("<think>", "</think>")
+"""Added as single, non-special tokens (as Qwen3 has them): decoding keeps them, and they split BPE pieces."""
+TEMPLATES = {"chatml": CHAT_TEMPLATE, "think": THINK_CHAT_TEMPLATE}
+
 # General text so system prompts and instructions do not fall apart into single bytes.
 _GENERAL_TEXT = """\
 You are a helpful assistant. Answer the question. Think step by step, then give the final answer.
@@ -78,6 +121,20 @@ RECIPES: dict[str, dict[str, Any]] = {
         "model_max_length": 2048,
         "padding_side": "right",
         "recipe_version": 1,
+    },
+    # roll-tiny's vocabulary with the Qwen3-like template and <think>/</think> tokens: a thinking model's kit.
+    "roll-tiny-think": {
+        "vocab_size": 512,
+        "min_frequency": 2,
+        "corpus": {
+            "arithmetic": [[1, 150], [2, 400], [3, 400], [4, 400], [5, 400], [6, 400]],
+            "compare": 400,
+            "seed": 0,
+        },
+        "model_max_length": 2048,
+        "padding_side": "right",
+        "recipe_version": 1,
+        "template": "think",
     },
     # The tiny VLM kit's: roll-tiny's corpus plus the shapes task, and Qwen2-VL's vision tokens as specials.
     "roll-tiny-vl": {
@@ -118,11 +175,16 @@ def _full_recipe(name: str) -> dict[str, Any]:
         **_recipe(name),
         "specials": _specials(name),
         "regex": QWEN2_PRETOKENIZE_REGEX,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": _template(name),
         "general_text": _GENERAL_TEXT,
         "tokenizers": version("tokenizers"),
         "transformers": version("transformers"),
     }
+
+
+def _template(name: str) -> str:
+    """The chat template of tokenizer ``name`` (ChatML unless its recipe names another)."""
+    return TEMPLATES[_recipe(name).get("template", "chatml")]
 
 
 def tokenizer_path(name: str = "roll-tiny") -> Path:
@@ -178,19 +240,24 @@ def _train_backend(name: str) -> Tokenizer:
 def _wrap(backend: Tokenizer, name: str) -> PreTrainedTokenizerFast:
     from transformers import PreTrainedTokenizerFast
 
+    from tokenizers import AddedToken
+
     spec = _recipe(name)
-    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=backend,
         bos_token=BOS,
         eos_token=IM_END,
         pad_token=PAD,
         unk_token=UNK,
         additional_special_tokens=[IM_START, *_specials(name)[len(SPECIAL_TOKENS) :]],
-        chat_template=CHAT_TEMPLATE,
+        chat_template=_template(name),
         model_max_length=spec["model_max_length"],
         padding_side=spec["padding_side"],  # saved only when passed here; the collator decides per use
         clean_up_tokenization_spaces=False,
     )
+    if spec.get("template") == "think":
+        tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
+    return tokenizer
 
 
 def train_tokenizer(name: str = "roll-tiny") -> PreTrainedTokenizerFast:
