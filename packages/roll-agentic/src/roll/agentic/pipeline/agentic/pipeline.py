@@ -33,6 +33,7 @@ from roll.agentic.env_manager.episode import Episode, Sample
 from roll.agentic.env_manager.manager import Rollout
 from roll.agentic.env_manager.slots import ResetOutcome, ResetRequest
 from roll.agentic.pipeline.agentic import AgenticConfig, GiGPOConfig
+from roll.agentic.pipeline.agentic.trajectories import trajectory_advantages
 from roll.agentic.pipeline.runtime import RolloutRuntime, plot_success
 from roll.agentic.types import EXPERT_ACTION, split_observation
 from roll.core import columns as C
@@ -113,15 +114,18 @@ class AgenticPipeline(BasePipeline):
     def _informative(self, samples: list[Sample]) -> tuple[list[Sample], dict[str, float]]:
         """Dynamic sampling (DAPO) over env groups: drop the groups whose episode scores are all equal (or whose
         std is outside ``algorithm.dynamic_sampling_min_std``/``max_std``); their advantages would be 0.
-        ``env_manager.extra_groups`` rolls out spare groups to make up for them."""
+        ``env_manager.extra_groups`` rolls out spare groups to make up for them. Each trajectory counts once (its
+        first segment stands for it)."""
         a = self.config.algorithm
-        keep_B, result = dynamic_sampling_rows(
-            torch.tensor([s.score for s in samples], dtype=torch.float32),
-            torch.tensor([s.group for s in samples]),
+        firsts = [s for s in samples if s.segment == 0]
+        keep_F, result = dynamic_sampling_rows(
+            torch.tensor([s.score for s in firsts], dtype=torch.float32),
+            torch.tensor([s.group for s in firsts]),
             min_std=a.dynamic_sampling_min_std,
             max_std=a.dynamic_sampling_max_std if a.dynamic_sampling_max_std is not None else math.inf,
         )
-        kept = [s for s, keep in zip(samples, keep_B.tolist(), strict=True) if keep]
+        groups = {s.group for s, keep in zip(firsts, keep_F.tolist(), strict=True) if keep}
+        kept = [s for s in samples if s.group in groups]
         metrics = {"rollout/groups_all_equal": float(result.num_all_equal)}
         metrics["rollout/groups_std_out_of_range"] = float(result.num_std_out_of_range)
         return kept, metrics
@@ -130,13 +134,14 @@ class AgenticPipeline(BasePipeline):
         return self.runtime.rollout(batch_seed=self.config.seed * 1_000_003 + step)
 
     def advantages(self, samples: list[Sample]) -> Batch:
-        """Padded rows with ``advantages_BT`` and, for several optimizer steps per rollout, ``old_logp_BT``."""
+        """Padded rows with ``advantages_BT`` and, for several optimizer steps per rollout, ``old_logp_BT``; one
+        advantage per trajectory when a chat template split some (:mod:`.trajectories`)."""
         cfg = self.config
         batch = to_batch(samples, self.runtime.encoder.pad_token_id)
         gigpo = cfg.gigpo or GiGPOConfig()
         self.policy.prepare(batch, old_logp=self._use_old_logp())
-        return self.objective.advantages(
-            batch, batch.tensors[C.SCORES], step_weight=gigpo.step_weight, norm_by_std=gigpo.norm_by_std
+        return trajectory_advantages(
+            self.objective, batch, step_weight=gigpo.step_weight, norm_by_std=gigpo.norm_by_std
         )
 
     def train(self, batch: Batch, step: int) -> dict[str, float]:
@@ -160,7 +165,8 @@ class AgenticPipeline(BasePipeline):
         self, metrics: dict[str, float], samples: list[Sample], timings: Mapping[str, float]
     ) -> dict[str, float]:
         out = {k if "/" in k else f"actor/{k}": v for k, v in metrics.items()}
-        out["samples"] = float(len(samples))
+        out["samples"] = float(len(samples))  # rows: a trajectory split by the chat template has several
+        out["trajectories"] = float(len({s.episode for s in samples}))
         out["tokens/trained"] = float(sum(sum(s.loss_mask) for s in samples))
         out.update({f"time/{k}_s": v for k, v in timings.items()})
         out["policy_version"] = float(self.policy.version)
