@@ -195,3 +195,42 @@ def test_build_once_leaves_nothing_on_failure(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="boom"):
         build_once(tmp_path / "thing", fail)
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_think_template_drops_past_reasoning_as_qwen3s_does(cache_dir: Path) -> None:
+    """The thinking kit's template, against Qwen3's documented behaviour: reasoning is rendered only for assistant
+    turns after the last user query (normalized to ``<think>\\n{r}\\n</think>\\n\\n{answer}``), dropped from
+    earlier ones; a last turn without reasoning gets an empty think block; tool results are user turns that are
+    not queries; ``enable_thinking=False`` prefills an empty think block. ``<think>``/``</think>`` are single,
+    non-special tokens (decoding keeps them), on roll-tiny's vocabulary."""
+    think, plain = build_tokenizer("roll-tiny-think"), build_tokenizer()
+    assert think.encode("What is 2+3?") == plain.encode("What is 2+3?")
+    ids = think.encode("<think>x</think>")
+    assert ids[0] == think.convert_tokens_to_ids("<think>") and len(think.encode("<think>")) == 1
+    assert think.decode(ids, skip_special_tokens=True) == "<think>x</think>"
+    sys, u1, u2 = (
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "Q1"},
+        {"role": "user", "content": "Q2"},
+    )
+    a1 = {"role": "assistant", "content": "<think>\nr1\n</think>\n\nA1"}
+    a2 = {"role": "assistant", "content": "<think>r2</think>A2"}
+    head = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\n"
+    assert think.apply_chat_template([sys, u1, a1, u2, a2], tokenize=False) == (
+        head + "A1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\nr2\n</think>\n\nA2<|im_end|>\n"
+    )
+    assert think.apply_chat_template([sys, u1, a1, u2], tokenize=False, add_generation_prompt=True) == (
+        head + "A1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n"
+    )
+    bare = {"role": "assistant", "content": "A1"}
+    assert think.apply_chat_template([sys, u1, bare], tokenize=False) == (
+        head + "<think>\n\n</think>\n\nA1<|im_end|>\n"
+    )
+    tool = {"role": "tool", "content": "42"}
+    assert think.apply_chat_template([sys, u1, a1, tool, a2], tokenize=False) == (
+        head + "<think>\nr1\n</think>\n\nA1<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n</tool_response>"
+        "<|im_end|>\n<|im_start|>assistant\n<think>\nr2\n</think>\n\nA2<|im_end|>\n"
+    )
+    off = think.apply_chat_template([sys, u1], tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    assert off == head + "<think>\n\n</think>\n\n"
