@@ -103,7 +103,9 @@ def _pieces(encoder: ChatEncoder, parts: list[tuple[str, int]]) -> tuple[list[in
     return ids, mask
 
 
-def test_a_history_rewriting_template_splits_a_three_turn_episode_as_derived_by_hand(think: ChatEncoder) -> None:
+def test_a_history_rewriting_template_splits_a_three_turn_episode_as_derived_by_hand(
+    think: ChatEncoder,
+) -> None:
     """Turn 0 thinks, turn 1 answers plainly, turn 2 thinks. The template keeps reasoning only after the last
     user turn, so after turn 0 the next prompt shows turn 0 as '<answer>Left</answer>' alone, not what the model
     produced: split. Turn 1 had no reasoning, so the prompt of turn 2 extends turn 1 verbatim: no split. Two
@@ -161,7 +163,9 @@ def test_a_prefix_consistent_template_keeps_one_row_as_before(chatml: ChatEncode
             messages.append({"role": "user", "content": obs})
     full = chatml.tokenizer.apply_chat_template(messages, tokenize=False).removesuffix("\n")
     assert sample.input_ids == chatml.encode(full)
-    assert [i for i, m in zip(sample.input_ids, sample.loss_mask) if m] == sum(policy.sampled, [])
+    assert [i for i, m in zip(sample.input_ids, sample.loss_mask) if m] == [
+        t for turn in policy.sampled for t in turn
+    ]
     assert rollout.metrics()["env/template_splits"] == 0.0 and sample.segment == 0
 
 
@@ -171,7 +175,9 @@ def test_the_split_happens_only_where_reasoning_was_dropped(think: ChatEncoder) 
     rollout, policy = _play(think, [PLAIN_UP, PLAIN_UP, PLAIN_UP])
     [sample] = rollout.samples("trajectory")
     assert rollout.episodes[0].splits == 0
-    assert [i for i, m in zip(sample.input_ids, sample.loss_mask) if m] == sum(policy.sampled, [])
+    assert [i for i, m in zip(sample.input_ids, sample.loss_mask) if m] == [
+        t for turn in policy.sampled for t in turn
+    ]
 
 
 class _Template:
@@ -265,7 +271,9 @@ def test_a_split_trajectory_gets_its_return_to_go_across_segments() -> None:
     torch.testing.assert_close(unpack(returns, index), torch.tensor([[2.0, 2, 0], [0, 2, 2], [0, 0, 0]]))
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"])
+@pytest.mark.parametrize(
+    "estimator", ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"]
+)
 def test_packing_an_unsplit_batch_changes_nothing(estimator: str) -> None:
     """Without splits the pipeline estimates row by row, as before; packing such a batch anyway gives the same
     advantages and returns for every estimator, so the packed path is exact (only trained positions matter)."""
@@ -328,7 +336,9 @@ def test_a_thinking_model_trains_on_exactly_what_it_sampled(ray_local: Any, tmp_
         for episode in episodes:
             rows = sorted((segment_B[b], b) for b in range(len(samples)) if episode_B[b] == episode.index)
             trained = [ids_BT[b][mask_BT[b].bool()].tolist() for _, b in rows]
-            assert sum(trained, []) == [t for turn in episode.turns for t in turn.response_ids]
+            assert [t for part in trained for t in part] == [
+                t for turn in episode.turns for t in turn.response_ids
+            ]
             logps = torch.cat([logp_BT[b][mask_BT[b].bool()] for _, b in rows])
             want = torch.tensor([lp for turn in episode.turns for lp in turn.response_logp])
             torch.testing.assert_close(logps, want)

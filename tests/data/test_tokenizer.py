@@ -229,8 +229,11 @@ def test_think_template_drops_past_reasoning_as_qwen3s_does(cache_dir: Path) -> 
     )
     tool = {"role": "tool", "content": "42"}
     assert think.apply_chat_template([sys, u1, a1, tool, a2], tokenize=False) == (
-        head + "<think>\nr1\n</think>\n\nA1<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n</tool_response>"
+        head
+        + "<think>\nr1\n</think>\n\nA1<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n</tool_response>"
         "<|im_end|>\n<|im_start|>assistant\n<think>\nr2\n</think>\n\nA2<|im_end|>\n"
     )
-    off = think.apply_chat_template([sys, u1], tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    off = think.apply_chat_template(
+        [sys, u1], tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
     assert off == head + "<think>\n\n</think>\n\n"

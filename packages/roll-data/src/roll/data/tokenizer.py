@@ -238,9 +238,8 @@ def _train_backend(name: str) -> Tokenizer:
 
 
 def _wrap(backend: Tokenizer, name: str) -> PreTrainedTokenizerFast:
-    from transformers import PreTrainedTokenizerFast
-
     from tokenizers import AddedToken
+    from transformers import PreTrainedTokenizerFast
 
     spec = _recipe(name)
     tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]

@@ -178,4 +178,3 @@ class ChatEncoder:
 
     def stopped_on_eos(self, response_ids: Sequence[int]) -> bool:
         return bool(response_ids) and response_ids[-1] == self.eos_token_id
-

@@ -190,7 +190,9 @@ class Episode:
         self.observation, self.observation_images = text, images
 
     def current_segment(self) -> Segment:
-        return Segment(self.segment_start, list(self.ids), list(self.trained), list(self.logp), list(self.images))
+        return Segment(
+            self.segment_start, list(self.ids), list(self.trained), list(self.logp), list(self.images)
+        )
 
     def segments(self) -> list[Segment]:
         """The trajectory's segments that hold a model turn, in order (a split right before the episode ended

@@ -62,7 +62,8 @@ class ModelConfig(RollModel):
     """
 
     path: str = Field(
-        min_length=1, description="tiny preset (tiny-1m, tiny-10m, tiny-50m), local folder or hub id"
+        min_length=1,
+        description="tiny preset (tiny-1m, tiny-10m, tiny-50m, tiny-think-1m), local folder or hub id",
     )
     tokenizer: str | None = Field(None, description="tokenizer folder or hub id; unset: path")
     dtype: LoadDType = Field(
