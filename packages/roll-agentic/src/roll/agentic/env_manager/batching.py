@@ -38,7 +38,7 @@ def to_batch(samples: Sequence[Sample], pad_token_id: int) -> Batch:
     mask_BT = torch.zeros((B, T), dtype=torch.long)
     logp_BT = torch.zeros((B, T), dtype=torch.float32)
     rewards_BT = torch.zeros((B, T), dtype=torch.float32)
-    last_segment = {}
+    last_segment: dict[int, int] = {}
     for s in samples:
         last_segment[s.episode] = max(last_segment.get(s.episode, 0), s.segment)
     for b, s in enumerate(samples):
