@@ -16,7 +16,8 @@ from roll.agentic.tools.calculator import CalculatorTool, evaluate
 from roll.agentic.tools.mcp_client import McpServerConfig, McpTool, build_mcp_tools
 from roll.agentic.tools.python_exec import PythonTool, PythonToolConfig
 from roll.agentic.tools.specs import CALCULATOR, MCP, PYTHON
-from roll.agentic.tools.wrapper import ToolEnvWrapper, ToolWrapperConfig, parse_tool_calls
+from roll.agentic.tool_parsers import get_tool_parser
+from roll.agentic.tools.wrapper import ToolEnvWrapper, ToolWrapperConfig
 from roll.agentic.types import Env, EnvError, Tool, ToolError, ToolResult
 from roll.core import plugins
 from roll.core.errors import ConfigError, PluginError
@@ -242,7 +243,7 @@ def test_wrapper_prompt_and_json_string_arguments() -> None:
     assert "echo" in env.action_space_text
     env.step(call(args='"{\\"text\\": \\"s\\"}"'))
     assert echo.calls == [{"text": "s"}]
-    assert parse_tool_calls("no calls here") == []
+    assert get_tool_parser("hermes").parse("no calls here").items == ()
     with pytest.raises(ConfigError, match="unique"):
         ToolEnvWrapper(GuessDirectionEnv(), [Echo(), Echo()])
 

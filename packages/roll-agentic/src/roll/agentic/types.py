@@ -10,6 +10,11 @@ Map of the abstractions:
 - :class:`Tool` is a function the model may call: a name, a description and a JSON-schema ``parameters``
   object (the OpenAI/Qwen function format), and ``call(arguments) -> ToolResult``. Tools report failures in the
   result (``ok=False``) rather than raising, because the model should see the error and recover.
+- :class:`ToolParser` is a tool-call *format* (a ``roll.tool_parser`` plugin: hermes, qwen3_coder, llama3_json,
+  mistral): the system-prompt section that describes the tools, how an assistant turn writes :class:`ToolCall`
+  objects (``render``) and how they are read back from a model's output (``parse``, giving
+  :class:`ParsedToolCalls`, whose malformed calls are :class:`ToolCallError` values the model reads as the
+  tool's answer). :mod:`roll.agentic.tool_parsers` finds them by name.
 - :class:`~roll.agentic.tools.wrapper.ToolEnvWrapper` composes the two: it is itself an :class:`Env` that runs
   tool calls found in the model's output and passes every other action to the env it wraps.
 - Env configs are :class:`~roll.core.config.base.RollModel` subclasses with a ``type`` discriminator equal to
@@ -27,6 +32,7 @@ Envs are deliberately not thread-safe and not picklable mid-episode: an env mana
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
@@ -48,10 +54,15 @@ __all__ = [
     "Frame",
     "ImageObservation",
     "Observation",
+    "ParsedToolCalls",
     "RenderMode",
     "StepResult",
     "Tool",
+    "ToolCall",
+    "ToolCallError",
     "ToolError",
+    "ToolParser",
+    "ToolResponse",
     "ToolResult",
     "split_observation",
     "tool_schema",
@@ -188,6 +199,87 @@ class Tool(Protocol):
 
     def close(self) -> None:
         """Free what the tool holds (a server process); a no-op for pure tools."""
+        ...
+
+
+class ToolCallError(RollError, ValueError):
+    """A malformed tool call in a model's output: truncated, not parseable, an unknown function, bad arguments.
+
+    Not raised by :meth:`ToolParser.parse` (it returns these among the calls, so the well-formed calls of the same
+    turn still run); :meth:`ParsedToolCalls.checked` raises the first. The message is written for the model: the
+    env wrapper answers the call with ``format error: <message>``."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One well-formed call: the function ``name``, its ``arguments`` (a JSON object) and, in formats that carry
+    one (mistral), the call's ``id``."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolResponse:
+    """A tool's answer to one call, as :meth:`ToolParser.render_responses` writes it back to the model."""
+
+    text: str
+    name: str | None = None
+    call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ParsedToolCalls:
+    """What :meth:`ToolParser.parse` found in one model output.
+
+    ``items``: one entry per call the text attempts, in order, each a :class:`ToolCall` or the
+    :class:`ToolCallError` that says what is wrong with it; empty when the text makes no call (then it is an
+    ordinary answer). ``content``: the text outside the calls (what an OpenAI message's ``content`` holds)."""
+
+    content: str
+    items: tuple[ToolCall | ToolCallError, ...] = ()
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [item for item in self.items if isinstance(item, ToolCall)]
+
+    @property
+    def errors(self) -> list[ToolCallError]:
+        return [item for item in self.items if isinstance(item, ToolCallError)]
+
+    def checked(self) -> list[ToolCall]:
+        """Every call, or raise the first :class:`ToolCallError` (a gateway that answers all or nothing)."""
+        errors = self.errors
+        if errors:
+            raise errors[0]
+        return self.calls
+
+
+@runtime_checkable
+class ToolParser(Protocol):
+    """A tool-call format, built for one set of tools (``roll.core.types.ToolParserBuild``).
+
+    Contract: ``parse(render(calls)).calls == calls`` for calls of known tools whose argument values the format
+    can carry (each format's docstring says which it cannot); ``parse`` never raises for bad model output."""
+
+    name: str
+
+    def tools_prompt(self, note: str = "") -> str:
+        """The system-prompt section that lists the tools and shows the call format, as the format's chat template
+        writes it; ``note`` (one sentence, such as a call limit) goes after its opening line."""
+        ...
+
+    def render(self, calls: Sequence[ToolCall]) -> str:
+        """``calls`` as an assistant turn of this format writes them (what ``parse`` reads)."""
+        ...
+
+    def parse(self, text: str) -> ParsedToolCalls:
+        """The calls in a model's output (see :class:`ParsedToolCalls`)."""
+        ...
+
+    def render_responses(self, responses: Sequence[ToolResponse]) -> str:
+        """The tools' answers to one turn's calls, in order, as the format's template shows tool results."""
         ...
 
 

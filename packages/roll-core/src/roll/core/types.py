@@ -10,10 +10,12 @@ Map of the abstractions:
   jpeg_compressibility, clip).
 - ``roll.env`` -> :class:`EnvSpec`: an environment factory.
 - ``roll.tool`` -> :class:`ToolSpec`: a tool factory.
+- ``roll.tool_parser`` -> :class:`ToolParserSpec`: a tool-call format (hermes, qwen3_coder, llama3_json, mistral):
+  how tools are described to the model, how its calls are written and read back.
 - ``roll.tracker`` -> :class:`TrackerSpec`: a metrics sink (stdout, jsonl, tensorboard, wandb).
 
 Each spec's ``build`` is typed by a Protocol below (:class:`PipelineBuild`, :class:`StrategyBuild`,
-:class:`RewardBuild`, :class:`EnvBuild`, :class:`ToolBuild`, :class:`TrackerBuild`) whose docstring is the contract a
+:class:`RewardBuild`, :class:`EnvBuild`, :class:`ToolBuild`, :class:`ToolParserBuild`, :class:`TrackerBuild`) whose docstring is the contract a
 plugin author implements; docs/plugins.md walks through one example package per group.
 
 Specs are light: their modules import no torch, vLLM or Megatron; only ``build`` does. :mod:`roll.core.plugins`
@@ -124,6 +126,21 @@ class ToolBuild(Protocol):
     def __call__(self, config: Any, /) -> Any: ...
 
 
+class ToolParserBuild(Protocol):
+    """``build(tools) -> parser`` of a ``roll.tool_parser`` plugin.
+
+    ``tools`` are the schemas of the tools the model may call, in the OpenAI function format
+    (``{"type": "function", "function": {"name", "description", "parameters"}}``), or ``None`` when they are not
+    known (then any function name is accepted and values are read without their types). Returns a
+    ``roll.agentic.types.ToolParser``: ``tools_prompt(note)`` (the system-prompt section the format's chat template
+    writes), ``render(calls)`` (calls as the template writes an assistant turn), ``parse(text)`` (the calls in a
+    model's output, each well formed or a ``ToolCallError`` whose message the model reads as the tool's answer;
+    it never raises for bad model output) and ``render_responses(responses)``. Called once per env slot that has
+    tools (inside an env worker) and per request in a gateway; keep it cheap and free of I/O."""
+
+    def __call__(self, tools: Sequence[Mapping[str, Any]] | None, /) -> Any: ...
+
+
 class TrackerBuild(Protocol):
     """``build(output_dir, tracking, run_config) -> Tracker`` of a ``roll.tracker`` plugin.
 
@@ -207,6 +224,15 @@ class ToolSpec:
 
 
 @dataclass(frozen=True)
+class ToolParserSpec:
+    """A tool-call format: ``tool_calls.format: <name>`` on an env entry (or a gateway's option) picks it."""
+
+    name: str
+    build: ToolParserBuild
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class TrackerSpec:
     """A metrics sink: a name in ``tracking.backends`` picks it."""
 
@@ -223,6 +249,7 @@ GROUPS: dict[str, type[Any]] = {
     "roll.diffusion_reward": RewardSpec,
     "roll.env": EnvSpec,
     "roll.tool": ToolSpec,
+    "roll.tool_parser": ToolParserSpec,
     "roll.tracker": TrackerSpec,
 }
 """Every entry-point group and the spec type its objects must be."""

@@ -1,14 +1,16 @@
 """Give an env tools: run the tool calls in the model's output, pass everything else to the env.
 
-A turn whose output contains ``<tool_call>`` is a tool turn (Qwen/Hermes format)::
+The tool-call *format* is a ``roll.tool_parser`` plugin (``tool_calls.format``; :mod:`roll.agentic.tool_parsers`):
+it writes the tools section of the system prompt, finds the calls in a turn and writes the results back. The
+default, ``hermes`` (Qwen's template), reads a turn whose output contains ``<tool_call>`` as a tool turn::
 
     <tool_call>{"name": "calculator", "arguments": {"expression": "3*7"}}</tool_call>
 
 Every call in it runs, in order, and the observation is one ``<tool_response>...</tool_response>`` per call. A
-call that is not valid JSON, names no known tool or has non-object arguments is answered with a format error in
-its ``<tool_response>`` (``info["format_ok"] = False``) and counts against the limit; it never raises. Past
-``max_tool_calls`` per episode, further calls are refused in the response. Any other output is an env action and
-goes unchanged to the wrapped env (whose own parser reads it).
+call the format cannot read (truncated, not valid JSON, an unknown tool, non-object arguments) is answered with
+``format error: <why>`` in its response (``info["format_ok"] = False``) and counts against the limit; it never
+raises. Past ``max_tool_calls`` per episode, further calls are refused in the response. Any other output is an
+env action and goes unchanged to the wrapped env (whose own parser reads it).
 
 Rewards: a tool turn earns ``tool_success_reward`` per successful call (0 by default: shaping the policy
 toward tool use is opt-in), ``format_error_reward`` per malformed call. The wrapper's ``max_steps`` is the inner
@@ -17,14 +19,12 @@ env's plus ``max_tool_calls``, so tool turns cannot starve the env of its own st
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from roll.agentic.tool_parsers import DEFAULT_FORMAT, GROUP, get_tool_parser, tool_parser_names
 from roll.agentic.types import (
     Env,
     EnvError,
@@ -33,18 +33,25 @@ from roll.agentic.types import (
     RenderMode,
     StepResult,
     Tool,
+    ToolCall,
+    ToolCallError,
+    ToolResponse,
     ToolResult,
     tool_schema,
 )
 from roll.core.config.base import RollModel
 from roll.core.errors import ConfigError
 
-__all__ = ["ToolCall", "ToolEnvWrapper", "ToolWrapperConfig", "parse_tool_calls"]
-
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+__all__ = ["ToolEnvWrapper", "ToolWrapperConfig"]
 
 
 class ToolWrapperConfig(RollModel):
+    format: str = Field(
+        default=DEFAULT_FORMAT,
+        min_length=1,
+        description="roll.tool_parser plugin that writes the tools prompt and reads the calls: hermes, "
+        "qwen3_coder, llama3_json, mistral, ...",
+    )
     max_tool_calls: int = Field(default=4, ge=0, description="tool calls allowed per episode")
     tool_success_reward: float = Field(default=0.0, description="reward per successful tool call")
     format_error_reward: float = Field(
@@ -52,41 +59,13 @@ class ToolWrapperConfig(RollModel):
     )
     max_response_chars: int = Field(default=2000, ge=16, description="longer tool output is cut")
 
-
-@dataclass
-class ToolCall:
-    """One parsed call: ``name`` and ``arguments`` when well formed, else ``error`` says what was wrong."""
-
-    name: str = ""
-    arguments: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-
-def parse_tool_calls(text: str) -> list[ToolCall]:
-    """Every ``<tool_call>`` block of ``text``; an unclosed block is one malformed call."""
-    calls = [_parse_one(body) for body in _CALL.findall(text)]
-    tail = _CALL.sub("", text)
-    if "<tool_call>" in tail:
-        calls.append(ToolCall(error="unclosed <tool_call> tag: end each call with </tool_call>"))
-    return calls
-
-
-def _parse_one(body: str) -> ToolCall:
-    try:
-        data = json.loads(body.strip())
-    except json.JSONDecodeError as exc:
-        return ToolCall(error=f"tool call is not valid JSON ({exc.msg} at position {exc.pos})")
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-        return ToolCall(error='a tool call must be a JSON object {"name": ..., "arguments": {...}}')
-    arguments = data.get("arguments", {})
-    if isinstance(arguments, str):  # the OpenAI wire format sends arguments as a JSON string
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return ToolCall(name=data["name"], error="'arguments' is a string that is not valid JSON")
-    if not isinstance(arguments, dict):
-        return ToolCall(name=data["name"], error="'arguments' must be a JSON object")
-    return ToolCall(name=data["name"], arguments=arguments)
+    @field_validator("format")
+    @classmethod
+    def _installed(cls, name: str) -> str:
+        known = tool_parser_names()
+        if name not in known:
+            raise ValueError(f"no {GROUP} plugin named {name!r}; installed: {', '.join(known) or '(none)'}")
+        return name
 
 
 class ToolEnvWrapper:
@@ -102,6 +81,7 @@ class ToolEnvWrapper:
             raise ConfigError(
                 f"tool names must be unique; {dupes} appear more than once (set a name or prefix)"
             )
+        self.parser = get_tool_parser(self.config.format, [tool_schema(tool) for tool in tools])
         self.max_steps = env.max_steps + self.config.max_tool_calls
         self._calls_used = 0
         self._steps = 0
@@ -109,15 +89,8 @@ class ToolEnvWrapper:
 
     @property
     def system_prompt(self) -> str:
-        schemas = "\n".join(json.dumps(tool_schema(tool)) for tool in self.tools.values())
-        return (
-            f"{self.env.system_prompt}\n\n# Tools\n\nYou may call one or more functions to assist with the task. "
-            f"You can make at most {self.config.max_tool_calls} calls per episode.\n"
-            f"Function signatures are within <tools></tools> XML tags:\n<tools>\n{schemas}\n</tools>\n\n"
-            "For each function call, return a JSON object with the function name and arguments within "
-            '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
-            "<args-json-object>}\n</tool_call>"
-        )
+        note = f"You can make at most {self.config.max_tool_calls} calls per episode."
+        return f"{self.env.system_prompt}\n\n{self.parser.tools_prompt(note)}"
 
     @property
     def action_space_text(self) -> str:
@@ -137,44 +110,50 @@ class ToolEnvWrapper:
         if self._done:
             raise EnvError("step() called on a finished episode; call reset() first")
         self._steps += 1
-        calls = parse_tool_calls(action)
+        calls = self.parser.parse(action).items
         result = self._tool_turn(calls) if calls else self.env.step(action)
         if not result.done and self._steps >= self.max_steps:
             result = StepResult(result.observation, result.reward, False, True, result.info)
         self._done = result.done
         return result
 
-    def _tool_turn(self, calls: list[ToolCall]) -> StepResult:
-        responses: list[str] = []
+    def _tool_turn(self, calls: Sequence[ToolCall | ToolCallError]) -> StepResult:
+        responses: list[ToolResponse] = []
         reward, ok_calls, format_ok = 0.0, 0, True
         for call in calls:
-            outcome = self._run(call)
-            format_ok = format_ok and call.error is None
-            reward += self.config.format_error_reward if call.error else 0.0
+            outcome, well_formed = self._run(call)
+            format_ok = format_ok and well_formed
+            reward += 0.0 if well_formed else self.config.format_error_reward
             if outcome.ok:
                 ok_calls += 1
                 reward += self.config.tool_success_reward
-            responses.append(f"<tool_response>\n{self._clip(outcome.text)}\n</tool_response>")
+            named = isinstance(call, ToolCall)
+            responses.append(
+                ToolResponse(
+                    self._clip(outcome.text),
+                    name=call.name if named else None,
+                    call_id=call.id if named else None,
+                )
+            )
         info = {"tool_calls": len(calls), "tool_calls_ok": ok_calls, "format_ok": format_ok}
-        return StepResult("\n".join(responses), reward, False, False, info)
+        return StepResult(self.parser.render_responses(responses), reward, False, False, info)
 
-    def _run(self, call: ToolCall) -> ToolResult:
+    def _run(self, call: ToolCall | ToolCallError) -> tuple[ToolResult, bool]:
+        """The call's result and whether it was well formed (a known tool, readable arguments)."""
         if self._calls_used >= self.config.max_tool_calls:
             limit = self.config.max_tool_calls
-            return ToolResult(
-                f"error: tool-call limit reached ({limit} per episode); answer without tools", ok=False
-            )
+            refused = f"error: tool-call limit reached ({limit} per episode); answer without tools"
+            return ToolResult(refused, ok=False), isinstance(call, ToolCall)
         self._calls_used += 1
-        if call.error is not None:
-            return ToolResult(f"format error: {call.error}", ok=False)
+        if isinstance(call, ToolCallError):
+            return ToolResult(f"format error: {call}", ok=False), False
         tool = self.tools.get(call.name)
-        if tool is None:
-            call.error = f"unknown tool {call.name!r}"
+        if tool is None:  # a format plugin that does not check names itself
             return ToolResult(
                 f"format error: unknown tool {call.name!r}; available: {', '.join(self.tools)}", False
-            )
+            ), False
         try:
-            return tool.call(call.arguments)
+            return tool.call(call.arguments), True
         except (
             Exception
         ) as exc:  # a tool's bug (errors inside a call come back as ToolResult): the env step fails

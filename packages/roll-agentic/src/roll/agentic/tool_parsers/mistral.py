@@ -1,0 +1,90 @@
+"""``mistral``: the ``[TOOL_CALLS]`` JSON list of Mistral chat templates (v3 tokenizers and later).
+
+An assistant turn's calls are one JSON list after the ``[TOOL_CALLS]`` token::
+
+    [TOOL_CALLS][{"name": NAME, "arguments": {...}, "id": "a1B2c3D4e"}, ...]
+
+Newer templates require each call to carry a 9-character alphanumeric ``id`` (tool results refer to it), older
+ones have none: ``render`` writes the id a :class:`~roll.agentic.types.ToolCall` carries, ``parse`` keeps one when
+present. A single object instead of a list is read as one call. Tools are listed as
+``[AVAILABLE_TOOLS] [...schemas...][/AVAILABLE_TOOLS]``; results come back as
+``[TOOL_RESULTS] {"content": ..., "call_id": ...}[/TOOL_RESULTS]``. Text after the list, other than whitespace
+and the ``</s>`` end token, is a :class:`~roll.agentic.types.ToolCallError`. Every JSON value round-trips. Not read:
+the ``[TOOL_CALLS]name[ARGS]{...}`` form of the v11 tokenizers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from roll.agentic.tool_parsers._common import Functions, call_from_json, dumps
+from roll.agentic.types import ParsedToolCalls, ToolCall, ToolCallError, ToolResponse
+
+__all__ = ["TOOL_CALLS", "MistralParser", "build"]
+
+TOOL_CALLS = "[TOOL_CALLS]"
+_DECODER = json.JSONDecoder()
+_EOS = "</s>"
+
+
+class MistralParser:
+    name = "mistral"
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]] | None = None) -> None:
+        self.functions = Functions(tools)
+
+    def tools_prompt(self, note: str = "") -> str:
+        listing = f"[AVAILABLE_TOOLS] {dumps(self.functions.schemas)}[/AVAILABLE_TOOLS]"
+        return f"{listing}\n{note}" if note else listing
+
+    def render(self, calls: Sequence[ToolCall]) -> str:
+        if not calls:
+            return ""
+        return TOOL_CALLS + dumps([_call_json(call) for call in calls])
+
+    def parse(self, text: str) -> ParsedToolCalls:
+        if TOOL_CALLS not in text:
+            return ParsedToolCalls(text.strip())
+        content, *bodies = text.split(TOOL_CALLS)
+        items = [item for body in bodies for item in self._calls(body)]
+        return ParsedToolCalls(content.strip(), tuple(items))
+
+    def _calls(self, body: str) -> list[ToolCall | ToolCallError]:
+        start = len(body) - len(body.lstrip())
+        try:
+            data, end = _DECODER.raw_decode(body, start)
+        except json.JSONDecodeError as exc:
+            return [
+                ToolCallError(f"the [TOOL_CALLS] list is not valid JSON ({exc.msg} at position {exc.pos})")
+            ]
+        calls = data if isinstance(data, list) else [data]
+        items = [call_from_json(one, self.functions) for one in calls]
+        rest = body[end:].strip().removesuffix(_EOS).strip()
+        if rest:
+            items.append(ToolCallError(f"unexpected text after the [TOOL_CALLS] list: {rest[:40]!r}"))
+        if not calls:
+            items.append(ToolCallError("the [TOOL_CALLS] list is empty"))
+        return items
+
+    def render_responses(self, responses: Sequence[ToolResponse]) -> str:
+        return "\n".join(_result(r) for r in responses)
+
+
+def build(tools: Sequence[Mapping[str, Any]] | None) -> MistralParser:
+    return MistralParser(tools)
+
+
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": call.name, "arguments": call.arguments}
+    if call.id is not None:
+        data["id"] = call.id
+    return data
+
+
+def _result(response: ToolResponse) -> str:
+    data: dict[str, Any] = {"content": response.text}
+    if response.call_id is not None:
+        data["call_id"] = response.call_id
+    return f"[TOOL_RESULTS] {dumps(data)}[/TOOL_RESULTS]"
