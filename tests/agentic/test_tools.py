@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from roll.agentic.envs.learnable import GuessDirectionConfig, GuessDirectionEnv
+from roll.agentic.tool_parsers import get_tool_parser
 from roll.agentic.tools import registry
 from roll.agentic.tools.calculator import CalculatorTool, evaluate
 from roll.agentic.tools.mcp_client import McpServerConfig, McpTool, build_mcp_tools
 from roll.agentic.tools.python_exec import PythonTool, PythonToolConfig
 from roll.agentic.tools.specs import CALCULATOR, MCP, PYTHON
-from roll.agentic.tool_parsers import get_tool_parser
 from roll.agentic.tools.wrapper import ToolEnvWrapper, ToolWrapperConfig
 from roll.agentic.types import Env, EnvError, Tool, ToolError, ToolResult
 from roll.core import plugins

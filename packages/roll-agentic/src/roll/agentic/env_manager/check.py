@@ -1,6 +1,7 @@
 """Load-time checks of the env mix: each ``type`` is an installed ``roll.env`` plugin and its ``options`` validate
 against that plugin's config model (tool wrappers included: an env's built-in tools are fields of its config,
-such as countdown's ``tools``; an entry's ``tools`` list names ``roll.tool`` plugins, checked the same way). The agentic pipelines call :func:`env_issues` from their spec's ``preflight``, so ``roll
+such as countdown's ``tools``; an entry's ``tools`` list names ``roll.tool`` plugins, checked the same way, and its
+``tool_calls.format`` a ``roll.tool_parser`` plugin). The agentic pipelines call :func:`env_issues` from their spec's ``preflight``, so ``roll
 validate`` reports a misspelled env or option before any actor starts, with key paths such as
 ``env_manager.envs.0.options.size``, exactly as it reports rewards.
 """
@@ -31,6 +32,7 @@ def env_issues(envs: Sequence[EnvEntryConfig], *, prefix: str = "env_manager.env
             continue
         issues += _option_issues(spec, entry, where)
         issues += _tool_issues(entry, where)
+        issues += _format_issues(entry, where)
     return issues
 
 
@@ -55,6 +57,16 @@ def _tool_issues(entry: EnvEntryConfig, where: str) -> list[ConfigIssue]:
         except ConfigError as exc:
             issues += [_prefixed(issue, f"{at}.options") for issue in exc.issues]
     return issues
+
+
+def _format_issues(entry: EnvEntryConfig, where: str) -> list[ConfigIssue]:
+    """The entry's ``tool_calls.format`` plugin loads (its name was checked against the installed ones when the
+    config was read; loading also imports it)."""
+    try:
+        plugins.load("roll.tool_parser", entry.tool_calls.format)
+    except PluginError as exc:
+        return [ConfigIssue(f"{where}.tool_calls.format", str(exc))]
+    return []
 
 
 def env_preflight(config: Any) -> list[ConfigIssue]:

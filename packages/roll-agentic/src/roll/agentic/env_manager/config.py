@@ -40,11 +40,12 @@ class EnvEntryConfig(RollModel):
     weight: int = Field(1, ge=1, description="share of the groups of a batch that use this env")
     tools: list[ToolEntryConfig] = Field(
         default_factory=list,
-        description="roll.tool plugins the policy may call in this env's turns (<tool_call> JSON); their results "
-        "come back as observations",
+        description="roll.tool plugins the policy may call in this env's turns (in the tool_calls.format); their "
+        "results come back as observations",
     )
     tool_calls: ToolWrapperConfig = Field(
-        default_factory=ToolWrapperConfig, description="limits and rewards of the tool calls (with tools)"
+        default_factory=ToolWrapperConfig,
+        description="format, limits and rewards of the tool calls (with tools)",
     )
 
     @property

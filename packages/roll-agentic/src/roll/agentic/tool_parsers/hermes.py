@@ -2,7 +2,8 @@
 
 An assistant turn writes each call as ``<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>``, one per
 line, after any text; results come back as one ``<tool_response>\\n...\\n</tool_response>`` per call. Any text may
-surround the calls (it is the message's content). A block that is not JSON, not ``{"name", "arguments"}``, names an
+surround the calls (it is the message's content). A string holding ``</`` is written ``<\\/`` (the same JSON
+string), so a value holding ``</tool_call>`` cannot end its block. A block that is not JSON, not ``{"name", "arguments"}``, names an
 unknown tool or is never closed is a :class:`~roll.agentic.types.ToolCallError`. ``arguments`` given as a JSON
 string (the OpenAI wire format) is read too. Every JSON value round-trips.
 """
@@ -42,7 +43,7 @@ class HermesParser:
 
     def render(self, calls: Sequence[ToolCall]) -> str:
         return "\n".join(
-            f'<tool_call>\n{{"name": {dumps(c.name)}, "arguments": {dumps(c.arguments)}}}\n</tool_call>'
+            f'<tool_call>\n{{"name": {_json(c.name)}, "arguments": {_json(c.arguments)}}}\n</tool_call>'
             for c in calls
         )
 
@@ -63,6 +64,12 @@ class HermesParser:
 
     def render_responses(self, responses: Sequence[ToolResponse]) -> str:
         return "\n".join(f"<tool_response>\n{r.text}\n</tool_response>" for r in responses)
+
+
+def _json(value: Any) -> str:
+    """JSON as the template writes it, with ``</`` (only ever inside a string) written ``<\\/``, its JSON escape, so a
+    value holding ``</tool_call>`` cannot end the block early."""
+    return dumps(value).replace("</", "<\\/")
 
 
 def build(tools: Sequence[Mapping[str, Any]] | None) -> HermesParser:

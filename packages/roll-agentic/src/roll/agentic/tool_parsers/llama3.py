@@ -46,10 +46,13 @@ class Llama3JsonParser:
         return "; ".join(f'{{"name": {dumps(c.name)}, "parameters": {dumps(c.arguments)}}}' for c in calls)
 
     def parse(self, text: str) -> ParsedToolCalls:
-        if PYTHON_TAG in text:
+        stripped = text.lstrip()
+        if stripped.startswith(PYTHON_TAG):
+            content, body = "", stripped.removeprefix(PYTHON_TAG)
+        elif stripped.startswith("{"):  # a tag inside the JSON's strings is text, not the start of a call
+            content, body = "", stripped
+        elif PYTHON_TAG in text:
             content, body = text.split(PYTHON_TAG, 1)
-        elif text.lstrip().startswith("{"):
-            content, body = "", text
         else:
             return ParsedToolCalls(text.strip())
         return ParsedToolCalls(content.strip(), tuple(self._calls(body)))

@@ -45,28 +45,35 @@ class MistralParser:
         return TOOL_CALLS + dumps([_call_json(call) for call in calls])
 
     def parse(self, text: str) -> ParsedToolCalls:
-        if TOOL_CALLS not in text:
+        at = text.find(TOOL_CALLS)
+        if at < 0:
             return ParsedToolCalls(text.strip())
-        content, *bodies = text.split(TOOL_CALLS)
-        items = [item for body in bodies for item in self._calls(body)]
-        return ParsedToolCalls(content.strip(), tuple(items))
+        items: list[ToolCall | ToolCallError] = []
+        pos = at
+        while True:  # each [TOOL_CALLS] list; a marker inside a JSON string is text, read by the decoder
+            found, pos = self._calls(text, pos + len(TOOL_CALLS))
+            items += found
+            rest = text[pos:].strip().removesuffix(_EOS).strip()
+            if not rest:
+                break
+            if not rest.startswith(TOOL_CALLS):
+                items.append(ToolCallError(f"unexpected text after the [TOOL_CALLS] list: {rest[:40]!r}"))
+                break
+            pos = text.index(TOOL_CALLS, pos)
+        return ParsedToolCalls(text[:at].strip(), tuple(items))
 
-    def _calls(self, body: str) -> list[ToolCall | ToolCallError]:
-        start = len(body) - len(body.lstrip())
+    def _calls(self, text: str, pos: int) -> tuple[list[ToolCall | ToolCallError], int]:
+        """The calls of the list starting at ``pos`` and where it ends (the text's end when it is not JSON)."""
+        start = len(text) - len(text[pos:].lstrip())
         try:
-            data, end = _DECODER.raw_decode(body, start)
+            data, end = _DECODER.raw_decode(text, start)
         except json.JSONDecodeError as exc:
-            return [
-                ToolCallError(f"the [TOOL_CALLS] list is not valid JSON ({exc.msg} at position {exc.pos})")
-            ]
+            error = f"the [TOOL_CALLS] list is not valid JSON ({exc.msg} at position {exc.pos - start})"
+            return [ToolCallError(error)], len(text)
         calls = data if isinstance(data, list) else [data]
-        items = [call_from_json(one, self.functions) for one in calls]
-        rest = body[end:].strip().removesuffix(_EOS).strip()
-        if rest:
-            items.append(ToolCallError(f"unexpected text after the [TOOL_CALLS] list: {rest[:40]!r}"))
         if not calls:
-            items.append(ToolCallError("the [TOOL_CALLS] list is empty"))
-        return items
+            return [ToolCallError("the [TOOL_CALLS] list is empty")], end
+        return [call_from_json(one, self.functions) for one in calls], end
 
     def render_responses(self, responses: Sequence[ToolResponse]) -> str:
         return "\n".join(_result(r) for r in responses)

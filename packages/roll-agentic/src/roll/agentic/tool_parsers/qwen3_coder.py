@@ -19,8 +19,8 @@ as text otherwise. So ``parse(render(calls))`` gives the calls back when their t
 schemas, a string that reads as JSON (``"42"``) comes back as that JSON value.
 
 Deviations from the template, both for round-trips: booleans and null render as JSON (``true``, ``null``; the
-template writes Python's ``True``/``None``, which are read as well); a value containing ``</parameter>`` or
-``</function>`` cannot be carried by this format, so ``render`` refuses it. Tool results come back as Hermes's
+template writes Python's ``True``/``None``, which are read as well); a value containing ``</parameter>``,
+``</function>`` or ``</tool_call>`` cannot be carried by this format, so ``render`` refuses it. Tool results come back as Hermes's
 ``<tool_response>`` blocks, as in the template.
 """
 
@@ -132,7 +132,7 @@ def build(tools: Sequence[Mapping[str, Any]] | None) -> Qwen3CoderParser:
 
 def _value_text(key: str, value: Any) -> str:
     text = value if isinstance(value, str) else dumps(value)
-    for tag in ("</parameter>", "</function>"):
+    for tag in ("</parameter>", "</function>", "</tool_call>"):
         if tag in text:
             raise ToolCallError(f"argument {key!r} contains {tag}, which the qwen3_coder format cannot carry")
     return text
