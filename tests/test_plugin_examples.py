@@ -8,7 +8,8 @@ and trained with ``roll train <their config.yaml>`` there.
   is a config error (exit 2) naming its key path.
 - slow: ``uv build`` each package, ``uv venv`` + ``uv pip install --offline --no-sources`` the workspace packages
   (copies from their local paths, pinned by ``uv export`` of the lock) and the wheels, then ``roll train`` each config for one step and
-  check the file or metric only that plugin makes.
+  check the file or metric only that plugin makes (the tool-call format: its config's env is built and stepped
+  instead, without training).
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ PLUGINS = {
     "reward": ("roll-example-reward", "roll.reward", "keyword", "rewards.arithmetic.options.max_words=0"),
     "env": ("roll-example-env", "roll.env", "higher_lower", "env_manager.envs.0.options.max_number=1"),
     "tool": ("roll-example-tool", "roll.tool", "lookup", "env_manager.envs.0.tools.0.options.nope=1"),
+    "tool_parser": (
+        "roll-example-tool-parser",
+        "roll.tool_parser",
+        "pythonic",
+        "env_manager.envs.0.tool_calls.format=pythonik",
+    ),
     "tracker": ("roll-example-tracker", "roll.tracker", "csv", "tracking.backends=[stdout,cvs]"),
     "strategy": (
         "roll-example-strategy",
@@ -44,6 +51,7 @@ BAD_PATHS = {
     "reward": "rewards.arithmetic.options.max_words",
     "env": "env_manager.envs.0.options",
     "tool": "env_manager.envs.0.tools.0.options.nope",
+    "tool_parser": "env_manager.envs.0.tool_calls.format",
     "tracker": "tracking.backends.1",
     "strategy": "actor_infer.strategy.max_new_tokens",
     "pipeline": "n",
@@ -117,7 +125,7 @@ def test_example_config_validates_and_a_bad_option_names_its_key(plugin_site: Pa
 
 @pytest.fixture(scope="module")
 def plugin_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtual environment with roll (the workspace packages, pinned to the lock) and the six wheels."""
+    """A fresh virtual environment with roll (the workspace packages, pinned to the lock) and the seven wheels."""
     uv, tmp = _uv(), tmp_path_factory.mktemp("plugin-venv")
     wheels = tmp / "wheels"
     for name in PLUGINS:
@@ -201,6 +209,24 @@ def _check_tool(venv: Path, tmp: Path) -> None:
     assert '"name": "lookup"' in prompt
 
 
+def _check_tool_parser(venv: Path, tmp: Path) -> None:
+    # no training step (the `tool` example trains this very run shape): the example config's env, built as the env
+    # workers build it, shows the plugin's prompt, runs a pythonic call and answers a malformed one with its error
+    probe = (
+        "import json; from roll.core.cli import load_run_config; from roll.agentic.env_manager.slots import build_env\n"
+        f"_, cfg = load_run_config({str(EXAMPLES / 'tool_parser' / 'config.yaml')!r}, [], preflight=True)\n"
+        "env = build_env(cfg.env_manager.envs[0]); env.reset(0)\n"
+        "ok = env.step('[calculator(expression=\"6*7\")]')\n"
+        "env.reset(0); bad = env.step('[calculator(\"6*7\")]')\n"
+        "print(json.dumps([ok.observation, ok.info, bad.observation, env.system_prompt]))"
+    )
+    answer = _run([str(venv / "bin" / "python"), "-c", probe], cwd=tmp).splitlines()[-1]
+    ok, info, bad, prompt = json.loads(answer)
+    assert ok == "[calculator] 42" and info["tool_calls_ok"] == 1
+    assert bad == "[tool] format error: each item must be a call with keyword arguments: name(key=value)"
+    assert "reply with only a Python list of calls" in prompt
+
+
 def _check_tracker(venv: Path, tmp: Path) -> None:
     # metrics.csv holds exactly the metrics roll's jsonl tracker wrote for the step
     out_dir, metrics, _ = _train(venv, "tracker", tmp)
@@ -230,6 +256,7 @@ CHECKS = {
     "reward": _check_reward,
     "env": _check_env,
     "tool": _check_tool,
+    "tool_parser": _check_tool_parser,
     "tracker": _check_tracker,
     "strategy": _check_strategy,
     "pipeline": _check_pipeline,

@@ -67,6 +67,7 @@ def test_roll_list_shows_out_of_tree_pipeline(example_site: Path) -> None:
         "roll.reward:",
         "roll.env:",
         "roll.tool:",
+        "roll.tool_parser:",
         "roll.tracker:",
     ):
         assert group in out.stdout

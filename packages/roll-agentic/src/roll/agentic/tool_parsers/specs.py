@@ -11,20 +11,21 @@ __all__ = ["HERMES", "LLAMA3_JSON", "MISTRAL", "QWEN3_CODER"]
 HERMES = ToolParserSpec(
     name="hermes",
     build=hermes.build,
-    description='<tool_call>{"name", "arguments"}</tool_call> JSON (Qwen2.5/Qwen3, Hermes; the default)',
+    description='`<tool_call>{"name", "arguments"}</tool_call>`: JSON in tags (Qwen2.5/Qwen3, Hermes; the default)',
 )
 QWEN3_CODER = ToolParserSpec(
     name="qwen3_coder",
     build=qwen3_coder.build,
-    description="<tool_call><function=NAME><parameter=ARG>VALUE</parameter></function></tool_call> XML (Qwen3-Coder)",
+    description="`<tool_call><function=NAME><parameter=ARG>VALUE</parameter></function></tool_call>`: XML-style, "
+    "raw values typed by the tool's schema (Qwen3-Coder)",
 )
 LLAMA3_JSON = ToolParserSpec(
     name="llama3_json",
     build=llama3.build,
-    description='{"name", "parameters"} JSON, possibly after <|python_tag|> (Llama 3.1/3.2)',
+    description='`{"name", "parameters"}`: the whole turn is JSON, possibly after the python_tag token (Llama 3.1/3.2)',
 )
 MISTRAL = ToolParserSpec(
     name="mistral",
     build=mistral.build,
-    description='[TOOL_CALLS][{"name", "arguments", "id"}] (Mistral v3+ templates)',
+    description='`[TOOL_CALLS][{"name", "arguments", "id"}]`: a JSON list after the token (Mistral v3+ templates)',
 )

@@ -3,7 +3,7 @@
 Two readers share one walk over the pydantic models:
 
 - :func:`reference_pages` renders the Markdown pages of ``docs/reference/`` from every installed plugin's config
-  model (pipelines, strategies, rewards, environments, tools) and the trackers' names. The pages are generated,
+  model (pipelines, strategies, rewards, environments, tools) and the trackers' and tool-call formats' names. The pages are generated,
   never edited by hand: ``scripts/gen_config_reference.py`` writes them and a test regenerates them in memory and
   compares, so the reference cannot go stale.
 - :func:`defaults_left` lists, for a loaded config, the keys it leaves at their defaults and their values: what
@@ -314,6 +314,17 @@ def _trackers_page(specs: Mapping[str, Any]) -> str:
     return _page("Trackers", intro, ["\n".join(rows)])
 
 
+def _tool_formats_section(specs: Mapping[str, Any]) -> str:
+    rows = ["| name | calls look like |", "|---|---|"]
+    rows += [f"| `{name}` | {_cell(spec.description)} |" for name, spec in specs.items()]
+    intro = (
+        "## Tool-call formats\n\nEntry-point group `roll.tool_parser`. An env entry's `tool_calls.format` (countdown: "
+        "`options.tools.format`) names one: it writes the tools section of the system prompt and reads the calls in "
+        "the model's turns. No options."
+    )
+    return intro + "\n\n" + "\n".join(rows)
+
+
 PAGES = ("run", "pipelines", "strategies", "rewards", "envs", "tools", "trackers")
 """The generated pages, ``docs/reference/<name>.md``, in the order of the site's navigation."""
 
@@ -342,6 +353,9 @@ def reference_pages() -> dict[str, str]:
             "Rewards", "roll.reward` and `roll.diffusion_reward", rewards, plugin_intro
         ),
         "envs.md": _models_page("Environments", "roll.env", group("roll.env"), plugin_intro),
-        "tools.md": _models_page("Tools", "roll.tool", group("roll.tool"), plugin_intro),
+        "tools.md": _models_page("Tools", "roll.tool", group("roll.tool"), plugin_intro).rstrip("\n")
+        + "\n\n"
+        + _tool_formats_section(group("roll.tool_parser"))
+        + "\n",
         "trackers.md": _trackers_page(group("roll.tracker")),
     }
