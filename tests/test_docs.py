@@ -263,6 +263,10 @@ def test_reference_lists_every_plugin_and_key() -> None:
     assert "| `gpu_memory_utilization` | float (> 0.0, <= 1.0) | `0.5` |" in pages["strategies.md"]
     assert "## `exact_match`" in pages["rewards.md"] and "| `pattern` |" in pages["rewards.md"]
     assert "## `sokoban`" in pages["envs.md"] and "## `calculator`" in pages["tools.md"]
+    assert (
+        "| `qwen3_coder` |" in pages["tools.md"]
+        and "| `env_manager.envs[].tool_calls.format` |" in pages["pipelines.md"]
+    )
     assert "`trackio`" in pages["trackers.md"]
     assert "| `seed` | int | `42` |" in pages["run.md"]
 
