@@ -127,14 +127,11 @@ class ToolEnvWrapper:
             if outcome.ok:
                 ok_calls += 1
                 reward += self.config.tool_success_reward
-            named = isinstance(call, ToolCall)
-            responses.append(
-                ToolResponse(
-                    self._clip(outcome.text),
-                    name=call.name if named else None,
-                    call_id=call.id if named else None,
-                )
-            )
+            text = self._clip(outcome.text)
+            if isinstance(call, ToolCall):
+                responses.append(ToolResponse(text, call.name, call.id))
+            else:
+                responses.append(ToolResponse(text))
         info = {"tool_calls": len(calls), "tool_calls_ok": ok_calls, "format_ok": format_ok}
         return StepResult(self.parser.render_responses(responses), reward, False, False, info)
 
