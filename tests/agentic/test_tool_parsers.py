@@ -542,3 +542,21 @@ def test_an_agentic_rollout_reaches_the_calculator_through_qwen3_coder(tmp_path:
     hermes = rollout('<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n</tool_call>')
     turn = hermes.episodes[0].turns[0]
     assert turn.info["format_ok"] is False and turn.info["tool_calls_ok"] == 0
+
+
+def test_a_format_plugin_that_raises_fails_the_step_naming_the_plugin() -> None:
+    """Bad model output is a ToolCallError item; an exception from ``parse`` is the plugin's bug: the env step
+    fails (an env error, traceback shown once) with a note naming the format and the text it was parsing."""
+
+    class Broken:
+        name = "broken"
+
+        def parse(self, text: str) -> Any:
+            raise KeyError("oops")
+
+    env = ToolEnvWrapper(GuessDirectionEnv(), [CalculatorTool()])
+    env.parser = Broken()  # type: ignore[assignment]
+    env.reset(seed=0)
+    with pytest.raises(KeyError) as raised:
+        env.step("Left")
+    assert "in roll.tool_parser 'broken', parsing 'Left'" in (raised.value.__notes__ or [])

@@ -110,7 +110,13 @@ class ToolEnvWrapper:
         if self._done:
             raise EnvError("step() called on a finished episode; call reset() first")
         self._steps += 1
-        calls = self.parser.parse(action).items
+        try:
+            calls = self.parser.parse(action).items
+        except (
+            Exception
+        ) as exc:  # a format plugin's bug (bad output is a ToolCallError item): the env step fails
+            exc.add_note(f"in {GROUP} {self.parser.name!r}, parsing {action!r:.200}")
+            raise
         result = self._tool_turn(calls) if calls else self.env.step(action)
         if not result.done and self._steps >= self.max_steps:
             result = StepResult(result.observation, result.reward, False, True, result.info)
