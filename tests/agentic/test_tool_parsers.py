@@ -223,6 +223,12 @@ GOLDEN = [
         "",
         [ToolCall("probe", {"text": "a"}), ToolCall("probe", {})],
     ),
+    (
+        "mistral",  # the v11 form, with and without a call id
+        'On it.[TOOL_CALLS]calculator[ARGS]{"expression": "2*3"}[TOOL_CALLS]probe[CALL_ID]k9Xw2mQ7a[ARGS]{"text": "]"}',
+        "On it.",
+        [ToolCall("calculator", {"expression": "2*3"}), ToolCall("probe", {"text": "]"}, "k9Xw2mQ7a")],
+    ),
 ]
 
 
@@ -304,6 +310,11 @@ MALFORMED = [
     ),
     ("mistral", '[TOOL_CALLS][{"name": "calculator", "arguments": {}, "id": 7}]', "'id' must be a string"),
     ("mistral", "[TOOL_CALLS][]", "list is empty"),
+    (
+        "mistral",
+        '[TOOL_CALLS]calculator[ARGS]{"expression": ',
+        "the [ARGS] of 'calculator' are not valid JSON",
+    ),
 ]
 
 

@@ -9,13 +9,15 @@ ones have none: ``render`` writes the id a :class:`~roll.agentic.types.ToolCall`
 present. A single object instead of a list is read as one call. Tools are listed as
 ``[AVAILABLE_TOOLS] [...schemas...][/AVAILABLE_TOOLS]``; results come back as
 ``[TOOL_RESULTS] {"content": ..., "call_id": ...}[/TOOL_RESULTS]``. Text after the list, other than whitespace
-and the ``</s>`` end token, is a :class:`~roll.agentic.types.ToolCallError`. Every JSON value round-trips. Not read:
-the ``[TOOL_CALLS]name[ARGS]{...}`` form of the v11 tokenizers.
+and the ``</s>`` end token, is a :class:`~roll.agentic.types.ToolCallError`. Every JSON value round-trips. The
+``[TOOL_CALLS]NAME[ARGS]{...}`` form of the v11 tokenizers (Mistral Small 3.2, Magistral; ``[CALL_ID]ID`` before
+``[ARGS]`` in some) is read too, one call per ``[TOOL_CALLS]``; ``render`` writes the list form.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,6 +29,7 @@ __all__ = ["TOOL_CALLS", "MistralParser", "build"]
 TOOL_CALLS = "[TOOL_CALLS]"
 _DECODER = json.JSONDecoder()
 _EOS = "</s>"
+_NAMED = re.compile(r"([A-Za-z0-9_.\-]+)(?:\[CALL_ID\]([A-Za-z0-9]+))?\[ARGS\]")
 
 
 class MistralParser:
@@ -65,6 +68,9 @@ class MistralParser:
     def _calls(self, text: str, pos: int) -> tuple[list[ToolCall | ToolCallError], int]:
         """The calls of the list starting at ``pos`` and where it ends (the text's end when it is not JSON)."""
         start = len(text) - len(text[pos:].lstrip())
+        named = _NAMED.match(text, start)
+        if named is not None:  # the v11 form: NAME[ARGS]{...}, maybe NAME[CALL_ID]ID[ARGS]{...}
+            return self._named_call(text, named)
         try:
             data, end = _DECODER.raw_decode(text, start)
         except json.JSONDecodeError as exc:
@@ -74,6 +80,18 @@ class MistralParser:
         if not calls:
             return [ToolCallError("the [TOOL_CALLS] list is empty")], end
         return [call_from_json(one, self.functions) for one in calls], end
+
+    def _named_call(self, text: str, named: re.Match[str]) -> tuple[list[ToolCall | ToolCallError], int]:
+        name, call_id = named.group(1), named.group(2)
+        try:
+            arguments, end = _DECODER.raw_decode(text, named.end())
+        except json.JSONDecodeError as exc:
+            error = (
+                f"the [ARGS] of {name!r} are not valid JSON ({exc.msg} at position {exc.pos - named.end()})"
+            )
+            return [ToolCallError(error)], len(text)
+        data = {"name": name, "arguments": arguments, **({"id": call_id} if call_id else {})}
+        return [call_from_json(data, self.functions)], end
 
     def render_responses(self, responses: Sequence[ToolResponse]) -> str:
         return "\n".join(_result(r) for r in responses)
