@@ -16,6 +16,8 @@ The one entry point for code that reads calls (the env wrapper, a gateway)::
     parser = get_tool_parser("qwen3_coder", tools)   # tools: OpenAI function schemas, or None
     parsed = parser.parse(model_output)               # ParsedToolCalls: content, items (ToolCall | ToolCallError)
     calls = parsed.checked()                          # or raise the first ToolCallError
+
+A config key that names a format validates it with :func:`installed_format` (a pydantic field validator).
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ from roll.core import plugins
 from roll.core.errors import PluginError
 from roll.core.types import ToolParserSpec
 
-__all__ = ["DEFAULT_FORMAT", "GROUP", "get_tool_parser", "load_tool_parser_spec", "tool_parser_names"]
+__all__ = [
+    "DEFAULT_FORMAT",
+    "GROUP",
+    "get_tool_parser",
+    "installed_format",
+    "load_tool_parser_spec",
+    "tool_parser_names",
+]
 
 GROUP = "roll.tool_parser"
 DEFAULT_FORMAT = "hermes"
@@ -37,6 +46,15 @@ DEFAULT_FORMAT = "hermes"
 def tool_parser_names() -> list[str]:
     """The installed formats' names, without importing them."""
     return sorted(plugins.available(GROUP))
+
+
+def installed_format(name: str) -> str:
+    """``name`` when a format of that name is installed, else ValueError listing the installed ones: the field
+    validator of every config key that names a format (``tool_calls.format``, a gateway's), run at load time."""
+    known = tool_parser_names()
+    if name not in known:
+        raise ValueError(f"no {GROUP} plugin named {name!r}; installed: {', '.join(known) or '(none)'}")
+    return name
 
 
 def load_tool_parser_spec(name: str) -> ToolParserSpec:

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from roll.agentic.tool_parsers import DEFAULT_FORMAT, GROUP, get_tool_parser, tool_parser_names
+from roll.agentic.tool_parsers import DEFAULT_FORMAT, GROUP, get_tool_parser, installed_format
 from roll.agentic.types import (
     Env,
     EnvError,
@@ -59,13 +59,7 @@ class ToolWrapperConfig(RollModel):
     )
     max_response_chars: int = Field(default=2000, ge=16, description="longer tool output is cut")
 
-    @field_validator("format")
-    @classmethod
-    def _installed(cls, name: str) -> str:
-        known = tool_parser_names()
-        if name not in known:
-            raise ValueError(f"no {GROUP} plugin named {name!r}; installed: {', '.join(known) or '(none)'}")
-        return name
+    _installed = field_validator("format")(installed_format)
 
 
 class ToolEnvWrapper:
