@@ -87,8 +87,10 @@ def chatml() -> ChatEncoder:
     return ChatEncoder(build_tokenizer("roll-tiny"))
 
 
-def _play(encoder: ChatEncoder, answers: list[str]) -> tuple[Rollout, Scripted]:
-    config = EnvManagerConfig(envs=[EnvEntryConfig(type="three_turn")])
+def _play(
+    encoder: ChatEncoder, answers: list[str], config: EnvManagerConfig | None = None
+) -> tuple[Rollout, Scripted]:
+    config = config or EnvManagerConfig(envs=[EnvEntryConfig(type="three_turn")])
     policy = Scripted(encoder, answers)
     manager = RolloutManager(config, EnvSlots(1, lambda entry: ThreeTurnEnv(), 5.0), policy, encoder)
     return manager.rollout(1, 1, batch_seed=0), policy
@@ -215,6 +217,61 @@ def test_templates_broken_in_other_ways_are_still_rejected_loudly(chatml: ChatEn
 
     with pytest.raises(DataError, match=r"roles: system, user, assistant, user\): ValueError: .*alternate"):
         _play(ChatEncoder(_Template(base, alternating)), [PLAIN_UP] * 3)
+
+
+# ------------------------------------------------------------------------------------- template kwargs
+
+EMPTY_THINK = "<think>\n\n</think>\n\n"
+
+
+def test_enable_thinking_false_prefills_the_empty_think_block_in_every_prompt(think: ChatEncoder) -> None:
+    """``env_manager.chat_template_kwargs: {enable_thinking: false}`` reaches every render. The Qwen3-like
+    template then ends every generation prompt with an empty think block, and shows earlier answers without it,
+    so each next prompt rewrites what the model saw: three segments, each prompt derived by hand, each ending
+    with the empty block; the trained ids are still exactly the sampled ones. Without the key, no prompt holds
+    a think block."""
+    config = EnvManagerConfig(
+        envs=[EnvEntryConfig(type="three_turn")], chat_template_kwargs={"enable_thinking": False}
+    )
+    encoder = ChatEncoder(think.tokenizer, template_kwargs=config.chat_template_kwargs)
+    rollout, policy = _play(encoder, [PLAIN_UP] * 3, config)
+    turn = "<answer>Up</answer><|im_end|>\n<|im_start|>user\n{obs}<|im_end|>\n<|im_start|>assistant\n"
+    one = HEAD + turn.format(obs="obs two")
+    expected = [HEAD, one, one + turn.format(obs="obs three")]
+    assert policy.prompts == [think.encode(text + EMPTY_THINK) for text in expected]
+    segments = rollout.samples("trajectory")
+    assert [s.segment for s in segments] == [0, 1, 2] and rollout.episodes[0].splits == 2
+    for sample, prompt, sampled in zip(segments, policy.prompts, policy.sampled):
+        assert sample.input_ids == prompt + sampled
+        assert sample.loss_mask == [0] * len(prompt) + [1] * len(sampled)
+    _, plain = _play(think, [PLAIN_UP] * 3)
+    think_id = think.tokenizer.convert_tokens_to_ids("<think>")
+    assert all(think_id not in prompt for prompt in plain.prompts)
+    assert all(prompt.count(think_id) == 1 for prompt in policy.prompts)
+
+
+def test_bad_template_kwargs_are_loud_config_errors_naming_the_key(think: ChatEncoder) -> None:
+    """Checked when the encoder is built: a name the template never reads (a typo Jinja would ignore), a value
+    the template raises on, and an argument the encoder sets itself each stop the run naming the key."""
+    from pydantic import ValidationError
+
+    from roll.core.errors import ConfigError
+    from roll.data.tokenizer import build_tokenizer
+
+    with pytest.raises(ConfigError, match=r"env_manager\.chat_template_kwargs\.enable_thinkng: .*reads no"):
+        ChatEncoder(think.tokenizer, template_kwargs={"enable_thinkng": False})
+    strict = build_tokenizer("roll-tiny-think")
+    strict.chat_template = (
+        "{%- if enable_thinking is defined and enable_thinking is not boolean -%}"
+        "{{- raise_exception('enable_thinking must be true or false') -}}{%- endif -%}" + think.tokenizer.chat_template
+    )
+    ChatEncoder(strict, template_kwargs={"enable_thinking": True})  # a good value passes
+    with pytest.raises(
+        ConfigError, match=r"env_manager\.chat_template_kwargs\.enable_thinking='no': .*must be true or false"
+    ):
+        ChatEncoder(strict, template_kwargs={"enable_thinking": "no"})
+    with pytest.raises(ValidationError, match="add_generation_prompt: set by the chat encoder itself"):
+        EnvManagerConfig(chat_template_kwargs={"add_generation_prompt": False})
 
 
 # ------------------------------------------------------------------------------------------- advantages

@@ -19,16 +19,21 @@ turn ``k`` (``render(history)`` plus the answer's text, plus the end-of-turn tok
 Special tokens split BPE pre-tokenization, so tokenizing a piece alone gives the same ids as tokenizing the
 whole conversation. A template that cannot render the conversation, or whose next prompt leaves out the env's
 answer, is rejected with a :class:`~roll.core.errors.DataError`.
+
+The template's own variables (``env_manager.chat_template_kwargs``, e.g. Qwen3's ``enable_thinking``) go to
+every render, so the policy's prompts and the split detection's renders see the same template. They are checked
+when the encoder is built (:func:`check_template_kwargs`): a name the template never reads, or a value it raises
+on, is a :class:`~roll.core.errors.ConfigError` naming the key, before any rollout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from roll.core import columns as C
-from roll.core.errors import DataError
+from roll.core.errors import ConfigError, DataError
 from roll.data.vision import (
     IMAGE_PAD,
     IMAGE_PLACEHOLDER,
@@ -38,9 +43,14 @@ from roll.data.vision import (
     tokens_per_image,
 )
 
-__all__ = ["ChatEncoder", "EncodedImages", "Message", "NextPrompt", "merge_images", "vision_rows"]
+__all__ = [
+    "ChatEncoder", "EncodedImages", "Message", "NextPrompt", "check_template_kwargs", "merge_images", "vision_rows",
+]  # fmt: skip
 
 Message = dict[str, str]
+KWARGS_KEY = "env_manager.chat_template_kwargs"
+PROBE: list[Message] = [{"role": "user", "content": "Hello."}]
+"""The one-turn conversation :func:`check_template_kwargs` renders."""
 
 
 @dataclass(frozen=True)
@@ -83,13 +93,61 @@ def vision_rows(rows: Sequence[EncodedImages | None]) -> dict[str, list[Any]]:
     }
 
 
+def _template_variables(tokenizer: Any) -> set[str] | None:
+    """The variables ``tokenizer``'s chat template reads, or None when that cannot be told (a tokenizer
+    stand-in without a Jinja source, a dict of named templates, a transformers without this helper)."""
+    source = getattr(tokenizer, "chat_template", None)
+    if not isinstance(source, str):
+        return None
+    try:  # transformers' own Jinja environment, so its tags ({% generation %}) and globals parse as in a render
+        from jinja2 import meta
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+
+        env = _compile_jinja_template(source).environment
+        return set(meta.find_undeclared_variables(env.parse(source))) - set(env.globals)
+    except Exception:  # a template that cannot be parsed alone fails loudly at the probe render instead
+        return None
+
+
+def check_template_kwargs(tokenizer: Any, template_kwargs: Mapping[str, Any]) -> None:
+    """Raise :class:`~roll.core.errors.ConfigError` naming ``env_manager.chat_template_kwargs.<name>`` when the
+    template reads no variable ``name`` (a typo would otherwise be ignored silently: Jinja leaves unknown
+    variables undefined), or when rendering a one-turn conversation with the kwargs raises (a value the template
+    rejects). Without kwargs, nothing to check."""
+    if not template_kwargs:
+        return
+    known = _template_variables(tokenizer)
+    unread = sorted(k for k in template_kwargs if known is not None and k not in known)
+    if unread:
+        raise ConfigError(
+            f"{KWARGS_KEY}.{unread[0]}: the policy tokenizer's chat template reads no variable {unread[0]!r} "
+            f"(it reads: {', '.join(sorted(known or ())) or 'none'}); remove it or fix its spelling"
+        )
+    try:
+        tokenizer.apply_chat_template(
+            PROBE, tokenize=False, add_generation_prompt=True, **dict(template_kwargs)
+        )
+    except Exception as exc:
+        names = ", ".join(f"{KWARGS_KEY}.{k}={v!r}" for k, v in template_kwargs.items())
+        raise ConfigError(
+            f"{names}: the chat template cannot render a one-turn conversation with these variables: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
 class ChatEncoder:
     """Renders and tokenizes conversation segments with ``tokenizer``'s chat template."""
 
-    def __init__(self, tokenizer: Any, image_processor: Any = None) -> None:
-        """``image_processor``: the policy's (a vision-language model's), needed only for image observations."""
+    def __init__(
+        self, tokenizer: Any, image_processor: Any = None, template_kwargs: Mapping[str, Any] | None = None
+    ) -> None:
+        """``image_processor``: the policy's (a vision-language model's), needed only for image observations.
+        ``template_kwargs``: the template's own variables, passed to every render; checked here
+        (:func:`check_template_kwargs`)."""
         if not getattr(tokenizer, "chat_template", None):
             raise DataError("the tokenizer has no chat template; agentic episodes are chat conversations")
+        self.template_kwargs: dict[str, Any] = dict(template_kwargs or {})
+        check_template_kwargs(tokenizer, self.template_kwargs)
         self.tokenizer = tokenizer
         self.eos_token_id: int = int(tokenizer.eos_token_id)
         self.eos_text: str = str(tokenizer.eos_token)
@@ -101,7 +159,7 @@ class ChatEncoder:
     def render(self, messages: Sequence[Message], generation_prompt: bool) -> str:
         try:
             text = self.tokenizer.apply_chat_template(
-                list(messages), tokenize=False, add_generation_prompt=generation_prompt
+                list(messages), tokenize=False, add_generation_prompt=generation_prompt, **self.template_kwargs
             )
         except Exception as exc:  # the template is user code: name it and the conversation it failed on
             roles = ", ".join(m["role"] for m in messages)

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue, field_validator
 
 from roll.agentic.parsing import ActionParseConfig
 from roll.agentic.tools.wrapper import ToolWrapperConfig
 from roll.core.config.base import RollModel
 
-__all__ = ["EnvEntryConfig", "EnvManagerConfig", "ManagerMode", "ToolEntryConfig"]
+__all__ = ["RESERVED_TEMPLATE_KWARGS", "EnvEntryConfig", "EnvManagerConfig", "ManagerMode", "ToolEntryConfig"]
 
 ManagerMode = Literal["trajectory", "step"]
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {"conversation", "messages", "tokenize", "add_generation_prompt", "continue_final_message", "chat_template",
+     "return_dict", "return_tensors", "return_assistant_tokens_mask", "padding", "truncation", "max_length",
+     "tokenizer_kwargs"}
+)  # fmt: skip
+"""``apply_chat_template`` arguments the chat encoder sets itself (or that change what it returns)."""
 
 
 class ToolEntryConfig(RollModel):
@@ -90,6 +96,24 @@ class EnvManagerConfig(RollModel):
     history_window: int = Field(2, ge=0, description="step mode: past turns shown in each prompt")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="step mode: discount of step returns")
     parse: ActionParseConfig = Field(default_factory=ActionParseConfig)
+    chat_template_kwargs: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="variables of the policy tokenizer's chat template, passed to apply_chat_template on every "
+        "render (prompts, split detection, warm-up, evaluation), e.g. {enable_thinking: false} for Qwen3; checked "
+        "at startup by rendering a one-turn conversation: a name the template never reads, or a value it raises "
+        "on, stops the run naming the key",
+    )
     seed_offset: int = Field(
         0, ge=0, description="added to env seeds (held-out evaluation uses another range)"
     )
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _not_reserved(cls, kwargs: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        reserved = sorted(RESERVED_TEMPLATE_KWARGS & kwargs.keys())
+        if reserved:
+            raise ValueError(
+                f"{', '.join(reserved)}: set by the chat encoder itself, not a template variable; "
+                "chat_template_kwargs holds only the template's own variables (enable_thinking, ...)"
+            )
+        return kwargs

@@ -81,7 +81,11 @@ class RolloutRuntime:
         self.config = config
         self.groups, self.group_size = groups, group_size
         self.tokenizer = load_tokenizer(config.policy_model, "actor_infer")
-        self.encoder = ChatEncoder(self.tokenizer, _image_processor(config.policy_model.path))
+        self.encoder = ChatEncoder(
+            self.tokenizer,
+            _image_processor(config.policy_model.path),
+            template_kwargs=config.env_manager.chat_template_kwargs,
+        )
         self.owns_infer = infer is None
         self.infer = infer if infer is not None else self._infer_cluster(make_cluster)
         self.envs = self._env_cluster(make_cluster)
