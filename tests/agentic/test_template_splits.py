@@ -345,6 +345,45 @@ def test_packing_an_unsplit_batch_changes_nothing(estimator: str) -> None:
         torch.testing.assert_close(unpack(packed.tensors[C.RETURNS], index), direct.tensors[C.RETURNS])
 
 
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum"])
+def test_the_policy_loss_counts_a_split_trajectory_once(mode: str) -> None:
+    """Trajectory A (4 trained tokens, return 1) split in rows of 1 and 3 tokens, next to B (2 tokens, return 0),
+    against the same tokens unsplit. The split rows get seq_units_B 1/2, 1/2, 1 and seq_tokens_B 4, 4, 2
+    (B's row: 1 and 2); they reach the loss through the trainer's column view; the policy loss counts 2 sequences,
+    not 3, and its per-sequence value is the unsplit batch's. The per-token loss differs token by token (PPO with
+    old log-probs -0.01 * (1..4)), so a per-row mean would not do."""
+    from roll.pipelines.algorithms.losses import PolicyLoss
+    from roll.pipelines.algorithms.presets import AlgorithmConfig
+    from roll.pipelines.policy.group import POLICY_COLUMNS
+    from roll.pipelines.policy.views import training_view
+    from roll.workers.types import ForwardOutput
+
+    old = [-0.01, -0.02, -0.03, -0.04]
+    unsplit = _rows([[1, 1, 1, 1], [1, 1, 0, 0]], [0, 1], [0, 0], [1.0, 0.0])
+    unsplit[C.OLD_LOGP] = torch.tensor([old, [-0.05, -0.06, 0, 0]])
+    split = _rows([[1, 0, 0, 0], [0, 1, 1, 1], [1, 1, 0, 0]], [0, 0, 1], [0, 1, 0], [1.0, 1.0, 0.0])
+    split[C.OLD_LOGP] = torch.tensor([[old[0], 0, 0, 0], [0, *old[1:]], [-0.05, -0.06, 0, 0]])
+    objective = _objective("grpo")
+    split = trajectory_advantages(objective, split)
+    unsplit = trajectory_advantages(objective, unsplit)
+    assert split.tensors[C.SEQ_UNITS].tolist() == [0.5, 0.5, 1.0]
+    assert split.tensors[C.SEQ_TOKENS].tolist() == [4.0, 4.0, 2.0]
+    assert C.SEQ_UNITS not in unsplit.tensors  # nothing split: the batch is as before
+    algo = AlgorithmConfig(preset="grpo", kl_mode="none", loss_agg_mode=mode)  # type: ignore[arg-type]
+    loss = PolicyLoss(algo, norm_len=4, use_old_logp=True)
+    values = []
+    for batch in (split, unsplit):
+        micro = training_view(batch, POLICY_COLUMNS).tensors
+        value, _ = loss(ForwardOutput(torch.zeros_like(micro[C.OLD_LOGP])), micro)
+        assert loss.count_units(micro) == 2.0
+        values.append(value / loss.count_units(micro))
+    torch.testing.assert_close(values[0], values[1])
+    split_as_rows = {k: v for k, v in training_view(split, POLICY_COLUMNS).tensors.items() if k not in (C.SEQ_UNITS, C.SEQ_TOKENS)}
+    as_rows, _ = loss(ForwardOutput(torch.zeros(3, 4)), split_as_rows)
+    assert loss.count_units(split_as_rows) == 3.0
+    assert not torch.isclose(as_rows / 3, values[1])  # without the shares A would weigh twice
+
+
 # ------------------------------------------------------------------------------------------- end to end
 
 

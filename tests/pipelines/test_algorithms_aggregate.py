@@ -74,3 +74,57 @@ def test_masked_mean_and_var() -> None:
     assert_close(masked_mean(x, mask), torch.tensor(2.0))
     assert_close(masked_var(x, mask), torch.tensor(1.0))
     assert_close(masked_var(x, mask, unbiased=False), torch.tensor(2 / 3))
+
+
+# A trajectory A split by a chat template into two segment rows, next to an unsplit trajectory B (9: padding).
+UNSPLIT_BT = torch.tensor([[1.0, 2.0, 3.0, 6.0], [4.0, 0.0, 9.0, 9.0]])
+UNSPLIT_MASK_BT = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+SPLIT_BT = torch.tensor([[1.0, 9.0, 9.0, 9.0], [9.0, 2.0, 3.0, 6.0], [4.0, 0.0, 9.0, 9.0]])
+SPLIT_MASK_BT = torch.tensor([[1, 0, 0, 0], [0, 1, 1, 1], [1, 1, 0, 0]])
+SHARES_B = torch.tensor([0.5, 0.5, 1.0])  # seq_units_B: A's two rows are half a sequence each
+TOKENS_B = torch.tensor([4.0, 4.0, 2.0])  # seq_tokens_B: A has 4 trained tokens over its rows, B 2
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected", "as_rows"),
+    [
+        ("seq-mean-token-sum", 8.0, 16 / 3),
+        ("seq-mean-token-mean", 2.5, (1 + 11 / 3 + 2) / 3),
+        ("seq-mean-token-sum-norm", 2.0, 4 / 3),
+    ],
+)
+def test_a_split_trajectory_weighs_as_one_sequence(mode: str, expected: float, as_rows: float) -> None:
+    """Unsplit, A's tokens are 1, 2, 3, 6 (sum 12, mean 3) and B's 4, 0 (sum 4, mean 2):
+
+    - seq-mean-token-sum: (12 + 4) / 2 = 8; seq-mean-token-mean: (3 + 2) / 2 = 2.5;
+      seq-mean-token-sum-norm (L = 4): (12/4 + 4/4) / 2 = 2.
+
+    Split into rows [1] and [2, 3, 6] with shares 1/2 and A's 4 tokens: token-sum (1 + 11 + 4) / (1/2 + 1/2 + 1)
+    = 8; token-mean (1/4 + 11/4 + 4/2) / 2 = 2.5; sum-norm (1/4 + 11/4 + 4/4) / 2 = 2: the unsplit values.
+    Row by row (no shares) A would weigh twice: 16/3, (1 + 11/3 + 2)/3 = 2.2222, 4/3. The same holds when the
+    two segments land in different micro-batches, each summed with the global count bound to 1 and the step
+    divided by the global units (the shares' sum, 2), as the strategies do.
+    """
+    unsplit = aggregate_loss(UNSPLIT_BT, UNSPLIT_MASK_BT, mode=mode, norm_len=4)  # type: ignore[arg-type]
+    split = aggregate_loss(
+        SPLIT_BT, SPLIT_MASK_BT, mode=mode, norm_len=4, seq_units_B=SHARES_B, seq_tokens_B=TOKENS_B  # type: ignore[arg-type]
+    )
+    as_rows_got = aggregate_loss(SPLIT_BT, SPLIT_MASK_BT, mode=mode, norm_len=4)  # type: ignore[arg-type]
+    assert_close(unsplit, torch.tensor(expected))
+    assert_close(split, torch.tensor(expected))
+    assert_close(as_rows_got, torch.tensor(as_rows))
+    agg = Aggregation(mode, num_global_seqs=1.0, norm_len=4)  # type: ignore[arg-type]
+    parts = [
+        agg.for_rows(SHARES_B[rows], TOKENS_B[rows])(SPLIT_BT[rows], SPLIT_MASK_BT[rows])
+        for rows in ([0, 2], [1])
+    ]
+    assert_close(sum(parts) / SHARES_B.sum(), torch.tensor(expected))
+
+
+def test_shares_leave_token_mean_alone_and_an_unbound_aggregation_unchanged() -> None:
+    """token-mean weighs tokens, split or not: (1 + 2 + 3 + 6 + 4 + 0) / 6 = 8/3 with or without shares; and
+    for_rows(None, None) is the aggregation itself (an unsplit batch aggregates exactly as before)."""
+    got = aggregate_loss(SPLIT_BT, SPLIT_MASK_BT, seq_units_B=SHARES_B, seq_tokens_B=TOKENS_B)
+    assert_close(got, torch.tensor(8 / 3))
+    agg = Aggregation("seq-mean-token-mean")
+    assert agg.for_rows(None, None) is agg

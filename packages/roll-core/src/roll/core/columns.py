@@ -48,6 +48,12 @@ CARRIED_UNITS: Final = "carried_units_B"
 """Loss units (tokens or rows) of rows left out of a training batch because their gradient is exactly zero (every
 advantage 0, no KL or entropy term), spread over the rows that stay: a loss adds them to its ``count_units``, so
 the step is normalized as if those rows had been trained on."""
+SEQ_UNITS: Final = "seq_units_B"
+"""float: the share of one sequence a row is in the ``seq-mean-*`` loss modes: ``1/k`` for each of the ``k``
+segment rows of an agentic trajectory that a chat template split. Absent: every row is one sequence."""
+SEQ_TOKENS: Final = "seq_tokens_B"
+"""float: the trained tokens of the sequence a row is part of (a split trajectory's, over all its segments), which
+``seq-mean-token-mean`` divides the row's token sum by. Absent: each row's own."""
 TOKEN_REWARDS: Final = "rewards_BT"
 """A row's reward placed on its last trained token, 0 elsewhere."""
 TOPK_VALUES: Final = "topk_values_BTK"

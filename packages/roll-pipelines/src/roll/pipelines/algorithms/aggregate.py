@@ -24,11 +24,26 @@ ran: filtering a sample then removes its gradient without scaling up the others'
 micro-batch (its rows) is known without reading its mask. ``seq-mean-token-sum-norm`` is a mean over sequences
 here; verl's is the plain sum over sequences divided by ``L``, ``B`` times roll's (same direction, a constant
 factor for a fixed batch size). docs/algorithms.md lists these conventions.
+
+A *sequence* need not be one row. When a chat template splits an agentic trajectory into ``k`` segment rows
+(docs/chat-templates.md), the ``seq-mean-*`` modes must still weigh it as one sequence, exactly as its tokens
+would weigh unsplit. Two per-row tensors say so (``seq_units_B``, ``seq_tokens_B``; the batch columns
+:data:`~roll.core.columns.SEQ_UNITS` and :data:`~roll.core.columns.SEQ_TOKENS`): a row is ``seq_units_B``
+(``1/k``) of a sequence, and ``seq-mean-token-mean`` divides its token sum by its *sequence's* trained tokens
+``seq_tokens_B`` (the trajectory's, over all its segments) instead of its own. Then, for a trajectory of
+segments ``s`` with token sums ``S_s`` and trained tokens ``n_s``::
+
+    token-sum:   sum_s S_s           = S           (its unsplit row's token sum; 1 unit: sum_s 1/k)
+    token-mean:  sum_s S_s / sum_s n_s = S / n     (its unsplit row's token mean; 1 unit)
+    sum-norm:    sum_s S_s / L       = S / L
+
+so the loss equals the unsplit batch's, whatever micro-batch or rank each segment lands on (the numerators are
+per row, the units add up globally). Without them every row is its own sequence, as before.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -74,12 +89,16 @@ def aggregate_loss(
     num_global_tokens: int | float | torch.Tensor | None = None,
     num_global_seqs: int | float | torch.Tensor | None = None,
     norm_len: int | None = None,
+    seq_units_B: torch.Tensor | None = None,
+    seq_tokens_B: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce a per-token loss to a scalar by ``mode`` (see the module docstring for each formula).
 
     ``num_global_tokens`` (token-mean) and ``num_global_seqs`` (seq-mean-*) replace the local counts in the
     denominators, so that micro-batches of one optimizer step sum to the full-batch value. ``norm_len`` is the
-    constant length of ``seq-mean-token-sum-norm`` (Dr. GRPO).
+    constant length of ``seq-mean-token-sum-norm`` (Dr. GRPO). ``seq_units_B`` and ``seq_tokens_B`` (seq-mean-*
+    only) make several rows one sequence (module docstring); the local sequence count is then
+    ``seq_units_B.sum()``.
     """
     mask = mask_BT.to(loss_BT.dtype)
     if mode == "token-mean":
@@ -89,7 +108,8 @@ def aggregate_loss(
     if mode == "seq-mean-token-sum":
         per_seq_B = seq_sum_B
     elif mode == "seq-mean-token-mean":
-        per_seq_B = seq_sum_B / mask.sum(dim=-1).clamp(min=1)
+        tokens_B = mask.sum(dim=-1) if seq_tokens_B is None else seq_tokens_B.to(mask)
+        per_seq_B = seq_sum_B / tokens_B.clamp(min=1)
     elif mode == "seq-mean-token-sum-norm":
         if norm_len is None or norm_len <= 0:
             raise ConfigError(
@@ -99,7 +119,9 @@ def aggregate_loss(
         per_seq_B = seq_sum_B / norm_len
     else:
         raise ConfigError(f"unknown loss aggregation mode {mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
-    n_seqs = per_seq_B.new_tensor(per_seq_B.shape[0]) if num_global_seqs is None else num_global_seqs
+    n_seqs = num_global_seqs
+    if n_seqs is None:
+        n_seqs = per_seq_B.new_tensor(per_seq_B.shape[0]) if seq_units_B is None else seq_units_B.sum()
     return per_seq_B.sum() / torch.as_tensor(n_seqs, dtype=loss_BT.dtype).clamp(min=1)
 
 
@@ -108,13 +130,24 @@ class Aggregation:
     """An aggregation mode bound to its global counts; losses take one as ``agg=`` and call it.
 
     Build one per micro-batch: ``Aggregation("token-mean", num_global_tokens=n)``. The default instance is a
-    local token-mean.
+    local token-mean. :meth:`for_rows` binds a micro-batch's ``seq_units_B`` / ``seq_tokens_B``.
     """
 
     mode: LossAggMode = "token-mean"
     num_global_tokens: int | float | torch.Tensor | None = None
     num_global_seqs: int | float | torch.Tensor | None = None
     norm_len: int | None = None
+    seq_units_B: torch.Tensor | None = None
+    seq_tokens_B: torch.Tensor | None = None
+
+    def for_rows(
+        self, seq_units_B: torch.Tensor | None, seq_tokens_B: torch.Tensor | None
+    ) -> Aggregation:
+        """This aggregation over rows that are parts of sequences (module docstring); itself when both are
+        None, so an unsplit batch aggregates exactly as before."""
+        if seq_units_B is None and seq_tokens_B is None:
+            return self
+        return replace(self, seq_units_B=seq_units_B, seq_tokens_B=seq_tokens_B)
 
     def __call__(self, loss_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
         return aggregate_loss(
@@ -124,6 +157,8 @@ class Aggregation:
             num_global_tokens=self.num_global_tokens,
             num_global_seqs=self.num_global_seqs,
             norm_len=self.norm_len,
+            seq_units_B=self.seq_units_B,
+            seq_tokens_B=self.seq_tokens_B,
         )
 
 

@@ -48,6 +48,25 @@ from roll.workers.metrics import LossMetrics
 from roll.workers.types import ForwardOutput, MicroBatch
 
 
+def _units(micro_batch: MicroBatch, mode: LossAggMode) -> float:
+    """A micro-batch's units under ``mode``: trained tokens, or sequences (a split trajectory's segment rows
+    are :data:`~roll.core.columns.SEQ_UNITS` shares of one)."""
+    mask_BT = micro_batch[C.RESPONSE_MASK]
+    if mode == "token-mean":
+        return float(mask_BT.sum())
+    units_B = micro_batch.get(C.SEQ_UNITS)
+    return float(mask_BT.shape[0]) if units_B is None else float(units_B.sum())
+
+
+def _rows_agg(agg: Aggregation, micro_batch: MicroBatch, like: torch.Tensor) -> Aggregation:
+    """``agg`` bound to the micro-batch's :data:`~roll.core.columns.SEQ_UNITS` / ``SEQ_TOKENS`` (on ``like``'s
+    device), so a split trajectory weighs as one sequence (:mod:`.aggregate`); ``agg`` itself without them."""
+    units_B, tokens_B = micro_batch.get(C.SEQ_UNITS), micro_batch.get(C.SEQ_TOKENS)
+    return agg.for_rows(
+        None if units_B is None else units_B.to(like), None if tokens_B is None else tokens_B.to(like)
+    )
+
+
 class PolicyLoss:
     """Policy-gradient loss of an :class:`AlgorithmConfig`: surrogate + optional KL, entropy bonus and mismatch
     correction (TIS, MIS, IcePop; :mod:`.mismatch`), and the mismatch metrics whenever ``infer_logp_BT`` is there.
@@ -72,10 +91,10 @@ class PolicyLoss:
         )
 
     def count_units(self, micro_batch: MicroBatch) -> float:
-        """Response tokens (``token-mean``) or rows, plus the :data:`~roll.core.columns.CARRIED_UNITS` of rows
-        left out as :meth:`inert_rows`."""
-        mask_BT = micro_batch[C.RESPONSE_MASK]
-        units = float(mask_BT.sum()) if self.algo.loss_agg_mode == "token-mean" else float(mask_BT.shape[0])
+        """Response tokens (``token-mean``) or sequences (rows, or their :data:`~roll.core.columns.SEQ_UNITS`
+        shares where a split trajectory's rows make one sequence), plus the
+        :data:`~roll.core.columns.CARRIED_UNITS` of rows left out as :meth:`inert_rows`."""
+        units = _units(micro_batch, self.algo.loss_agg_mode)
         carried_B = micro_batch.get(C.CARRIED_UNITS)
         return units if carried_B is None else units + float(carried_B.sum())
 
@@ -109,18 +128,17 @@ class PolicyLoss:
         old_BT = micro_batch[C.OLD_LOGP].to(logp_BT) if self.use_old_logp else logp_BT.detach()
         adv_BT = micro_batch[C.ADVANTAGES].to(logp_BT)
         is_weight_BT, metrics = self._mismatch(old_BT, micro_batch, mask_BT)
-        loss, pg_metrics = self._surrogate(logp_BT, old_BT, adv_BT, mask_BT, is_weight_BT)
+        agg = _rows_agg(self.agg, micro_batch, logp_BT)
+        loss, pg_metrics = self._surrogate(logp_BT, old_BT, adv_BT, mask_BT, is_weight_BT, agg)
         metrics.update(pg_metrics)
         if self.algo.kl_mode == "loss":
             kl, kl_metrics = kl_loss(
                 logp_BT, micro_batch[C.REF_LOGP].to(logp_BT), mask_BT,
-                coef=self.kl_coef, estimator=self.algo.kl_estimator, agg=self.agg,
+                coef=self.kl_coef, estimator=self.algo.kl_estimator, agg=agg,
             )  # fmt: skip
             loss, metrics = loss + kl, {**metrics, **kl_metrics}
         if output.entropy_BT is not None:
-            bonus, ent_metrics = entropy_bonus(
-                output.entropy_BT, mask_BT, coef=self.algo.entropy_coef, agg=self.agg
-            )
+            bonus, ent_metrics = entropy_bonus(output.entropy_BT, mask_BT, coef=self.algo.entropy_coef, agg=agg)
             loss = loss + bonus if self.algo.entropy_coef > 0 else loss
             metrics.update(ent_metrics)
         return loss, metrics
@@ -150,10 +168,11 @@ class PolicyLoss:
         adv_BT: torch.Tensor,
         mask_BT: torch.Tensor,
         is_weight_BT: torch.Tensor | None,
+        agg: Aggregation,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         surrogate = POLICY_LOSSES.implementation(self.algo.loss_type)
         out: tuple[torch.Tensor, dict[str, torch.Tensor]] = surrogate(
-            logp_BT, old_BT, adv_BT, mask_BT, algo=self.algo, is_weight_BT=is_weight_BT, agg=self.agg
+            logp_BT, old_BT, adv_BT, mask_BT, algo=self.algo, is_weight_BT=is_weight_BT, agg=agg
         )
         return out
 
@@ -237,8 +256,7 @@ class ValueLoss:
         self.agg = Aggregation(agg_mode, num_global_tokens=1.0, num_global_seqs=1.0, norm_len=norm_len)
 
     def count_units(self, micro_batch: MicroBatch) -> float:
-        mask_BT = micro_batch[C.RESPONSE_MASK]
-        return float(mask_BT.sum()) if self.agg.mode == "token-mean" else float(mask_BT.shape[0])
+        return _units(micro_batch, self.agg.mode)
 
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         if output.values_BT is None:
@@ -248,7 +266,7 @@ class ValueLoss:
         returns_BT = micro_batch[C.RETURNS].to(values_BT)
         loss, metrics = clipped_value_loss(
             values_BT, micro_batch[C.OLD_VALUES].to(values_BT), returns_BT, mask_BT,
-            clip_range=self.clip_range, agg=self.agg,
+            clip_range=self.clip_range, agg=_rows_agg(self.agg, micro_batch, values_BT),
         )  # fmt: skip
         metrics["value_error"] = masked_mean((values_BT.detach() - returns_BT).abs(), mask_BT)
         return loss, metrics

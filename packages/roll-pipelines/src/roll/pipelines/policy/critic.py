@@ -21,7 +21,9 @@ from roll.pipelines.algorithms.value_loss import action_values
 from roll.pipelines.policy.views import training_view
 from roll.workers.types import LossFn
 
-CRITIC_COLUMNS = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.OLD_VALUES, C.RETURNS)
+CRITIC_COLUMNS = (
+    C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.OLD_VALUES, C.RETURNS, C.SEQ_UNITS, C.SEQ_TOKENS,
+)  # fmt: skip
 
 
 def explained_variance(values_BT: torch.Tensor, returns_BT: torch.Tensor, mask_BT: torch.Tensor) -> float:

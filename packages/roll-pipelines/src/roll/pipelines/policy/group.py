@@ -64,6 +64,8 @@ POLICY_COLUMNS = (
     C.ADVANTAGES,
     C.OLD_LOGP,
     C.REF_LOGP,
+    C.SEQ_UNITS,
+    C.SEQ_TOKENS,
 )
 """What the policy loss reads (those present in the batch go to ``actor_train``)."""
 ACTOR_FILES, CRITIC_FILES = "actor", "critic"

@@ -15,6 +15,10 @@ over the ``G`` *trajectories* of its group, REINFORCE++ its return-to-go across 
 ``delta`` chain across them. (The per-token inputs themselves are those of each segment's own context: the
 policy saw the rewritten history, and that is what it is trained on.) So a segment's advantage is its trajectory's: what
 trajectory-wise GRPO in ROLL and verl broadcasts over the one row of an unsplit multi-turn trajectory.
+
+The loss, too, counts a split trajectory once: :func:`sequence_shares` gives each of its ``k`` rows
+``seq_units_B = 1/k`` and ``seq_tokens_B`` = the trajectory's trained tokens, so the ``seq-mean-*`` aggregation
+modes (:mod:`roll.pipelines.algorithms.aggregate`) weigh it as the one sequence it would be unsplit.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.pipelines.policy.objective import PolicyObjective
 
-__all__ = ["TrajectoryIndex", "is_split", "pack", "trajectory_advantages", "unpack"]
+__all__ = ["TrajectoryIndex", "is_split", "pack", "sequence_shares", "trajectory_advantages", "unpack"]
 
 PER_TOKEN = (C.OLD_VALUES, C.REF_LOGP, C.OLD_LOGP, C.INFER_LOGP)
 """The ``[B, T]`` columns an estimator reads (GAE's values; KL in the reward's log-probs), gathered when present."""
@@ -99,11 +103,24 @@ def unpack(packed_NL: torch.Tensor, index: TrajectoryIndex) -> torch.Tensor:
     return out.reshape(B, T)
 
 
+def sequence_shares(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(seq_units_B, seq_tokens_B)``: ``1/k`` for each of the ``k`` rows of a trajectory, and its trained tokens
+    over all of them (the columns :data:`~roll.core.columns.SEQ_UNITS`, :data:`~roll.core.columns.SEQ_TOKENS`)."""
+    t = batch.tensors
+    episode_B = t[C.EPISODE_ID]
+    _, inverse_B, rows_E = torch.unique(episode_B, return_inverse=True, return_counts=True)
+    row_tokens_B = t[C.RESPONSE_MASK].sum(dim=-1).to(torch.float32)
+    tokens_E = torch.zeros(len(rows_E), dtype=torch.float32).index_add_(0, inverse_B, row_tokens_B)
+    return 1.0 / rows_E[inverse_B].to(torch.float32), tokens_E[inverse_B]
+
+
 def trajectory_advantages(objective: PolicyObjective, batch: Batch, **params: Any) -> Batch:
     """``objective``'s advantages (and returns) of ``batch``, one per trajectory: row by row when no trajectory
-    was split (exactly as before), on :func:`pack`'s trajectory rows otherwise."""
+    was split (exactly as before), on :func:`pack`'s trajectory rows otherwise, where the rows also get their
+    :func:`sequence_shares` so that the loss counts each trajectory once."""
     if not is_split(batch):
         return objective.advantages(batch, batch.tensors[C.SCORES], **params)
+    batch[C.SEQ_UNITS], batch[C.SEQ_TOKENS] = sequence_shares(batch)
     packed, index = pack(batch)
     packed = objective.advantages(packed, packed.tensors[C.SCORES], **params)
     batch[C.ADVANTAGES] = unpack(packed.tensors[C.ADVANTAGES], index)
