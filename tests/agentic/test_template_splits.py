@@ -263,7 +263,8 @@ def test_bad_template_kwargs_are_loud_config_errors_naming_the_key(think: ChatEn
     strict = build_tokenizer("roll-tiny-think")
     strict.chat_template = (
         "{%- if enable_thinking is defined and enable_thinking is not boolean -%}"
-        "{{- raise_exception('enable_thinking must be true or false') -}}{%- endif -%}" + think.tokenizer.chat_template
+        "{{- raise_exception('enable_thinking must be true or false') -}}{%- endif -%}"
+        + think.tokenizer.chat_template
     )
     ChatEncoder(strict, template_kwargs={"enable_thinking": True})  # a good value passes
     with pytest.raises(
@@ -378,7 +379,11 @@ def test_the_policy_loss_counts_a_split_trajectory_once(mode: str) -> None:
         assert loss.count_units(micro) == 2.0
         values.append(value / loss.count_units(micro))
     torch.testing.assert_close(values[0], values[1])
-    split_as_rows = {k: v for k, v in training_view(split, POLICY_COLUMNS).tensors.items() if k not in (C.SEQ_UNITS, C.SEQ_TOKENS)}
+    split_as_rows = {
+        k: v
+        for k, v in training_view(split, POLICY_COLUMNS).tensors.items()
+        if k not in (C.SEQ_UNITS, C.SEQ_TOKENS)
+    }
     as_rows, _ = loss(ForwardOutput(torch.zeros(3, 4)), split_as_rows)
     assert loss.count_units(split_as_rows) == 3.0
     assert not torch.isclose(as_rows / 3, values[1])  # without the shares A would weigh twice

@@ -8,6 +8,7 @@ from torch.testing import assert_close
 
 from roll.core.errors import ConfigError
 from roll.pipelines.algorithms.aggregate import Aggregation, aggregate_loss, masked_mean, masked_var
+from roll.pipelines.algorithms.choices import LossAggMode
 
 LOSS_BT = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
 MASK_BT = torch.tensor([[1, 1, 0], [1, 0, 0]])
@@ -93,7 +94,9 @@ TOKENS_B = torch.tensor([4.0, 4.0, 2.0])  # seq_tokens_B: A has 4 trained tokens
         ("seq-mean-token-sum-norm", 2.0, 4 / 3),
     ],
 )
-def test_a_split_trajectory_weighs_as_one_sequence(mode: str, expected: float, as_rows: float) -> None:
+def test_a_split_trajectory_weighs_as_one_sequence(
+    mode: LossAggMode, expected: float, as_rows: float
+) -> None:
     """Unsplit, A's tokens are 1, 2, 3, 6 (sum 12, mean 3) and B's 4, 0 (sum 4, mean 2):
 
     - seq-mean-token-sum: (12 + 4) / 2 = 8; seq-mean-token-mean: (3 + 2) / 2 = 2.5;
@@ -105,15 +108,14 @@ def test_a_split_trajectory_weighs_as_one_sequence(mode: str, expected: float, a
     two segments land in different micro-batches, each summed with the global count bound to 1 and the step
     divided by the global units (the shares' sum, 2), as the strategies do.
     """
-    unsplit = aggregate_loss(UNSPLIT_BT, UNSPLIT_MASK_BT, mode=mode, norm_len=4)  # type: ignore[arg-type]
-    split = aggregate_loss(
-        SPLIT_BT, SPLIT_MASK_BT, mode=mode, norm_len=4, seq_units_B=SHARES_B, seq_tokens_B=TOKENS_B  # type: ignore[arg-type]
-    )
-    as_rows_got = aggregate_loss(SPLIT_BT, SPLIT_MASK_BT, mode=mode, norm_len=4)  # type: ignore[arg-type]
+    unsplit = aggregate_loss(UNSPLIT_BT, UNSPLIT_MASK_BT, mode=mode, norm_len=4)
+    shares = {"seq_units_B": SHARES_B, "seq_tokens_B": TOKENS_B}
+    split = aggregate_loss(SPLIT_BT, SPLIT_MASK_BT, mode=mode, norm_len=4, **shares)
+    as_rows_got = aggregate_loss(SPLIT_BT, SPLIT_MASK_BT, mode=mode, norm_len=4)
     assert_close(unsplit, torch.tensor(expected))
     assert_close(split, torch.tensor(expected))
     assert_close(as_rows_got, torch.tensor(as_rows))
-    agg = Aggregation(mode, num_global_seqs=1.0, norm_len=4)  # type: ignore[arg-type]
+    agg = Aggregation(mode, num_global_seqs=1.0, norm_len=4)
     parts = [
         agg.for_rows(SHARES_B[rows], TOKENS_B[rows])(SPLIT_BT[rows], SPLIT_MASK_BT[rows])
         for rows in ([0, 2], [1])

@@ -159,7 +159,10 @@ class ChatEncoder:
     def render(self, messages: Sequence[Message], generation_prompt: bool) -> str:
         try:
             text = self.tokenizer.apply_chat_template(
-                list(messages), tokenize=False, add_generation_prompt=generation_prompt, **self.template_kwargs
+                list(messages),
+                tokenize=False,
+                add_generation_prompt=generation_prompt,
+                **self.template_kwargs,
             )
         except Exception as exc:  # the template is user code: name it and the conversation it failed on
             roles = ", ".join(m["role"] for m in messages)

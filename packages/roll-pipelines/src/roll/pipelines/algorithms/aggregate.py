@@ -140,9 +140,7 @@ class Aggregation:
     seq_units_B: torch.Tensor | None = None
     seq_tokens_B: torch.Tensor | None = None
 
-    def for_rows(
-        self, seq_units_B: torch.Tensor | None, seq_tokens_B: torch.Tensor | None
-    ) -> Aggregation:
+    def for_rows(self, seq_units_B: torch.Tensor | None, seq_tokens_B: torch.Tensor | None) -> Aggregation:
         """This aggregation over rows that are parts of sequences (module docstring); itself when both are
         None, so an unsplit batch aggregates exactly as before."""
         if seq_units_B is None and seq_tokens_B is None:

@@ -138,7 +138,9 @@ class PolicyLoss:
             )  # fmt: skip
             loss, metrics = loss + kl, {**metrics, **kl_metrics}
         if output.entropy_BT is not None:
-            bonus, ent_metrics = entropy_bonus(output.entropy_BT, mask_BT, coef=self.algo.entropy_coef, agg=agg)
+            bonus, ent_metrics = entropy_bonus(
+                output.entropy_BT, mask_BT, coef=self.algo.entropy_coef, agg=agg
+            )
             loss = loss + bonus if self.algo.entropy_coef > 0 else loss
             metrics.update(ent_metrics)
         return loss, metrics
