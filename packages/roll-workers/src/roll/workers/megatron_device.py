@@ -25,6 +25,7 @@ import contextlib
 import os
 import socket
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -120,7 +121,11 @@ def on_device(method: F) -> F:
         with device_scope(self.device):
             return method(self, *args, **kwargs)
 
-    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = method.__name__, method.__qualname__, method.__doc__
+    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = (
+        method.__name__,
+        method.__qualname__,
+        method.__doc__,
+    )
     wrapper.__wrapped__ = method  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
 
@@ -136,6 +141,11 @@ def install_cpu_patches() -> None:
     from megatron.core import tensor_parallel
 
     torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
+    # Reading a parameter's ``.grad`` through a TorchFunctionMode warns as if it were a non-leaf (Megatron's DDP
+    # hooks read it every backward); only warnings raised from this module's own dispatch are silenced.
+    warnings.filterwarnings(
+        "ignore", message=r"The \.grad attribute of a Tensor that is not a leaf", module=__name__
+    )
     tensor_parallel.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
     _PATCHED = True
 
@@ -174,4 +184,3 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-

@@ -135,7 +135,11 @@ def transformer_config(hf_config: Any, layout: GPTLayout, config: MegatronConfig
 
 
 def build_gpt_model(
-    hf_config: Any, layout: GPTLayout, config: MegatronConfig, tconfig: Any, device: torch.device | None = None
+    hf_config: Any,
+    layout: GPTLayout,
+    config: MegatronConfig,
+    tconfig: Any,
+    device: torch.device | None = None,
 ) -> Any:
     """This pipeline stage's ``GPTModel`` on ``device`` (default :func:`megatron_device`; random init, weights are
     loaded next); a value or score head replaces the LM output layer with a
@@ -343,7 +347,9 @@ class MegatronTrainStrategy:
         )
         on_device = {k: v.to(self.device) for k, v in mb.items()}
         loss_sum, metrics = loss_fn(out, on_device)
-        stored = {f"{_METRIC}{k}": torch.as_tensor(v, device=self.device).detach() for k, v in metrics.items()}
+        stored = {
+            f"{_METRIC}{k}": torch.as_tensor(v, device=self.device).detach() for k, v in metrics.items()
+        }
         # The count is ignored by our finalize hook; Megatron only needs an int tensor here.
         return (
             loss_sum * scale,
