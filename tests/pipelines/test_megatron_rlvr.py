@@ -53,7 +53,8 @@ MEGATRON_TP2 = [
     "actor_train.num_workers=2",
     "actor_train.strategy={type: megatron, tensor_parallel_size: 2, optimizer: {lr: 5.0e-4}, max_grad_norm: 1.0}",
 ]
-ADAM_EPS = "actor_train.strategy.optimizer.eps=1.0e-3"  # after the strategy is chosen (see the module docstring)
+# Applied after the strategy is chosen, for both runs (see the module docstring).
+ADAM_EPS = "actor_train.strategy.optimizer.eps=1.0e-3"
 REL, ABS = 1e-4, 1e-5
 DISCRETE = (
     "reward/",
