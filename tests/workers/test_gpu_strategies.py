@@ -64,12 +64,12 @@ def test_vllm_build_without_vllm_names_the_extra() -> None:
         VLLM.build(VLLMConfig(), "some/model")
 
 
-@pytest.mark.skipif(HAS_MEGATRON and torch.cuda.is_available(), reason="megatron and CUDA are available")
+@pytest.mark.skipif(HAS_MEGATRON, reason="Megatron-Core is installed: the strategy builds (on CPU too)")
 def test_megatron_build_without_backend_says_why() -> None:
     from roll.workers.gpu_specs import MEGATRON
 
     assert MEGATRON.extra == "megatron" and MEGATRON.kind == "train"
-    expected = "needs CUDA" if HAS_MEGATRON else r"pip install 'roll-workers\[megatron\]'"
+    expected = r"pip install 'roll-workers\[megatron\]'"
     with pytest.raises(PluginError, match=expected):
         MEGATRON.build(MegatronConfig(), SimpleNamespace(config=None))
 

@@ -1,11 +1,12 @@
 """Real Megatron-Core ``GPTModel``s on CPU (gloo), TP=1 and TP=2: built and loaded by the megatron strategy's own
-functions, read by its heads, against the HF models whose weights they hold. Skipped without Megatron-Core (the
-default environment; ``uv sync --extra megatron`` installs it).
+functions, read by its heads, against the HF models whose weights they hold. Marked ``megatron``: skipped without
+Megatron-Core (the default environment); ``bash .ci/megatron`` runs them.
 
-Megatron-Core's forward hard-codes CUDA in three places, which this test (and only this test) replaces for CPU:
-the rotary embedding moves its frequencies to ``torch.cuda.current_device()``, the default causal mask is built on
-``"cuda"``, and attention enters the CUDA RNG tracker's ``fork()`` even without dropout. The strategy itself still
-needs CUDA (NCCL, its train loop); what runs here is everything between the HF weights and a head's output:
+Megatron-Core's forward hard-codes CUDA in three places (the rotary embedding moves its frequencies to
+``torch.cuda.current_device()``, the default causal mask is built on ``"cuda"``, and attention enters the CUDA RNG
+tracker's ``fork()`` even without dropout), which the strategy's CPU mode replaces (:mod:`roll.workers.megatron_device`,
+used here as the strategy uses it; the strategy's own steps on CPU are in test_megatron_cpu_train.py). What runs here
+is everything between the HF weights and a head's output:
 :func:`~roll.workers.megatron_train.transformer_config`, :func:`~roll.workers.megatron_train.build_gpt_model`
 (with the value/score head swapped in), :func:`~roll.workers.megatron_train.load_stage_weights` (the TP shards of
 :mod:`roll.workers.megatron_convert`, strict), left alignment, and the readers: values, scores, vocabulary-parallel
@@ -17,8 +18,6 @@ logits 1.5e-7; the tolerance is 1e-5.
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -27,40 +26,24 @@ from typing import Any
 import pytest
 import torch
 
-HAS_MEGATRON = importlib.util.find_spec("megatron") is not None
-pytestmark = pytest.mark.skipif(
-    not HAS_MEGATRON, reason="Megatron-Core is not installed (roll-workers[megatron])"
-)
-
-
-def _cpu_shims() -> None:
-    """Megatron-Core's three CUDA-only spots, on CPU (see the module docstring)."""
-    from megatron.core import tensor_parallel
-
-    from roll.workers import megatron_heads, megatron_train
-
-    def causal_mask(sq: int, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return torch.triu(torch.ones(sq, sq), diagonal=1).bool()
-
-    for module in list(sys.modules.values()):
-        name = getattr(module, "__name__", "")
-        if name.startswith("megatron") and getattr(module, "get_default_causal_mask", None) is not None:
-            module.get_default_causal_mask = causal_mask  # type: ignore[attr-defined]
-    tensor_parallel.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
-    # the rotary frequencies and Megatron's TP gathers allocate on torch.cuda.current_device()
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
-
-    class CPUHead(megatron_heads.ScalarHead):
-        def __init__(self, hidden_size: int, *, bias: bool, dtype: torch.dtype, device: torch.device) -> None:
-            super().__init__(hidden_size, bias=bias, dtype=dtype, device=torch.device("cpu"))
-
-    megatron_train.ScalarHead = CPUHead  # type: ignore[misc]
+pytestmark = pytest.mark.megatron
 
 
 def heads_run(tp: int) -> dict[str, float]:
     """In each of ``tp`` processes: the max difference of every head's output to its HF model's."""
     import torch.distributed as dist
     from megatron.core import parallel_state
+
+    from roll.workers.megatron_device import CudaToCpu, install_cpu_patches
+
+    dist.init_process_group("gloo")
+    parallel_state.initialize_model_parallel(tp, 1)
+    install_cpu_patches()
+    with CudaToCpu():
+        return _heads_diffs(tp)
+
+
+def _heads_diffs(tp: int) -> dict[str, float]:
     from transformers import (
         AutoModelForSequenceClassification,
         AutoModelForTokenClassification,
@@ -72,9 +55,6 @@ def heads_run(tp: int) -> dict[str, float]:
     from roll.workers.logprobs import forward_scores
     from roll.workers.roles.heads import score_forward, value_forward
 
-    dist.init_process_group("gloo")
-    parallel_state.initialize_model_parallel(tp, 1)
-    _cpu_shims()
     cfg = Qwen2Config(
         vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, num_labels=1, max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0,
@@ -119,12 +99,7 @@ def _stage(cfg: Any, hf: torch.nn.Module, head: str, tp: int, ids: torch.Tensor,
     layout = GPTLayout.from_hf_config(cfg, head=head, tp_size=tp)  # type: ignore[arg-type]
     tconfig = mt.transformer_config(cfg, layout, config)
     tconfig.use_cpu_initialization = True
-    shim = torch.cuda.current_device
-    torch.cuda.current_device = lambda: 0  # type: ignore[assignment]  # build_gpt_model names a CUDA device
-    try:
-        model = mt.build_gpt_model(cfg, layout, config, tconfig)
-    finally:
-        torch.cuda.current_device = shim  # type: ignore[assignment]
+    model = mt.build_gpt_model(cfg, layout, config, tconfig, torch.device("cpu"))
     mt.load_stage_weights(model, {k: v.detach() for k, v in hf.state_dict().items()}, layout)
     aligned = align_left(ids, mask)
     output = model(aligned.ids_BT, torch.arange(ids.shape[1]).expand_as(ids), None)

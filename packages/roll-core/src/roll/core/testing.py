@@ -7,8 +7,10 @@ Load it with ``pytest_plugins = ["roll.core.testing"]`` in the top ``conftest.py
   shared. It always starts a fresh local instance, ignoring ``RAY_ADDRESS``, so tests never touch a real cluster.
 - ``@pytest.mark.gpu``: skipped, with the reason, when ``torch.cuda.is_available()`` is false. torch is imported
   only if some collected test carries the marker.
-- ``@pytest.mark.vllm_cpu``: a test of the vLLM-on-CPU lane (``.ci/vllm-cpu``); skipped, with the reason, when
-  ``vllm`` is not importable. Checked with ``importlib.util.find_spec``, so vLLM is never imported for it.
+- ``@pytest.mark.vllm_cpu`` / ``@pytest.mark.megatron``: a test of the vLLM-on-CPU lane (``.ci/vllm-cpu``) or of
+  the Megatron-on-CPU lane (``.ci/megatron``); skipped, with the reason, when ``vllm`` / ``megatron`` is not
+  importable. Checked with ``importlib.util.find_spec``, so neither is imported for it. Each lane runs its marker
+  and fails when any of its tests is skipped.
 - ``@pytest.mark.slow``: the slow tier (an end-to-end learning or kill-and-resume run). The workspace's pytest
   settings leave it out of a bare ``pytest`` (``-m "not slow"``); ``pytest -m slow`` runs it, and CI runs both.
 - :func:`tiny_role`: a :class:`RoleConfig` sized for tests (one worker, 0.25 CPU).
@@ -75,14 +77,23 @@ def pytest_configure(config: pytest.Config) -> None:
     # Registered here too, so a package's tests run with --strict-markers without the root pytest settings.
     config.addinivalue_line("markers", "gpu: needs CUDA; skipped cleanly without it")
     config.addinivalue_line("markers", "slow: an end-to-end learning or kill-and-resume run (the slow tier)")
-    config.addinivalue_line("markers", VLLM_CPU_MARKER)
+    for marker, (_module, text) in LANE_MARKERS.items():
+        config.addinivalue_line("markers", f"{marker}: {text}")
 
 
-VLLM_CPU_MARKER = "vllm_cpu: runs vLLM for real on CPU (the .ci/vllm-cpu lane); skipped without vllm"
+LANE_MARKERS = {
+    "vllm_cpu": ("vllm", "runs vLLM for real on CPU (the .ci/vllm-cpu lane); skipped without vllm"),
+    "megatron": (
+        "megatron",
+        "runs Megatron-Core on CPU over gloo (the .ci/megatron lane); skipped without it",
+    ),
+}
+"""Marker -> (the module a lane installs, the marker's help). A lane's tests skip where its module is absent."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _skip_vllm_cpu_without_vllm(items)
+    for marker, (module, _text) in LANE_MARKERS.items():
+        _skip_lane_without_module(items, marker, module)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
@@ -94,12 +105,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(skip)
 
 
-def _skip_vllm_cpu_without_vllm(items: list[pytest.Item]) -> None:
-    lane_items = [item for item in items if item.get_closest_marker("vllm_cpu") is not None]
-    if not lane_items or importlib.util.find_spec("vllm") is not None:
+def _skip_lane_without_module(items: list[pytest.Item], marker: str, module: str) -> None:
+    lane_items = [item for item in items if item.get_closest_marker(marker) is not None]
+    if not lane_items or importlib.util.find_spec(module) is not None:
         return
+    lane = marker.replace("_", "-")
     skip = pytest.mark.skip(
-        reason="vllm_cpu test: vllm is not installed here; run it with `bash .ci/vllm-cpu`"
+        reason=f"{marker} test: {module} is not installed here; run it with `bash .ci/{lane}`"
     )
     for item in lane_items:
         item.add_marker(skip)

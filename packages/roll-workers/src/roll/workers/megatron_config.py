@@ -19,7 +19,8 @@ class MegatronConfig(RollModel):
     - ``layer_spec``: ``local`` uses Megatron-Core's own modules (no Transformer Engine needed);
       ``transformer_engine`` uses TE's fused kernels (install TE yourself; it is not part of the extra).
     - ``precision``: ``bf16`` keeps bf16 weights with fp32 main weights and gradients in the optimizer; ``fp32``
-      trains in full precision (slow, for equivalence tests).
+      trains in full precision (slow on GPUs, for equivalence tests); ``auto`` is bf16 on CUDA and fp32 on CPU (where
+      the strategy runs over gloo when no GPU is visible: :mod:`roll.workers.megatron_device`).
     - ``micro_batch_size`` rows per micro-batch (``None``: one micro-batch per step). With pipeline parallelism
       every micro-batch is padded to the same ``[rows, tokens]`` shape, because stages exchange fixed-shape tensors.
     - ``max_grad_norm``: Megatron's ``clip_grad``; ``None`` disables clipping.
@@ -31,8 +32,9 @@ class MegatronConfig(RollModel):
     layer_spec: Literal["local", "transformer_engine"] = Field(
         "local", description="local: Megatron-Core's own modules; transformer_engine: TE's fused kernels"
     )
-    precision: Literal["bf16", "fp32"] = Field(
-        "bf16", description="bf16 weights with fp32 main weights, or full fp32 (slow; equivalence tests)"
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto",
+        description="auto: bf16 on CUDA, fp32 on CPU; bf16 weights with fp32 main weights; or full fp32",
     )
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)

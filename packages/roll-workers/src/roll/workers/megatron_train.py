@@ -1,11 +1,12 @@
 """The ``megatron`` training strategy: Megatron-Core ``GPTModel`` with tensor and pipeline parallelism.
 
-Importing this module needs neither Megatron nor CUDA; constructing :class:`MegatronTrainStrategy` needs both
-(``pip install 'roll-workers[megatron]'``), and raises :class:`~roll.core.errors.PluginError` saying so otherwise.
+Importing this module needs neither Megatron nor CUDA; constructing :class:`MegatronTrainStrategy` needs Megatron-Core
+(``pip install 'roll-workers[megatron]'``), and raises :class:`~roll.core.errors.PluginError` saying so otherwise. It
+runs on the process's GPU over NCCL or, without CUDA, on the CPU over gloo (:mod:`roll.workers.megatron_device`).
 
 How a step runs:
 
-1. **Build** (once): ``torch.distributed`` (NCCL) and ``parallel_state.initialize_model_parallel(tp, pp)``; a
+1. **Build** (once): ``torch.distributed`` (NCCL, or gloo on CPU) and ``parallel_state.initialize_model_parallel(tp, pp)``; a
    ``TransformerConfig`` read from the HF config (RMSNorm, SwiGLU as ``gated_linear_unit``, grouped-query
    attention as ``num_query_groups``, Qwen2's qkv bias, RoPE base, tied embeddings); this stage's ``GPTModel``
    with the local or TE layer spec; the HF weights converted by :mod:`roll.workers.megatron_convert`; then
@@ -35,8 +36,7 @@ hold one contiguous span of valid tokens.
 
 from __future__ import annotations
 
-import os
-import socket
+import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from functools import partial
@@ -52,6 +52,13 @@ from roll.workers.fsdp2 import lr_multiplier
 from roll.workers.logprobs import split_micro_batches
 from roll.workers.megatron_config import MegatronConfig
 from roll.workers.megatron_convert import GPTLayout, hf_to_megatron, megatron_to_hf
+from roll.workers.megatron_device import (
+    device_scope,
+    init_parallel,
+    megatron_device,
+    on_device,
+    resolve_precision,
+)
 from roll.workers.megatron_heads import (
     Aligned,
     MegatronHead,
@@ -76,49 +83,7 @@ def require_megatron() -> Any:
         raise PluginError(
             f"the 'megatron' strategy needs Megatron-Core, which is not installed ({err}); {INSTALL_HINT}"
         ) from err
-    if not torch.cuda.is_available():
-        raise PluginError("the 'megatron' strategy needs CUDA (Megatron-Core's forward runs on GPUs only)")
     return mcore
-
-
-# ---- process groups and model --------------------------------------------------------------------------------
-
-
-def init_parallel(config: MegatronConfig) -> None:
-    """Join (or, alone, create) the NCCL world and set up Megatron's TP/PP/DP groups once per process."""
-    from megatron.core import parallel_state
-    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
-
-    torch.cuda.set_device(_local_device())
-    if not dist.is_initialized():
-        if "MASTER_ADDR" in os.environ:
-            dist.init_process_group("nccl")
-        else:
-            dist.init_process_group(
-                "nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
-            )
-    tp, pp = config.tensor_parallel_size, config.pipeline_parallel_size
-    if dist.get_world_size() % (tp * pp):
-        raise ConfigError(f"world size {dist.get_world_size()} is not divisible by tp*pp = {tp}*{pp}")
-    if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(
-            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp
-        )
-    model_parallel_cuda_manual_seed(config.seed)
-
-
-def _local_device() -> int:
-    """This process's CUDA device: 0 when it sees one GPU (a Ray actor sees only its own through
-    ``CUDA_VISIBLE_DEVICES``), else ``LOCAL_RANK`` (torchrun: every process sees every GPU of the node)."""
-    if torch.cuda.device_count() == 1:
-        return 0
-    return int(os.environ.get("LOCAL_RANK", "0"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rope_base(hf_config: Any) -> float:
@@ -169,9 +134,16 @@ def transformer_config(hf_config: Any, layout: GPTLayout, config: MegatronConfig
     )
 
 
-def build_gpt_model(hf_config: Any, layout: GPTLayout, config: MegatronConfig, tconfig: Any) -> Any:
-    """This pipeline stage's ``GPTModel`` on the current CUDA device (random init; weights are loaded next); a value
-    or score head replaces the LM output layer with a :class:`~roll.workers.megatron_heads.ScalarHead`."""
+def build_gpt_model(
+    hf_config: Any,
+    layout: GPTLayout,
+    config: MegatronConfig,
+    tconfig: Any,
+    device: torch.device | None = None,
+) -> Any:
+    """This pipeline stage's ``GPTModel`` on ``device`` (default :func:`megatron_device`; random init, weights are
+    loaded next); a value or score head replaces the LM output layer with a
+    :class:`~roll.workers.megatron_heads.ScalarHead`."""
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import (
@@ -201,7 +173,7 @@ def build_gpt_model(hf_config: Any, layout: GPTLayout, config: MegatronConfig, t
             layout.hidden_size,
             bias=layout.head == "value",
             dtype=tconfig.params_dtype,
-            device=torch.device("cuda", torch.cuda.current_device()),
+            device=device or megatron_device(),
         )
     return model
 
@@ -253,12 +225,16 @@ class MegatronTrainStrategy:
     ) -> None:
         self.head: MegatronHead = head_of(forward)  # before the stack check: a bad forward is a config error
         require_megatron()
-        self.config = config or MegatronConfig()
+        self.device = megatron_device()
+        self.config = resolve_precision(config or MegatronConfig(), self.device)
         self.total_steps = total_steps
         self._base_lr = self.config.optimizer.lr
         self.hf_config = model.config
-        init_parallel(self.config)
-        self.device = torch.device("cuda", torch.cuda.current_device())
+        init_parallel(self.config, self.device)
+        with device_scope(self.device):
+            self._build(model)
+
+    def _build(self, model: Any) -> None:
         self.layout = GPTLayout.from_hf_config(
             self.hf_config,
             tp_size=self.config.tensor_parallel_size,
@@ -268,7 +244,8 @@ class MegatronTrainStrategy:
         )
         self.layout.check_parallel(self.config.tensor_parallel_size, self.config.pipeline_parallel_size)
         self.tconfig = transformer_config(self.hf_config, self.layout, self.config)
-        module = build_gpt_model(self.hf_config, self.layout, self.config, self.tconfig)
+        self.tconfig.use_cpu_initialization = self.device.type == "cpu"
+        module = build_gpt_model(self.hf_config, self.layout, self.config, self.tconfig, self.device)
         load_stage_weights(module, {k: v.detach() for k, v in model.state_dict().items()}, self.layout)
         self.model, self.optimizer = self._wrap(module)
         self._hf_template = model if dist.get_rank() == 0 else None
@@ -314,6 +291,7 @@ class MegatronTrainStrategy:
 
     # ---- training ------------------------------------------------------------------------------------------
 
+    @on_device
     def train_step(self, batch: MicroBatch, loss_fn: LossFn, *, temperature: float = 1.0) -> TrainStepResult:
         """Split ``batch`` into micro-batches, accumulate gradients through the schedule, take one step."""
         micro_batches = split_micro_batches(batch, micro_batch_size=self.config.micro_batch_size)
@@ -325,6 +303,7 @@ class MegatronTrainStrategy:
             metrics=metrics,
         )  # fmt: skip
 
+    @on_device
     def forward_backward(
         self, micro_batches: Sequence[MicroBatch], loss_fn: LossFn, *, temperature: float = 1.0
     ) -> tuple[float, float, dict[str, float]]:
@@ -343,7 +322,7 @@ class MegatronTrainStrategy:
         self.optimizer.zero_grad()
         step = partial(self._loss_of, loss_fn=loss_fn, scale=1.0 / units, temperature=temperature)
         stored = self._run_schedule(micro_batches, step, forward_only=False)
-        loss_sum = torch.zeros((), device="cuda")
+        loss_sum = torch.zeros((), device=self.device)
         metrics = UnitWeightedMeans()
         if parallel_state.is_pipeline_last_stage():
             loss_sum = torch.stack([d["loss_sum"] for d in stored]).sum()
@@ -366,13 +345,15 @@ class MegatronTrainStrategy:
         out = self.head.read(
             StageOutput(output, aligned, self.layout.vocab_size), temperature, loss_fn.needs_entropy
         )
-        cuda_mb = {k: v.cuda() for k, v in mb.items()}
-        loss_sum, metrics = loss_fn(out, cuda_mb)
-        stored = {f"{_METRIC}{k}": torch.as_tensor(v, device="cuda").detach() for k, v in metrics.items()}
+        on_device = {k: v.to(self.device) for k, v in mb.items()}
+        loss_sum, metrics = loss_fn(out, on_device)
+        stored = {
+            f"{_METRIC}{k}": torch.as_tensor(v, device=self.device).detach() for k, v in metrics.items()
+        }
         # The count is ignored by our finalize hook; Megatron only needs an int tensor here.
         return (
             loss_sum * scale,
-            torch.ones((), dtype=torch.int, device="cuda"),
+            torch.ones((), dtype=torch.int, device=self.device),
             {"loss_sum": loss_sum.detach(), **stored},
         )
 
@@ -397,8 +378,8 @@ class MegatronTrainStrategy:
 
     def _forward_step(self, data: Iterator[MicroBatch], model: Any, *, loss_of: Callable[..., Any]) -> Any:
         mb = next(data)
-        ids = mb["input_ids"].cuda()
-        aligned = align_left(ids, mb["attention_mask"].cuda())
+        ids = mb["input_ids"].to(self.device)
+        aligned = align_left(ids, mb["attention_mask"].to(self.device))
         pos_BT = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
         output = model(aligned.ids_BT, pos_BT, None)
         return output, partial(loss_of, aligned=aligned, mb=mb)
@@ -415,6 +396,7 @@ class MegatronTrainStrategy:
         cols = max(mb["input_ids"].shape[1] for mb in micro_batches)
         return [_pad_micro_batch(mb, rows, cols) for mb in micro_batches]
 
+    @on_device
     def optimizer_step(self) -> float:
         """Set the scheduled LR, clip and step (Megatron skips a step on non-finite grads); returns the grad norm."""
         lr = self._current_lr()
@@ -443,6 +425,7 @@ class MegatronTrainStrategy:
     # ---- scoring ------------------------------------------------------------------------------------------
 
     @torch.no_grad()
+    @on_device
     def compute_logprobs(
         self,
         input_ids: torch.Tensor,
@@ -462,8 +445,8 @@ class MegatronTrainStrategy:
                 output, aligned, self.layout.vocab_size, temperature=temperature, with_entropy=with_entropy
             )
             return (
-                torch.zeros((), device="cuda"),
-                torch.ones((), dtype=torch.int, device="cuda"),
+                torch.zeros((), device=self.device),
+                torch.ones((), dtype=torch.int, device=self.device),
                 {
                     "logp": logp,
                     "ent": ent,
@@ -472,8 +455,8 @@ class MegatronTrainStrategy:
 
         stored = self._run_schedule(micro_batches, scores, forward_only=True)
         B, T = input_ids.shape
-        logp = torch.zeros(B, T, device="cuda")
-        ent = torch.zeros(B, T, device="cuda") if with_entropy else None
+        logp = torch.zeros(B, T, device=self.device)
+        ent = torch.zeros(B, T, device=self.device) if with_entropy else None
         if parallel_state.is_pipeline_last_stage():
             self._fill(logp, ent, stored, [mb["input_ids"].shape for mb in micro_batches])
         logp = self._from_last_stage(logp)
@@ -481,6 +464,7 @@ class MegatronTrainStrategy:
         return TokenScores(logp_BT=logp, entropy_BT=ent)
 
     @torch.no_grad()
+    @on_device
     def forward_only(
         self,
         input_ids: torch.Tensor,
@@ -501,8 +485,8 @@ class MegatronTrainStrategy:
                 StageOutput(output, aligned, self.layout.vocab_size), temperature, with_entropy
             )
             return (
-                torch.zeros((), device="cuda"),
-                torch.ones((), dtype=torch.int, device="cuda"),
+                torch.zeros((), device=self.device),
+                torch.ones((), dtype=torch.int, device=self.device),
                 {"out": out},
             )
 
@@ -535,6 +519,7 @@ class MegatronTrainStrategy:
 
     # ---- state --------------------------------------------------------------------------------------------
 
+    @on_device
     def state_dict(self, all_ranks: bool = False) -> dict[str, torch.Tensor]:
         """Full HF-named weights on CPU on global rank 0 (``{}`` elsewhere) or, with ``all_ranks``, on every rank
         (each rank gathers over its own TP and PP groups, so every DP replica has them). Collective over TP and PP."""
@@ -572,12 +557,14 @@ class MegatronTrainStrategy:
         """What a checkpoint stores: the HF-named :meth:`state_dict` (rank 0; ``{}`` elsewhere). Collective."""
         return self.state_dict()
 
+    @on_device
     def load_model_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Load full HF-named weights (every rank passes them and keeps its shard), then refresh the optimizer's
         fp32 main copies from them (Megatron's ``reload_model_params``)."""
         load_stage_weights(self.model.module, dict(state), self.layout)
         self.optimizer.reload_model_params()
 
+    @on_device
     def export_hf(self, path: str | Path) -> None:
         """Write a transformers ``save_pretrained`` folder (safetensors) from rank 0. Collective."""
         sd = self.state_dict()
@@ -588,6 +575,7 @@ class MegatronTrainStrategy:
             template.save_pretrained(str(path))
         dist.barrier()
 
+    @on_device
     def save_optimizer(self, path: str | Path) -> None:
         """Save this rank's optimizer state next to ``path`` (one file per TP/PP rank). Collective over DP."""
         target = self._rank_path(path)
@@ -600,6 +588,7 @@ class MegatronTrainStrategy:
             torch.save(state, target)
         dist.barrier()
 
+    @on_device
     def load_optimizer(self, path: str | Path) -> None:
         """Restore what :meth:`save_optimizer` wrote with the same TP/PP/DP layout."""
         target = self._rank_path(path)
@@ -608,9 +597,11 @@ class MegatronTrainStrategy:
             saved = torch.load(target, map_location="cpu", weights_only=False)
         except (OSError, RuntimeError) as err:
             raise CheckpointError(f"cannot read optimizer state from {target}: {err}") from err
-        self.optimizer.load_state_dict(saved["optimizer"])
-        if hasattr(self.optimizer, "load_parameter_state"):
-            self.optimizer.load_parameter_state(f"{target}.params")
+        with torch.no_grad():  # fp32 main params are views of the trained params, which require grad
+            self.optimizer.load_state_dict(saved["optimizer"])
+            if hasattr(self.optimizer, "load_parameter_state"):
+                with _adam_steps_set_aside(self.optimizer):
+                    self.optimizer.load_parameter_state(f"{target}.params")
         self._step = int(saved["step"])
         self._base_lr = float(saved.get("base_lr", self.config.optimizer.lr))
 
@@ -625,8 +616,9 @@ class MegatronTrainStrategy:
         )
 
     def offload(self) -> None:
-        """Free GPU memory between phases: weights, gradient buffers and optimizer state go to CPU."""
-        if self._offloaded:
+        """Free GPU memory between phases: weights, gradient buffers and optimizer state go to CPU (on a CPU run
+        there is nothing to free: a no-op)."""
+        if self._offloaded or self.device.type == "cpu":
             return
         self.model.offload_grad_buffers()
         for buffer in _param_buffers(self.model):
@@ -638,7 +630,7 @@ class MegatronTrainStrategy:
 
     def reload(self) -> None:
         """Undo :meth:`offload` (parameter views stay valid: the same storages are regrown and refilled)."""
-        if not self._offloaded:
+        if not self._offloaded:  # also on a CPU run, whose offload keeps nothing
             return
         for buffer, saved in zip(_param_buffers(self.model), self._offloaded):
             storage = buffer.param_data.untyped_storage()
@@ -657,11 +649,10 @@ class MegatronTrainStrategy:
 
     # ---- collectives ----------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _dp_sum(value: float) -> float:
+    def _dp_sum(self, value: float) -> float:
         from megatron.core import parallel_state
 
-        t = torch.tensor([value], dtype=torch.float64, device="cuda")
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(t, group=parallel_state.get_data_parallel_group())
         return float(t.item())
 
@@ -764,6 +755,23 @@ def _param_buffers(ddp: Any) -> list[Any]:
     """Megatron DDP's contiguous parameter buffers (dense and expert), where each has parameter data."""
     buffers = list(getattr(ddp, "buffers", [])) + list(getattr(ddp, "expert_parallel_buffers", []))
     return [b for b in buffers if getattr(b, "param_data", None) is not None]
+
+
+@contextlib.contextmanager
+def _adam_steps_set_aside(optimizer: Any) -> Iterator[None]:
+    """Without TE or Apex, Megatron's optimizer is torch's Adam, which keeps a per-parameter ``step``. The
+    distributed optimizer's parameter-state file omits it (its loader then looks it up and fails), and its
+    ``load_state_dict`` restores it as one tensor shared by every parameter, which Adam's in-place increment then
+    advances once per parameter per step (wrong bias correction after a resume: measured, weights off by 2e-3 after
+    one step). So it is set aside while the file loads and put back as one tensor per parameter."""
+    inner_list = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    states = [s for w in inner_list for s in getattr(w, "optimizer", w).state.values() if "step" in s]
+    steps = [s.pop("step") for s in states]
+    try:
+        yield
+    finally:
+        for state, step in zip(states, steps):
+            state["step"] = step.clone()
 
 
 def _move_optimizer_state(optimizer: Any, device: str, *, move_params: bool) -> None:
