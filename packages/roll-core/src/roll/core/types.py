@@ -12,6 +12,7 @@ Map of the abstractions:
 - ``roll.tool`` -> :class:`ToolSpec`: a tool factory.
 - ``roll.tool_parser`` -> :class:`ToolParserSpec`: a tool-call format (hermes, qwen3_coder, llama3_json, mistral):
   how tools are described to the model, how its calls are written and read back.
+- ``roll.agent`` -> :class:`AgentSpec`: user agent code that talks to roll's OpenAI-compatible gateway.
 - ``roll.tracker`` -> :class:`TrackerSpec`: a metrics sink (stdout, jsonl, tensorboard, wandb).
 
 Each spec's ``build`` is typed by a Protocol below (:class:`PipelineBuild`, :class:`StrategyBuild`,
@@ -141,6 +142,19 @@ class ToolParserBuild(Protocol):
     def __call__(self, tools: Sequence[Mapping[str, Any]] | None, /) -> Any: ...
 
 
+class AgentBuild(Protocol):
+    """``build(config)`` of a ``roll.agent`` plugin.
+
+    ``config`` is the agent's ``options`` validated by the spec's ``config_model`` (``None`` when it has none).
+    Returns a callable ``agent(base_url, api_key, task) -> reward``: it plays one episode of the task row
+    ``task`` (a dict) with any OpenAI-compatible client pointed at ``base_url`` with ``api_key``, and returns a
+    finite number (or ``{"reward": number}``). It runs in a thread of the rollout worker, many at once, under
+    ``gateway.episode_timeout_s``; an exception ends the episode, shows its traceback once and counts toward
+    ``failures.max_error_rate`` (see ``roll.agentic.gateway``)."""
+
+    def __call__(self, config: Any, /) -> Any: ...
+
+
 class TrackerBuild(Protocol):
     """``build(output_dir, tracking, run_config) -> Tracker`` of a ``roll.tracker`` plugin.
 
@@ -233,6 +247,16 @@ class ToolParserSpec:
 
 
 @dataclass(frozen=True)
+class AgentSpec:
+    """Agent code: ``agent: {type: <name>}`` picks it; ``options`` validate against ``config_model``."""
+
+    name: str
+    build: AgentBuild
+    config_model: type[Any] | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class TrackerSpec:
     """A metrics sink: a name in ``tracking.backends`` picks it."""
 
@@ -250,6 +274,7 @@ GROUPS: dict[str, type[Any]] = {
     "roll.env": EnvSpec,
     "roll.tool": ToolSpec,
     "roll.tool_parser": ToolParserSpec,
+    "roll.agent": AgentSpec,
     "roll.tracker": TrackerSpec,
 }
 """Every entry-point group and the spec type its objects must be."""

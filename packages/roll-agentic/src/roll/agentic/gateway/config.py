@@ -1,0 +1,50 @@
+"""Config of the agent gateway (light: pydantic only). See :mod:`roll.agentic.gateway` for what it serves."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from roll.core.config.base import RollModel
+
+__all__ = ["GatewayConfig", "ToolCallFormat"]
+
+ToolCallFormat = Literal["hermes"]
+"""How tool calls are written in the model's text: ``hermes`` is Qwen's ``<tool_call>{json}</tool_call>``."""
+
+
+class GatewayConfig(RollModel):
+    """The OpenAI-compatible server a rollout's agents talk to, and the limits of what they may ask.
+
+    Sampling is the gateway's, not the agent's: ``temperature`` and ``top_p`` here are what the policy samples
+    with whatever a request says (so the recorded log-probs are the ones training needs); a request's
+    ``max_tokens`` is honoured up to ``max_new_tokens``; ``n`` up to ``max_n``.
+    """
+
+    port: int = Field(
+        0, ge=0, le=65535, description="local port (127.0.0.1 only); 0 picks a free one per rollout worker"
+    )
+    model_name: str = Field("policy", min_length=1, description="the model id /v1/models lists")
+    tool_call_format: ToolCallFormat = Field(
+        "hermes", description="how tools are shown to the model and its tool calls parsed"
+    )
+    temperature: float = Field(1.0, ge=0.0, description="sampling temperature of every call; 0 is greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass of every call")
+    max_new_tokens: int = Field(64, ge=1, description="tokens a call may generate (caps a request's max_tokens)")
+    max_context_tokens: int = Field(
+        2048, ge=16, description="a call whose prompt plus max_new_tokens exceeds this is refused (HTTP 400)"
+    )
+    max_n: int = Field(8, ge=1, description="the largest n (choices per call) a request may ask for")
+    max_calls_per_episode: int = Field(
+        16, ge=1, description="model calls one episode may make; later calls are refused (HTTP 429)"
+    )
+    episode_timeout_s: float = Field(
+        120.0, gt=0, description="an episode's deadline: calls after it are refused, the agent is cut off"
+    )
+    batch_wait_s: float = Field(
+        0.01, ge=0, description="how long a call waits for others to share one batched generate"
+    )
+    generate_timeout_s: float = Field(
+        300.0, gt=0, description="deadline of one batched generate on the policy's inference workers"
+    )
