@@ -57,6 +57,11 @@ class ApiError(RollError, RuntimeError):
         return {"error": {"message": self.message, "type": "invalid_request_error", "code": self.code}}
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # the default listen backlog (5) refuses connections when many agents start at once
+    daemon_threads = True
+
+
 class GatewayServer:
     """Serves ``episodes`` (set per rollout with :meth:`open_rollout`) from ``batcher`` on 127.0.0.1."""
 
@@ -65,8 +70,7 @@ class GatewayServer:
         self.episodes: dict[int, EpisodeLog] = {}
         self.api_key = ""
         self.seed = 0
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", config.port), _handler_for(self))
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", config.port), _handler_for(self))
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="gateway-http", daemon=True)
         self._thread.start()
 
