@@ -270,3 +270,22 @@ def test_agents_load_from_the_roll_agent_group() -> None:
         load_agent("no_such_agent")
     sampler = LocalSampler  # the in-process sampler is what tests and notebooks use
     assert sampler.__name__ == "LocalSampler"
+
+
+def test_docs_gateway_sections_validate() -> None:
+    """docs/agent_gateway.md's YAML: the section listing every key is exactly the defaults, and the GPU
+    fragment's ``gateway`` and ``actor_infer`` validate against their models (test_docs only parses fragments)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from roll.workers.roles.config import InferRoleConfig
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "agent_gateway.md").read_text(encoding="utf-8")
+    blocks = [yaml.safe_load(b) for b in re.findall(r"^```yaml\n(.*?)^```", text, flags=re.S | re.M)]
+    every, gpu = (b for b in blocks if "gateway" in b)
+    assert set(every["gateway"]) == set(GatewayConfig.model_fields)
+    assert GatewayConfig.model_validate(every["gateway"]) == GatewayConfig()
+    GatewayConfig.model_validate(gpu["gateway"])
+    assert InferRoleConfig.model_validate(gpu["actor_infer"]).strategy.type == "vllm"

@@ -48,19 +48,23 @@ def run_seed(seed: int) -> tuple[float, float, list[float]]:
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
     encoder = ChatEncoder(tokenizer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
+    t0 = time.monotonic()
     _warmup(model, encoder, optimizer, random.Random(seed))
+    print(f"  warm-up {time.monotonic() - t0:.1f} s", flush=True)
     strategy = HFInferStrategy(model, tokenizer=tokenizer)
     agent = lookup_agent(LookupAgentConfig(show_tools=False))
     config = GatewayConfig(max_new_tokens=40, episode_timeout_s=120, batch_wait_s=0.05)
     success = []
     with AgentGateway(config, encoder, LocalSampler(strategy), agent, name="lookup") as gateway:
         for step in range(RL_STEPS):
+            t0 = time.monotonic()
             tasks = lookup_tasks(TASKS_PER_STEP, seed * 1000 + step)
             rollout = gateway.rollout(tasks, GROUP_SIZE, seed=seed * 1000 + step)
             assert not rollout.errors, rollout.errors[0].traceback
             success.append(rollout.metrics()["agent/success_rate"])
             _reinforce(model, optimizer, rollout, encoder.pad_token_id)
             strategy.load_weights({}, step + 1)
+            print(f"  step {step}: success {success[-1]:.3f} ({time.monotonic() - t0:.1f} s)", flush=True)
     return success[0], sum(success[-2:]) / 2, success
 
 
