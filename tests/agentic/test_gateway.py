@@ -261,7 +261,9 @@ def test_tool_call_format_renders_and_parses_hermes() -> None:
     assert [m["role"] for m in plain] == ["system", "user", "assistant", "user"]
     assert plain[0]["content"].startswith("# Tools") and '{"name": "f"}' in plain[0]["content"]
     assert plain[2]["content"].count('<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>') == 2
-    assert plain[3]["content"] == "<tool_response>\nr1\n</tool_response>\n<tool_response>\nr2\n</tool_response>"
+    assert (
+        plain[3]["content"] == "<tool_response>\nr1\n</tool_response>\n<tool_response>\nr2\n</tool_response>"
+    )
 
 
 def test_agents_load_from_the_roll_agent_group() -> None:

@@ -92,7 +92,12 @@ class AgentGateway:
     ``close`` stops the server (use it as a context manager)."""
 
     def __init__(
-        self, config: GatewayConfig, encoder: ChatEncoder, sampler: Sampler, agent: AgentFn, name: str = "agent"
+        self,
+        config: GatewayConfig,
+        encoder: ChatEncoder,
+        sampler: Sampler,
+        agent: AgentFn,
+        name: str = "agent",
     ) -> None:
         self.config, self.agent, self.name = config, agent, name
         self.batcher = Batcher(sampler, config.batch_wait_s, config.generate_timeout_s)
@@ -161,12 +166,10 @@ def _finish(episode: EpisodeLog, status: str, reward: float, report: ErrorReport
 def _reward(value: Any) -> float:
     """The agent's return value as a finite float (see the module docstring); anything else raises."""
     raw = value.get("reward") if isinstance(value, Mapping) else value
-    if isinstance(raw, bool) or isinstance(raw, (int, float)):
+    if isinstance(raw, (bool, int, float)):
         reward = float(raw)
         if math.isfinite(reward):
             return reward
     raise ValueError(
         f"an agent must return a finite number (or {{'reward': number}}); it returned {value!r:.200}"
     )
-
-

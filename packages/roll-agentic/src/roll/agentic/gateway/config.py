@@ -31,7 +31,9 @@ class GatewayConfig(RollModel):
     )
     temperature: float = Field(1.0, ge=0.0, description="sampling temperature of every call; 0 is greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass of every call")
-    max_new_tokens: int = Field(64, ge=1, description="tokens a call may generate (caps a request's max_tokens)")
+    max_new_tokens: int = Field(
+        64, ge=1, description="tokens a call may generate (caps a request's max_tokens)"
+    )
     max_context_tokens: int = Field(
         2048, ge=16, description="a call whose prompt plus max_new_tokens exceeds this is refused (HTTP 400)"
     )

@@ -67,7 +67,9 @@ def parse_tool_calls_for(text: str, fmt: ToolCallFormat = "hermes") -> ParsedAns
 
 
 def render_messages(
-    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, fmt: ToolCallFormat = "hermes"
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    fmt: ToolCallFormat = "hermes",
 ) -> list[dict[str, str]]:
     """OpenAI chat ``messages`` (and ``tools``) as plain-text messages for a chat template."""
     if fmt != "hermes":
@@ -84,7 +86,9 @@ def render_messages(
         elif role == "tool":
             _add_tool_result(out, _text(m, i))
         else:
-            raise DataError(f"messages[{i}]: unknown role {role!r} (system, developer, user, assistant, tool)")
+            raise DataError(
+                f"messages[{i}]: unknown role {role!r} (system, developer, user, assistant, tool)"
+            )
     if tools:
         schemas = "\n".join(json.dumps(dict(t), separators=(", ", ": ")) for t in tools)
         block = TOOLS_PROMPT.format(schemas=schemas)

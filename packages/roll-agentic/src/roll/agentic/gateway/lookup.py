@@ -75,7 +75,9 @@ def lookup_agent(config: LookupAgentConfig | None = None) -> Any:
                 return float((message.content or "").strip() == task["secret"])
             messages.append(message.model_dump(exclude_none=True))
             for call in message.tool_calls:
-                result = task["secret"] if call.function.name == "lookup" else f"unknown tool {call.function.name}"
+                result = (
+                    task["secret"] if call.function.name == "lookup" else f"unknown tool {call.function.name}"
+                )
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         return 0.0
 
@@ -96,7 +98,11 @@ def warmup_rows(
             answer = CALL_TEXT if rng.random() < tool_fraction else str(rng.randrange(10))
             rows.append((render_messages(first, tools), answer))
         else:
-            call = {"id": "c", "type": "function", "function": {"name": "lookup", "arguments": json.dumps({})}}
+            call = {
+                "id": "c",
+                "type": "function",
+                "function": {"name": "lookup", "arguments": json.dumps({})},
+            }
             after = [*first, {"role": "assistant", "content": None, "tool_calls": [call]},
                      {"role": "tool", "tool_call_id": "c", "content": digit}]  # fmt: skip
             rows.append((render_messages(after, tools), digit))

@@ -93,7 +93,9 @@ class Batcher:
         self._thread = threading.Thread(target=self._loop, name="gateway-batcher", daemon=True)
         self._thread.start()
 
-    def generate(self, prompt: list[int], seed: int, params: SamplingParams, timeout_s: float) -> list[Generation]:
+    def generate(
+        self, prompt: list[int], seed: int, params: SamplingParams, timeout_s: float
+    ) -> list[Generation]:
         """``params.n`` generations of ``prompt``; raises :class:`WorkerTimeoutError` after ``timeout_s``."""
         request = _Request(prompt, seed, params)
         self._queue.put(request)

@@ -58,7 +58,9 @@ class ApiError(RollError, RuntimeError):
 
 
 class _Server(ThreadingHTTPServer):
-    request_queue_size = 1024  # the default listen backlog (5) refuses connections when many agents start at once
+    request_queue_size = (
+        1024  # the default listen backlog (5) refuses connections when many agents start at once
+    )
     daemon_threads = True
 
 
@@ -172,7 +174,9 @@ class GatewayServer:
             timeout_s=min(episode.deadline - time.monotonic(), cfg.generate_timeout_s),
         )  # fmt: skip
         if time.monotonic() > episode.deadline:
-            raise ApiError(403, "episode_deadline", "the episode's deadline passed while this call was sampled")
+            raise ApiError(
+                403, "episode_deadline", "the episode's deadline passed while this call was sampled"
+            )
         episode.add(CallRecord(endpoint, prompt, gens))
         return gens
 
@@ -180,7 +184,9 @@ class GatewayServer:
         """Refuse (and count) a call the episode may not make; caller holds the episode's lock."""
         cfg, refusal = self.config, None
         if episode.status != "running":
-            refusal = ApiError(403, "episode_finished", f"episode {episode.index} has ended ({episode.status})")
+            refusal = ApiError(
+                403, "episode_finished", f"episode {episode.index} has ended ({episode.status})"
+            )
         elif time.monotonic() > episode.deadline:
             refusal = ApiError(403, "episode_deadline", f"episode {episode.index} passed its deadline "
                                f"(gateway.episode_timeout_s = {cfg.episode_timeout_s})")  # fmt: skip
@@ -256,10 +262,10 @@ def _handler_for(server: GatewayServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_GET(self) -> None:
             self._serve("GET")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             self._serve("POST")
 
         def _serve(self, method: str) -> None:
@@ -301,7 +307,7 @@ def _handler_for(server: GatewayServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(payload)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
+        def log_message(self, format: str, *args: Any) -> None:
             logger.debug("gateway: " + format, *args)
 
     return Handler
@@ -312,4 +318,3 @@ def _json_flag(body: bytes, key: str) -> bool:
         return bool(json.loads(body).get(key))
     except (ValueError, AttributeError):
         return False
-
