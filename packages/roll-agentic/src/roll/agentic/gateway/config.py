@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from pydantic import Field, field_validator
 
-from pydantic import Field
-
+from roll.agentic.tool_parsers import installed_format
 from roll.core.config.base import RollModel
 
-__all__ = ["GatewayConfig", "ToolCallFormat"]
-
-ToolCallFormat = Literal["hermes"]
-"""How tool calls are written in the model's text: ``hermes`` is Qwen's ``<tool_call>{json}</tool_call>``."""
+__all__ = ["GatewayConfig"]
 
 
 class GatewayConfig(RollModel):
@@ -26,8 +22,10 @@ class GatewayConfig(RollModel):
         0, ge=0, le=65535, description="local port (127.0.0.1 only); 0 picks a free one per rollout worker"
     )
     model_name: str = Field("policy", min_length=1, description="the model id /v1/models lists")
-    tool_call_format: ToolCallFormat = Field(
-        "hermes", description="how tools are shown to the model and its tool calls parsed"
+    tool_call_format: str = Field(
+        "hermes",
+        description="roll.tool_parser plugin: how tools are shown to the model and its calls read (hermes, "
+        "qwen3_coder, llama3_json, mistral, ...)",
     )
     temperature: float = Field(1.0, ge=0.0, description="sampling temperature of every call; 0 is greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass of every call")
@@ -47,6 +45,8 @@ class GatewayConfig(RollModel):
     batch_wait_s: float = Field(
         0.01, ge=0, description="how long a call waits for others to share one batched generate"
     )
+
+    _format_installed = field_validator("tool_call_format")(installed_format)
     generate_timeout_s: float = Field(
         300.0, gt=0, description="deadline of one batched generate on the policy's inference workers"
     )

@@ -129,14 +129,14 @@ class GatewayServer:
         try:
             plain = render_messages(messages, request.get("tools"), self.config.tool_call_format)
             prompt = self.encoder.prompt_ids(plain)
-        except DataError as exc:
+        except (DataError, ValueError, TypeError) as exc:  # the request's messages or tools, not our bug
             raise ApiError(400, "invalid_messages", str(exc)) from None
         gens = self._generate(episode, "chat", prompt, request)
-        choices = [self._chat_choice(i, g) for i, g in enumerate(gens)]
+        choices = [self._chat_choice(i, g, request.get("tools")) for i, g in enumerate(gens)]
         return _envelope("chat.completion", self.config.model_name, choices, prompt, gens)
 
-    def _chat_choice(self, index: int, gen: Generation) -> dict[str, Any]:
-        parsed = parse_tool_calls_for(self._text(gen), self.config.tool_call_format)
+    def _chat_choice(self, index: int, gen: Generation, tools: Any) -> dict[str, Any]:
+        parsed = parse_tool_calls_for(self._text(gen), self.config.tool_call_format, tools or None)
         message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
         if parsed.tool_calls:
             message["tool_calls"] = parsed.tool_calls
