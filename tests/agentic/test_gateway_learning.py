@@ -27,8 +27,9 @@ SEEDS = (0, 1, 2)
 TOOL_FRACTION = 0.3
 RL_STEPS = 6
 TASKS_PER_STEP, GROUP_SIZE = 4, 4
-WARMUP_STEPS, WARMUP_ROWS = 30, 16
+WARMUP_STEPS, WARMUP_ROWS = 40, 16
 MARGIN = 0.2
+RL_LR = 2e-3
 
 
 def run_seed(seed: int) -> tuple[float, float, list[float]]:
@@ -49,10 +50,12 @@ def run_seed(seed: int) -> tuple[float, float, list[float]]:
     path = tiny_model_path("tiny-1m")
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
     encoder = ChatEncoder(tokenizer)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
     t0 = time.monotonic()
     _warmup(model, encoder, optimizer, random.Random(seed))
     print(f"  warm-up {time.monotonic() - t0:.1f} s", flush=True)
+    for group in optimizer.param_groups:
+        group["lr"] = RL_LR
     strategy = HFInferStrategy(model, tokenizer=tokenizer)
     agent = lookup_agent(LookupAgentConfig(show_tools=False))
     config = GatewayConfig(max_new_tokens=40, episode_timeout_s=120, batch_wait_s=0.05)
