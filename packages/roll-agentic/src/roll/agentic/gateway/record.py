@@ -50,6 +50,8 @@ class EpisodeLog:
     report: ErrorReport | None = None
     refused: int = 0
     """Calls refused (after the deadline, over the call limit, too long)."""
+    issued: int = 0
+    """Calls admitted so far (each one's sampling seed is derived from its number)."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, call: CallRecord) -> None:

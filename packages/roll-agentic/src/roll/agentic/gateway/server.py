@@ -166,9 +166,9 @@ class GatewayServer:
         """Check the episode's limits, sample, record; the call's deadline is the episode's."""
         cfg = self.config
         params = self._params(request, len(prompt))
-        with episode.lock:
-            call = len(episode.calls) + episode.refused
+        with episode.lock:  # concurrent calls of one episode still get distinct seeds
             self._admit(episode)
+            call, episode.issued = episode.issued, episode.issued + 1
         gens = self.batcher.generate(
             prompt, derive_seed(self.seed, episode.index, call), params,
             timeout_s=min(episode.deadline - time.monotonic(), cfg.generate_timeout_s),
@@ -190,7 +190,7 @@ class GatewayServer:
         elif time.monotonic() > episode.deadline:
             refusal = ApiError(403, "episode_deadline", f"episode {episode.index} passed its deadline "
                                f"(gateway.episode_timeout_s = {cfg.episode_timeout_s})")  # fmt: skip
-        elif len(episode.calls) >= cfg.max_calls_per_episode:
+        elif episode.issued >= cfg.max_calls_per_episode:
             refusal = ApiError(403, "call_limit", f"episode {episode.index} made its "
                                f"{cfg.max_calls_per_episode} calls (gateway.max_calls_per_episode)")  # fmt: skip
         if refusal is not None:
