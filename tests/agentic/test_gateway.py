@@ -291,3 +291,30 @@ def test_docs_gateway_sections_validate() -> None:
     assert GatewayConfig.model_validate(every["gateway"]) == GatewayConfig()
     GatewayConfig.model_validate(gpu["gateway"])
     assert InferRoleConfig.model_validate(gpu["actor_infer"]).strategy.type == "vllm"
+
+
+def test_cluster_sampler_matches_local_sampler(tiny: dict[str, Any]) -> None:
+    """``ClusterSampler`` speaks the inference role's ``generate`` columns (prompt ids, a seed tensor per prompt;
+    back: prompt index, response ids and log-probs, policy version): run through the role's own helpers on one
+    rank, it gives what ``LocalSampler`` gives for the same seeds, ``n`` choices per prompt in prompt order."""
+    from roll.agentic.gateway.sampler import ClusterSampler
+    from roll.workers.hf_infer import HFInferStrategy
+    from roll.workers.roles import infer as role
+
+    strategy = HFInferStrategy(tiny["model"], tokenizer=tiny["tokenizer"])
+
+    class OneRank:  # ActorInferWorker.generate's body, without Ray
+        def generate(self, batch: Any, params: SamplingParams) -> Any:
+            ids, index = role._prompt_ids(batch), role._prompt_index(batch, 0)
+            samples = strategy.generate(ids, params, role._prompt_seeds(batch, index, params))
+            return role._samples_batch(samples, batch, ids, index, params.n)
+
+    prompts, seeds = [[5, 6, 7], [8, 9]], [2**62 + 3, 11]
+    params = SamplingParams(n=2, max_new_tokens=5)
+    remote, local = (
+        ClusterSampler(OneRank())(prompts, seeds, params),
+        LocalSampler(strategy)(prompts, seeds, params),
+    )
+    assert [[g.ids for g in p] for p in remote] == [[g.ids for g in p] for p in local]
+    assert [len(p) for p in remote] == [2, 2] and remote[0][0].ids != remote[1][0].ids
+    assert [[g.logp for g in p] for p in remote] == [[g.logp for g in p] for p in local]

@@ -62,7 +62,10 @@ class ClusterSampler:
     def __call__(
         self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams
     ) -> list[list[Generation]]:
-        batch = Batch(non_tensors={C.PROMPT_IDS: [list(p) for p in prompts], C.PROMPT_SEED: list(seeds)})
+        import torch
+
+        seed_B = torch.tensor([int(s) for s in seeds], dtype=torch.long)  # the workers read seeds as a tensor
+        batch = Batch({C.PROMPT_SEED: seed_B}, {C.PROMPT_IDS: [list(p) for p in prompts]})
         out = self.infer.generate(batch, params)
         ids, logps = out.non_tensors[C.RESPONSE_IDS], out.non_tensors[C.RESPONSE_LOGP]
         index = out.tensors[C.PROMPT_INDEX].tolist()
