@@ -103,8 +103,8 @@ def warmup_rows(
                 "type": "function",
                 "function": {"name": "lookup", "arguments": json.dumps({})},
             }
-            after = [*first, {"role": "assistant", "content": None, "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": "c", "content": digit}]  # fmt: skip
+            after: list[dict[str, Any]] = [*first, {"role": "assistant", "content": None, "tool_calls": [call]},
+                                          {"role": "tool", "tool_call_id": "c", "content": digit}]  # fmt: skip
             rows.append((render_messages(after, tools), digit))
     return rows
 
