@@ -138,7 +138,7 @@ def test_unknown_group_raises() -> None:
 
     with pytest.raises(
         PluginError,
-        match=r"unknown plugin group 'roll\.nope'; roll's groups are: roll\.diffusion_reward, roll\.env",
+        match=r"unknown plugin group 'roll\.nope'; roll's groups are: roll\.agent, roll\.diffusion_reward, roll\.env",
     ):
         plugins.available("roll.nope")
 
