@@ -35,7 +35,9 @@ LIMITS = ShellLimits(timeout_s=2.0, cpu_time_s=2, disk_mb=8, file_size_mb=2, max
 def _env(tmp_path: Path, task: TerminalTask, max_steps: int = 6) -> TerminalEnv:
     path = tmp_path / "tasks.jsonl"
     path.write_text(task.model_dump_json() + "\n")
-    return TerminalEnv(TerminalConfig(tasks_path=str(path), max_steps=max_steps, limits=LIMITS, checker_timeout_s=5))
+    return TerminalEnv(
+        TerminalConfig(tasks_path=str(path), max_steps=max_steps, limits=LIMITS, checker_timeout_s=5)
+    )
 
 
 def _play(env: TerminalEnv, commands: list[str]) -> tuple[list[str], float, dict[str, object]]:
@@ -71,7 +73,7 @@ def test_generated_tasks_accept_their_solution_only(kind: str) -> None:
         solved = env.step("<answer>submit</answer>")
         assert solved.reward == 1.0 and solved.info["success"] is True, solved.info
         env.reset(seed)
-        wrong = [c for c in env.task.commands or [] if c != solution][0]  # type: ignore[union-attr]
+        wrong = next(c for c in env.task.commands or [] if c != solution)  # type: ignore[union-attr]
         env.step(f"<answer>{wrong}</answer>")
         assert env.step("<answer>submit</answer>").reward == 0.0
     env.close()
@@ -109,7 +111,9 @@ def test_tool_call_format_and_the_bash_tool_alone(tmp_path: Path) -> None:
     env = _env(tmp_path, TerminalTask(instruction="Make done.txt.", checker="test -f done.txt"))
     env.reset(0)
     call = json.dumps({"name": "bash", "arguments": {"command": "touch done.txt && echo ok"}})
-    assert "<tool_response>\nok\n</tool_response>" in str(env.step(f"<tool_call>{call}</tool_call>").observation)
+    assert "<tool_response>\nok\n</tool_response>" in str(
+        env.step(f"<tool_call>{call}</tool_call>").observation
+    )
     assert env.step("<answer>submit</answer>").reward == 1.0
     (tool,) = build_tools("bash", {"limits": LIMITS.model_dump()})
     try:
@@ -138,8 +142,12 @@ def test_agent_cannot_find_the_checker_or_its_expected_values(tmp_path: Path) ->
     could make): nowhere in the jail's writable or private parts, nor in any process's memory views. /usr and the
     interpreter's prefix are the host's, read-only, and hold neither."""
     task, secret = _secret_task()
-    top = Path(os.path.realpath(sys.executable)).parts[1]  # the interpreter prefix's top folder (/usr, /root...)
-    pattern = f"printf '%s\\n' {secret[::-1]} kram-rekcehc | rev > /tmp/pat;"  # never literal in a command line
+    top = Path(os.path.realpath(sys.executable)).parts[
+        1
+    ]  # the interpreter prefix's top folder (/usr, /root...)
+    pattern = (
+        f"printf '%s\\n' {secret[::-1]} kram-rekcehc | rev > /tmp/pat;"  # never literal in a command line
+    )
     scan = "grep -rIlF -f /tmp/pat / --exclude=pat --exclude-dir=usr --exclude-dir=dev --exclude-dir=proc"
     seen, reward, _ = _play(
         _env(tmp_path, task),
@@ -160,8 +168,16 @@ def test_symlinks_lead_the_checker_nowhere(tmp_path: Path) -> None:
     task, _ = _secret_task()
     host_file = tmp_path / "host-secret.txt"
     host_file.write_text("host data\n")
-    for target in ("/proc/self/environ", "/proc/1/environ", "/proc/self/cmdline", "/proc/self/fd/0", str(host_file)):
-        seen, reward, info = _play(_env(tmp_path, task), [f"ln -s {target} out.txt; cat out.txt | head -c 200"])
+    for target in (
+        "/proc/self/environ",
+        "/proc/1/environ",
+        "/proc/self/cmdline",
+        "/proc/self/fd/0",
+        str(host_file),
+    ):
+        seen, reward, info = _play(
+            _env(tmp_path, task), [f"ln -s {target} out.txt; cat out.txt | head -c 200"]
+        )
         assert reward == 0.0, (target, info)
         assert "host data" not in seen[0]
 
@@ -233,7 +249,10 @@ def test_tampering_with_the_set_up_files_does_not_pass(tmp_path: Path) -> None:
     setup = "printf 'b\\na\\n' > a.txt; printf 'z\\n' > b.txt"
     final = {"a.txt": "a\nb\n", "b.txt": "z\n"}
     task = TerminalTask(
-        instruction="Sort a.txt.", setup=setup, checker=STATE_CHECKER, expected={"EXPECTED_STATE": expected_state(final)}
+        instruction="Sort a.txt.",
+        setup=setup,
+        checker=STATE_CHECKER,
+        expected={"EXPECTED_STATE": expected_state(final)},
     )
     assert expected_state(files) != expected_state(final)
     tampering = [
@@ -256,3 +275,12 @@ def test_no_network_and_output_is_capped(tmp_path: Path) -> None:
         assert flood.output_limited and flood.exit_code is None and len(flood.output) <= 4000
     finally:
         ws.close()
+
+
+def test_the_docs_task_example_is_solved_by_its_solution_only(tmp_path: Path) -> None:
+    """docs/terminal.md's JSON task line loads, its solution passes its checker, doing nothing does not."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "terminal.md"
+    (line,) = [x for x in docs.read_text().split("```json\n")[1].split("```")[0].splitlines() if x.strip()]
+    task = TerminalTask.model_validate_json(line)
+    assert _play(_env(tmp_path, task), task.solution)[1] == 1.0
+    assert _play(_env(tmp_path, task), ["ls"])[1] == 0.0

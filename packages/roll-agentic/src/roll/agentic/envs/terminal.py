@@ -136,7 +136,9 @@ class TerminalEnv:
         if self.task.setup.strip():
             result = self.workspace.run(self.task.setup, self.config.checker_timeout_s)
             if not result.ok:
-                raise EnvError(f"terminal task setup failed (exit {result.exit_code}): {result.output[-500:]}")
+                raise EnvError(
+                    f"terminal task setup failed (exit {result.exit_code}): {result.output[-500:]}"
+                )
 
     def _turn(self, action: str) -> tuple[str, dict[str, Any], bool]:
         """(observation, info, submitted) of one turn."""
@@ -170,7 +172,9 @@ class TerminalEnv:
         assert self.task is not None and self.workspace is not None
         self._done = True
         try:
-            verdict = self.workspace.check(self.task.checker, self.task.expected, self.config.checker_timeout_s)
+            verdict = self.workspace.check(
+                self.task.checker, self.task.expected, self.config.checker_timeout_s
+            )
         finally:
             self._close_workspace()
         solved = verdict.exit_code == 0

@@ -52,7 +52,9 @@ class TerminalTask(RollModel):
 
     instruction: str = Field(min_length=1, description="the task as the agent reads it")
     setup: str = Field("", description="bash run in the empty scratch dir before the episode, as the agent")
-    checker: str = Field(min_length=1, description="bash run after the episode on the final state; exit 0: solved")
+    checker: str = Field(
+        min_length=1, description="bash run after the episode on the final state; exit 0: solved"
+    )
     expected: dict[str, str] = Field(
         default_factory=dict, description="environment of the checker only: the expected values"
     )

@@ -37,7 +37,9 @@ _PATH = "/usr/local/bin:/usr/bin:/bin"
 _WORKDIR = "/sandbox"
 
 
-def _child(command: str, uid: int | None, nested_userns: bool, env: dict[str, str], limits: Any, wfd: int) -> None:
+def _child(
+    command: str, uid: int | None, nested_userns: bool, env: dict[str, str], limits: Any, wfd: int
+) -> None:
     """In the forked child: become the agent (or checker) and exec bash; never returns."""
     try:
         os.setsid()
@@ -54,7 +56,9 @@ def _child(command: str, uid: int | None, nested_userns: bool, env: dict[str, st
         for name, (soft, hard) in limits.items():
             resource.setrlimit(getattr(resource, name), (soft, hard))
         argv = ["bash", "--norc", "--noprofile", "-c", command]
-        if nested_userns:  # no root host: a user namespace of its own leaves the agent no capability over ours
+        if (
+            nested_userns
+        ):  # no root host: a user namespace of its own leaves the agent no capability over ours
             os.execve("/usr/bin/unshare", ["unshare", "--user", "--", _BASH, *argv[1:]], env)
         os.execve(_BASH, argv, env)
     except BaseException:
@@ -121,7 +125,9 @@ def _execute(settings: dict[str, Any], request: dict[str, Any], as_checker: bool
         _child(str(request["command"]), uid, nested, env, limits, wfd)
     os.close(wfd)
     try:
-        out, code, timed_out, limited = _collect(pid, rfd, float(request["timeout_s"]), int(settings["max_output"]))
+        out, code, timed_out, limited = _collect(
+            pid, rfd, float(request["timeout_s"]), int(settings["max_output"])
+        )
     finally:
         os.close(rfd)
         _kill_all()  # the command, and whatever it left running
@@ -160,7 +166,11 @@ def _answer(message: dict[str, Any]) -> None:
 
 def main() -> None:
     settings = json.loads(sys.argv[1])
-    for name in ("program.py", "_boot.py", "_guard.py"):  # the jail stages them into /sandbox: not the agent's
+    for name in (
+        "program.py",
+        "_boot.py",
+        "_guard.py",
+    ):  # the jail stages them into /sandbox: not the agent's
         with contextlib.suppress(OSError):
             os.remove(os.path.join(_WORKDIR, name))
     _make_undumpable()

@@ -133,7 +133,12 @@ class Workspace:
         if self.checked:
             raise ToolError("terminal workspace: the checker runs once per episode")
         self.checked = True
-        request = {"op": "check", "command": script, "env": env, "timeout_s": timeout_s or self.limits.timeout_s}
+        request = {
+            "op": "check",
+            "command": script,
+            "env": env,
+            "timeout_s": timeout_s or self.limits.timeout_s,
+        }
         return self._call(request)
 
     def _call(self, request: dict[str, Any]) -> ShellResult:
@@ -149,7 +154,11 @@ class Workspace:
         if "error" in reply:
             raise ToolError(f"terminal workspace: {reply['error']}")
         return ShellResult(
-            reply["exit_code"], reply["output"], reply["timed_out"], reply["output_limited"], reply["duration_s"]
+            reply["exit_code"],
+            reply["output"],
+            reply["timed_out"],
+            reply["output_limited"],
+            reply["duration_s"],
         )
 
     def _receive(self, timeout_s: float) -> dict[str, Any]:
@@ -229,7 +238,9 @@ class BashTool:
         if not isinstance(command, str) or not command.strip():
             return ToolResult("error: missing string argument 'command'", ok=False)
         if len(command) > self.config.max_command_chars:
-            return ToolResult(f"error: command longer than {self.config.max_command_chars} characters", ok=False)
+            return ToolResult(
+                f"error: command longer than {self.config.max_command_chars} characters", ok=False
+            )
         result = self.workspace.run(command)
         return ToolResult(format_result(result, self.workspace.limits), ok=result.ok)
 
