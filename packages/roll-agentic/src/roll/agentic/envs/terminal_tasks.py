@@ -91,9 +91,9 @@ class FilesTaskConfig(RollModel):
         description="delete: a named file; find: the file that contains ERROR; fix: the typo 'teh' in a named "
         "file; sort: a named file's lines in place",
     )  # fmt: skip
-    num_files: int = Field(3, ge=2, le=len(FILE_NAMES), description="files written by the setup")
+    num_files: int = Field(3, ge=1, le=len(FILE_NAMES), description="files written by the setup")
     show_contents: bool = Field(
-        True, description="the instruction shows every file's contents (one-command tasks for small models)"
+        True, description="the instruction shows every file's contents (else only the request: the agent may look)"
     )
 
 
@@ -125,6 +125,8 @@ def generate_files_task(config: FilesTaskConfig, seed: int) -> TerminalTask:
     kind = rng.choice(config.kinds)
     target = rng.choice(names)
     lines = {n: rng.sample(_WORDS, 3) for n in names}
+    while kind == "sort" and lines[target] == sorted(lines[target]):  # already sorted: nothing to do
+        lines[target] = rng.sample(_WORDS, 3)
     if kind == "find":
         lines[target][1] = "ERROR"
     elif kind == "fix":
@@ -155,7 +157,7 @@ def generate_files_task(config: FilesTaskConfig, seed: int) -> TerminalTask:
 
 def _instruction(ask: str, files: dict[str, str], show: bool) -> str:
     if not show:
-        return f"{ask} Files: {' '.join(files)}."
+        return ask
     listing = " ".join(f"{n}: {' '.join(t.split())}." for n, t in files.items())
     return f"{ask} {listing}"
 
