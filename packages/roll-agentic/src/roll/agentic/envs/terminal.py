@@ -31,9 +31,18 @@ from pydantic import Field, model_validator
 
 from roll.agentic.envs.terminal_tasks import FilesTaskConfig, TerminalTask, generate_files_task, load_tasks
 from roll.agentic.parsing import parse_action
+from roll.agentic.tool_parsers import DEFAULT_FORMAT, get_tool_parser
 from roll.agentic.tools.bash import BashTool, BashToolConfig, ShellLimits, Workspace
-from roll.agentic.tools.wrapper import parse_tool_calls
-from roll.agentic.types import EXPERT_ACTION, EnvConfig, EnvError, Observation, RenderMode, StepResult
+from roll.agentic.types import (
+    EXPERT_ACTION,
+    EnvConfig,
+    EnvError,
+    Observation,
+    RenderMode,
+    StepResult,
+    ToolCall,
+    tool_schema,
+)
 
 __all__ = ["TerminalConfig", "TerminalEnv"]
 
@@ -143,16 +152,17 @@ class TerminalEnv:
     def _turn(self, action: str) -> tuple[str, dict[str, Any], bool]:
         """(observation, info, submitted) of one turn."""
         assert self._bash is not None
-        calls = parse_tool_calls(action)
-        if calls:
-            texts = []
-            for call in calls:
-                if call.error or call.name != self._bash.name:
-                    texts.append(f"format error: {call.error or f'unknown tool {call.name!r}; use bash'}")
-                    continue
-                texts.append(self._bash.call(call.arguments).text)
+        parsed = get_tool_parser(DEFAULT_FORMAT, [tool_schema(self._bash)]).parse(action)
+        if parsed.items:
+            texts = [
+                self._bash.call(item.arguments).text
+                if isinstance(item, ToolCall)
+                else f"format error: {item}"
+                for item in parsed.items
+            ]
             shown = "\n".join(f"<tool_response>\n{self._clip(t)}\n</tool_response>" for t in texts)
-            return shown, {"format_ok": all(c.error is None for c in calls), "commands": len(calls)}, False
+            format_ok = all(isinstance(item, ToolCall) for item in parsed.items)
+            return shown, {"format_ok": format_ok, "commands": len(parsed.items)}, False
         command = self._command(action)
         if command is None:
             return "No command found. Answer <answer>COMMAND</answer>.", {"format_ok": False}, False

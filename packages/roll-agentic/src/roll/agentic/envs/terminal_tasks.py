@@ -44,6 +44,7 @@ __all__ = [
 
 TaskKind = Literal["delete", "find", "fix", "sort"]
 FILE_NAMES = ("a.txt", "b.txt", "c.txt", "d.txt", "e.txt")
+_ALL_KINDS: tuple[TaskKind, ...] = ("delete", "find", "fix", "sort")
 _WORDS = ("apple", "river", "stone", "cloud", "maple", "tiger", "lemon", "pearl")
 
 
@@ -87,13 +88,14 @@ class FilesTaskConfig(RollModel):
     """The generated ``files`` family: which edits it asks for, over how many files."""
 
     kinds: list[TaskKind] = Field(
-        default_factory=lambda: ["delete", "find", "fix", "sort"], min_length=1,
+        default_factory=lambda: list(_ALL_KINDS), min_length=1,
         description="delete: a named file; find: the file that contains ERROR; fix: the typo 'teh' in a named "
         "file; sort: a named file's lines in place",
     )  # fmt: skip
     num_files: int = Field(3, ge=1, le=len(FILE_NAMES), description="files written by the setup")
     show_contents: bool = Field(
-        True, description="the instruction shows every file's contents (else only the request: the agent may look)"
+        True,
+        description="the instruction shows every file's contents (else only the request: the agent may look)",
     )
 
 
