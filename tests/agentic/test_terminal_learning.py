@@ -68,7 +68,7 @@ def _logp_sum(model: Any, ids_attention: Any, mask_BT: Any, torch: Any) -> Any:
     return (logp_BT * mask).sum(1) / mask.sum(1).clamp(min=1)
 
 
-def _warmup(model: Any, tok: Any, rng: random.Random, torch: Any, steps: int = 60) -> None:
+def _warmup(model: Any, tok: Any, rng: random.Random, torch: Any, steps: int = 150) -> None:
     """SFT on the noisy expert's answers: the format, and a head start on the task."""
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     tok.padding_side = "right"
@@ -98,7 +98,7 @@ def _success(model: Any, tok: Any, torch: Any, pool: ThreadPoolExecutor) -> floa
     return sum(pool.map(_episode, seeds, texts)) / len(seeds)
 
 
-def learn(seed: int, rl_steps: int = 8, groups: int = 8, group_size: int = 4) -> tuple[float, float]:
+def learn(seed: int, rl_steps: int = 16, groups: int = 8, group_size: int = 4) -> tuple[float, float]:
     """(success before RL, success after RL) on 48 held-out tasks, sampled at temperature 1."""
     import torch
 
@@ -118,7 +118,7 @@ def _learn(seed: int, rl_steps: int, groups: int, group_size: int, torch: Any) -
     rng = random.Random(seed)
     tok, model = build_tokenizer(), build_tiny_model("tiny-1m", seed=seed)
     _warmup(model, tok, rng, torch)
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     with ThreadPoolExecutor(8) as pool:
         before = _success(model, tok, torch, pool)
         for _ in range(rl_steps):
@@ -126,7 +126,10 @@ def _learn(seed: int, rl_steps: int, groups: int, group_size: int, torch: Any) -
             seeds = [task for task in tasks for _ in range(group_size)]  # a GRPO group: G episodes of a task
             texts, ids, mask = _sample(model, tok, [_prompt(s) for s in seeds], torch)
             rewards_PG = torch.tensor(list(pool.map(_episode, seeds, texts))).view(groups, group_size)
-            advantages_B = (rewards_PG - rewards_PG.mean(1, keepdim=True)).flatten()
+            advantages_PG = (rewards_PG - rewards_PG.mean(1, keepdim=True)) / (
+                rewards_PG.std(1, keepdim=True) + 1e-6
+            )
+            advantages_B = advantages_PG.flatten()  # GRPO: normalized within each group
             loss = -(advantages_B * _logp_sum(model, ids, mask, torch)).mean()
             opt.zero_grad()
             loss.backward()
