@@ -301,4 +301,4 @@ def test_env_entry_tools_are_preflighted_with_key_paths() -> None:
     )
     issues = {issue.path: issue.message for issue in env_issues([entry])}
     assert set(issues) == {"env_manager.envs.0.tools.0.type", "env_manager.envs.0.tools.1.options.x"}
-    assert "installed: calculator, mcp, python" in issues["env_manager.envs.0.tools.0.type"]
+    assert "installed: bash, calculator, mcp, python" in issues["env_manager.envs.0.tools.0.type"]

@@ -278,6 +278,38 @@ class Sandbox:
                 verdicts[index], errors[index] = line.get("ok") is True, str(line.get("error") or "") or None
         return TestsRun(verdicts, errors, result)
 
+    @property
+    def uids(self) -> tuple[int | None, int | None]:
+        """(program uid, harness uid) that untrusted code and its judge run as here; ``None``: this process's own
+        (not root, or ``drop_privileges`` off)."""
+        uid = self._launcher.uid
+        return uid, (self.config.harness_uid if uid is not None else None)
+
+    def start_jailed(self, program: str, argument: str, size_mb: int) -> JailedProcess:
+        """Start ``program`` (trusted, stdlib-only Python) as root of a fresh jail whose ``/sandbox`` (its cwd) and
+        ``/tmp`` are private tmpfs of ``size_mb`` MiB each, with ``argument`` as its one argument, and return at
+        once: it lives until :meth:`JailedProcess.close` (the agentic terminal's per-episode shell). It is *not*
+        dropped to the sandbox uid nor guarded: it must drop whatever it runs for others itself. Raises
+        :class:`SandboxIsolationError` where this host builds no filesystem jail."""
+        launcher = self._launcher
+        if launcher.jail is None:
+            raise SandboxIsolationError(
+                f"a jailed program needs the filesystem jail, which this host does not give ({describe(launcher)})"
+            )
+        workdir = Path(tempfile.mkdtemp(prefix="roll-jail-", dir=self.config.workdir_root))
+        try:
+            _stage(workdir, program, launcher.uid)
+            argv = [*launcher.argv(workdir, size_mb), "-I", "-S", "-B", "program.py", argument]
+            env = {"PATH": _SAFE_PATH, "HOME": SANDBOX_DIR, "TMPDIR": SANDBOX_DIR, "LANG": "C.UTF-8"}
+            proc = subprocess.Popen(
+                argv, cwd=workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+            )  # fmt: skip
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        return JailedProcess(proc, workdir, *self.uids)
+
     @contextlib.contextmanager
     def _workdir(self, code: str) -> Iterator[Path]:
         workdir = Path(tempfile.mkdtemp(prefix="roll-sandbox-", dir=self.config.workdir_root))
@@ -342,6 +374,25 @@ class Sandbox:
         text = (out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
         result = SandboxResult(code, *text, timed_out, limited, time.monotonic() - started)
         return result, _report_lines(report)
+
+
+@dataclass
+class JailedProcess:
+    """A trusted program running as root of a fresh jail (see :meth:`Sandbox.start_jailed`): talk to it through
+    ``proc.stdin``/``proc.stdout``; ``agent_uid`` is the uid it should run untrusted commands as (``None``: the
+    host is not root, the jail is a user namespace, and the program must shed its capabilities another way)."""
+
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+    agent_uid: int | None
+    checker_uid: int | None
+
+    def close(self) -> None:
+        """Kill the jail (its pid namespace and every process in it) and remove the host's staging folder."""
+        try:
+            _kill_group(self.proc)
+        finally:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -428,4 +479,4 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             pipe.close()
 
 
-__all__ = ["Sandbox", "SandboxIsolationError", "SandboxResult", "TestsRun", "describe"]
+__all__ = ["JailedProcess", "Sandbox", "SandboxIsolationError", "SandboxResult", "TestsRun", "describe"]
