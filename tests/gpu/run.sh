@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # One prepared GPU check for roll (issue 14): every `gpu` test plus the pipeline runs the machine can hold, one table.
 #
-#   bash tests/gpu/run.sh --prepare   where PyPI is reachable: fill .gpu-wheels/ (.gitignore'd) with what a bare
-#                                     GPU machine lacks: megatron-core 0.19.2, pydantic and its three pure helpers
-#                                     (versions from uv.lock, cp312 manylinux), and the six roll wheels (uv build);
-#                                     about 6 MB, well inside the 64 MiB a lent device machine is carried
-#   bash tests/gpu/run.sh             on the GPU machine, offline: installs .gpu-wheels/ (if there) with pip
-#                                     --no-index into /tmp/roll-gpu-site on top of the machine's own torch and
-#                                     transformers, runs the lines below, prints one table; exit 1 if a line FAILed.
-#                                     Without .gpu-wheels/ it uses `uv run` in the synced workspace (uv sync --extra
-#                                     megatron first, on a box with PyPI). Without CUDA every line SKIPs, saying why.
+#   bash tests/gpu/run.sh --prepare   where PyPI is reachable: build .gpu-bundle/roll-gpu-bundle-cp312.tar.xz
+#                                     (.gitignore'd; tests/gpu/bundle.py): Ray 2.60 slimmed, megatron-core, pydantic
+#                                     and every other package the lent machine's image lacks (versions from uv.lock,
+#                                     cp312 manylinux x86_64) and roll's wheels; ~20 MiB, inside the 64 MiB a lent
+#                                     device machine is carried (name .gpu-bundle in `carry`). BUNDLE_PYTHON and
+#                                     BUNDLE_HAVE (default 3.12, tests/gpu/image_packages.txt) retarget it
+#   bash tests/gpu/run.sh             on the GPU machine, offline: installs the bundle (if there) with pip --no-index
+#                                     into /tmp/roll-gpu-site beside the machine's own torch and transformers
+#                                     (tests/gpu/install_bundle.sh), runs the lines below, prints one table; exit 1
+#                                     if a line FAILed. Without a bundle it uses `uv run` in the synced workspace (uv
+#                                     sync --extra megatron first, on a box with PyPI). Without CUDA every line SKIPs,
+#                                     saying why. tests/gpu/prove_bundle.sh proves the bundle's path on a CPU box.
 #
 # Logs: $OUT/gpu_check.log (all lines' output) and $OUT/gpu_table.txt; OUT defaults to outputs/gpu_check.
 # What each line proves:
@@ -25,31 +28,25 @@
 #   cuda batch, rng, ipc      a CUDA Batch pads and pickles to CPU; CUDA RNG state round-trips through a checkpoint;
 #                             a CUDA IPC weight bucket opens in another process
 #   vllm gpu tests            vLLM: n samples with HF-matching log-probs, sleep/wake, weight and LoRA updates, images
+#   rlvr hf+fsdp2 hybrid bf16 the quickstart's pipeline on CUDA (hf generator and fsdp2 trainer in one actor, placement
+#                             hybrid; bf16) with a ~0.36B Qwen2 built from a config and a 1024-row batch: 6 RL steps
+#                             after a 20-step warm-up; prints s/step, tokens/s and MFU against the bf16 peak that the
+#                             "bf16 matmul peak" line measured in the same run (tests/gpu/perf.py says how) (needs Ray)
 #   sft megatron tp=1         SFT on Megatron through `roll train` (MP_SPLIT dispatch, checkpoint, HF export): the loss
 #                             falls and the export loads with transformers (needs Ray)
 #   rlvr vllm+fsdp2 colocated the quickstart with fsdp2 training and vLLM (sleep level 2) sharing one GPU: 4 steps, the
 #                             policy version advances, colocate/* offload metrics show memory freed (needs Ray, vLLM)
 #
-# On a lent device machine (one H200, nothing reachable, 64 MiB carried): Ray's wheel (~78 MB) and vLLM do not fit,
-# so the last three lines SKIP there with that reason; every line above them runs.
+# On a lent device machine (one H200, nothing reachable, 64 MiB carried) vLLM does not fit (its wheels are far over
+# 64 MiB), so its two lines SKIP there with that reason; with the bundle carried every other line runs.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-WHEELS=.gpu-wheels
-MEGATRON_CORE=megatron-core==0.19.2
+BUNDLE=.gpu-bundle/roll-gpu-bundle-cp${BUNDLE_PYTHON:-3.12}.tar.xz
+BUNDLE=${BUNDLE/3./3}
 
-prepare() {  # download the wheels a bare CUDA machine (python 3.12, torch and transformers present) lacks
-  set -e
-  rm -rf "$WHEELS" && mkdir -p "$WHEELS"
-  local pins=("$MEGATRON_CORE")
-  for name in pydantic pydantic-core annotated-types typing-inspection; do
-    pins+=("$name==$(awk -v n="$name" '$0 == "name = \"" n "\"" {getline; gsub(/version = |"/, ""); print; exit}' uv.lock)")
-  done
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 -d "$WHEELS" "${pins[@]}"
-  uv build -q --all-packages --wheel --out-dir "$WHEELS"
-  ls -la "$WHEELS"; du -sh "$WHEELS"
-  echo "carry $WHEELS to the GPU machine and run: bash tests/gpu/run.sh"
+prepare() {  # the bundle a bare CUDA machine (python 3.12, torch and transformers present) needs; tests/gpu/bundle.py
+  python3 tests/gpu/bundle.py --python "${BUNDLE_PYTHON:-3.12}" --have "${BUNDLE_HAVE:-tests/gpu/image_packages.txt}" \
+    --out "$BUNDLE" && echo "carry .gpu-bundle to the GPU machine (run's carry: [\".gpu-bundle\"]) and run: bash tests/gpu/run.sh"
 }
 [ "${1:-}" = "--prepare" ] && { prepare; exit; }
 
@@ -65,6 +62,7 @@ row() {  # row NAME SECONDS COMMAND...: run with a time limit, record PASS/FAIL 
   local log="$LOGS/${name//[^a-z0-9]/_}.log" start=$SECONDS rc
   timeout "$limit" "$@" >"$log" 2>&1; rc=$?
   local summary; summary=$(grep -aoE '[0-9]+ (passed|failed|skipped|errors?|deselected)(, [0-9]+ [a-z]+)*' "$log" | tail -1)
+  local figures; figures=$(grep -a '^FIGURES: ' "$log" | tail -1); summary=${figures:+${figures#FIGURES: }}${summary}
   if [ $rc -eq 0 ]; then status="PASS${summary:+ ($summary)}"
   elif [ $rc -eq 5 ]; then status="SKIP (no test selected)"
   elif [ $rc -eq 124 ]; then status="FAIL (timed out after ${limit}s)"
@@ -78,10 +76,9 @@ skip() { record "$1" "-" "SKIP ($2)"; }
 if ! nvidia-smi -L >/dev/null 2>&1; then
   PY=(python3)  # no GPU: install nothing; the probe below says what this machine has
   command -v uv >/dev/null && [ -d .venv ] && PY=(uv run --no-sync python)
-elif compgen -G "$WHEELS/*.whl" >/dev/null; then
+elif [ -f "$BUNDLE" ]; then
   SITE=/tmp/roll-gpu-site
-  row "install carried wheels" 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --upgrade --target "$SITE" $WHEELS/*.whl
+  row "install bundle" 180 bash tests/gpu/install_bundle.sh python3 "$BUNDLE" "$SITE"
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   PY=(python3)
 elif command -v uv >/dev/null && [ -f uv.lock ]; then
@@ -110,7 +107,7 @@ if [[ "$INFO" != *"cuda True"* ]]; then
   why="no CUDA device: torch.cuda.is_available() is False"
   nvidia-smi -L >/dev/null 2>&1 || why="no GPU: nvidia-smi lists none"
   for name in "megatron tp=1 (3 roles)" "megatron tp2 vs tp1" "cuda batch, rng, ipc" "vllm gpu tests" \
-    "sft megatron tp=1" "rlvr vllm+fsdp2 colocated"; do skip "$name" "$why"; done
+    "bf16 matmul peak" "rlvr hf+fsdp2 hybrid bf16" "sft megatron tp=1" "rlvr vllm+fsdp2 colocated"; do skip "$name" "$why"; done
 else
   # ---- Megatron ---------------------------------------------------------------------------------------------------
   if has megatron; then
@@ -121,7 +118,7 @@ else
       skip "megatron tp2 vs tp1" "needs 2 GPUs, found $GPUS"
     fi
   else
-    skip "megatron tp=1 (3 roles)" "megatron-core does not import (run --prepare and carry $WHEELS)"
+    skip "megatron tp=1 (3 roles)" "megatron-core does not import (run --prepare and carry .gpu-bundle)"
     skip "megatron tp2 vs tp1" "megatron-core does not import"
   fi
   row "cuda batch, rng, ipc" 120 "${PYTEST[@]}" tests/core/test_batch.py tests/core/test_checkpoint.py \
@@ -132,7 +129,13 @@ else
   else
     skip "vllm gpu tests" "vllm is not installed (not in the device image; its wheels are far over 64 MiB)"
   fi
-  no_ray="Ray is not installed (its ~78 MB wheel is over the 64 MiB a device machine is carried)"
+  no_ray="Ray does not import (run --prepare and carry .gpu-bundle)"
+  row "bf16 matmul peak" 120 "${PY[@]}" tests/gpu/perf.py peak "$LOGS/peak.json"
+  if has ray && [ -f "$LOGS/peak.json" ]; then
+    row "rlvr hf+fsdp2 hybrid bf16" 480 "${PY[@]}" tests/gpu/perf.py rlvr "$LOGS/peak.json" outputs/gpu_rlvr_hybrid
+  else
+    skip "rlvr hf+fsdp2 hybrid bf16" "$(has ray && echo "no bf16 peak measured" || echo "$no_ray")"
+  fi
   if has ray && has megatron; then
     row "sft megatron tp=1" 300 bash -c "
       rm -rf outputs/gpu_sft_megatron && ${PY[*]} -m roll.core.cli train tests/gpu/sft_megatron.yaml &&
