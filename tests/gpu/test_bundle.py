@@ -51,7 +51,9 @@ def test_leaned_on_names_the_targets_packages_of_unknown_version_that_bundled_on
 
 def test_read_have_normalizes_names_and_drops_local_labels(tmp_path: Path) -> None:
     have = tmp_path / "have.txt"
-    have.write_text("# the image\nTorch==2.13.0+cpu\ntyping_extensions\n\n-e ./local\nPyYAML==6.0.4  # pinned\n")
+    have.write_text(
+        "# the image\nTorch==2.13.0+cpu\ntyping_extensions\n\n-e ./local\nPyYAML==6.0.4  # pinned\n"
+    )
     assert B.read_have(have) == {"torch": "2.13.0", "typing-extensions": None, "pyyaml": "6.0.4"}
 
 
