@@ -254,12 +254,12 @@ def build_roll_wheels(dest: Path) -> None:
     shutil.rmtree(everything)
 
 
-def pack(stage: Path, out: Path) -> None:
-    """``stage``'s contents as ``out`` (.tar.xz, preset 9 extreme)."""
+def pack(stage: Path, out: Path, preset: int) -> None:
+    """``stage``'s contents as ``out`` (.tar.xz at ``preset``, extreme)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with (
-        lzma.open(tmp, "wb", preset=9 | lzma.PRESET_EXTREME) as xz,
+        lzma.open(tmp, "wb", preset=preset | lzma.PRESET_EXTREME) as xz,
         tarfile.open(fileobj=xz, mode="w") as tar,
     ):
         for path in sorted(stage.rglob("*")):
@@ -278,6 +278,9 @@ def main() -> None:
         "--have", type=Path, required=True, help="packages the target has: name[==version] lines"
     )
     parser.add_argument("--out", type=Path, required=True, help="the .tar.xz to write")
+    parser.add_argument(
+        "--xz-preset", type=int, default=9, help="0-9 (always extreme): 9 packs smallest, lower ones faster"
+    )
     parser.add_argument("--limit-mib", type=float, default=60.0, help="fail when the bundle is larger")
     args = parser.parse_args()
     have = read_have(args.have)
@@ -324,7 +327,7 @@ def main() -> None:
         (stage / "requirements.txt").write_text(
             "".join(f"{r}=={roll_version[norm(r.split('[')[0])]}\n" for r in REQUIREMENTS)
         )
-        pack(stage, args.out)
+        pack(stage, args.out, args.xz_preset)
         print("\n".join(manifest))
         size = args.out.stat().st_size
         print(

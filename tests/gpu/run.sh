@@ -14,6 +14,8 @@
 #                                     sync --extra megatron first, on a box with PyPI). Without CUDA every line SKIPs,
 #                                     saying why. tests/gpu/prove_bundle.sh proves the bundle's path on a CPU box.
 #
+# GPU_LINES=REGEX runs only the lines whose names match (the install always runs), e.g. GPU_LINES='peak|rlvr hf'
+# to fit one device call's 10 minutes; the rlvr line needs the peak line.
 # Logs: $OUT/gpu_check.log (all lines' output) and $OUT/gpu_table.txt; OUT defaults to outputs/gpu_check.
 # What each line proves:
 #
@@ -59,6 +61,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 record() { ROWS+=("$(printf '%-26s %-6s %s' "$1" "$2" "$3")"); }
 row() {  # row NAME SECONDS COMMAND...: run with a time limit, record PASS/FAIL with pytest's summary if any
   local name=$1 limit=$2; shift 2
+  if [ -n "${GPU_LINES:-}" ] && ! [[ "$name" =~ $GPU_LINES|install|sync ]]; then skip "$name" "not in GPU_LINES"; return; fi
   local log="$LOGS/${name//[^a-z0-9]/_}.log" start=$SECONDS rc
   timeout "$limit" "$@" >"$log" 2>&1; rc=$?
   local summary; summary=$(grep -aoE '[0-9]+ (passed|failed|skipped|errors?|deselected)(, [0-9]+ [a-z]+)*' "$log" | tail -1)
