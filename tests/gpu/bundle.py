@@ -158,13 +158,13 @@ def leaned_on(resolved: dict[str, tuple[str, set[str]]], have: dict[str, str | N
     }
 
 
-def download_spares(spare: dict[str, str], py: str, wheels: Path) -> list[str]:
-    """Download ``spare``; keep the wheels up to ``SPARE_MAX_MIB`` (pyarrow, at ~40 MiB, is left to the target)."""
+def download_spares(spare: dict[str, str], py: str, wheels: Path, always: set[str]) -> list[str]:
+    """Download ``spare``; keep the wheels up to ``SPARE_MAX_MIB``, and those named in ``always`` at any size."""
     with tempfile.TemporaryDirectory() as tmp:
         download(spare, py, Path(tmp))
         kept = []
         for wheel in sorted(Path(tmp).glob("*.whl")):
-            if wheel.stat().st_size <= SPARE_MAX_MIB * 2**20:
+            if wheel.stat().st_size <= SPARE_MAX_MIB * 2**20 or norm(wheel.name.split("-", 1)[0]) in always:
                 shutil.move(wheel, wheels / wheel.name)
                 kept.append(norm(wheel.name.split("-", 1)[0]))
     return kept
@@ -255,11 +255,11 @@ def build_roll_wheels(dest: Path) -> None:
 
 
 def pack(stage: Path, out: Path, preset: int) -> None:
-    """``stage``'s contents as ``out`` (.tar.xz at ``preset``, extreme)."""
+    """``stage``'s contents as ``out`` (.tar.xz at ``preset``)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with (
-        lzma.open(tmp, "wb", preset=preset | lzma.PRESET_EXTREME) as xz,
+        lzma.open(tmp, "wb", preset=preset) as xz,
         tarfile.open(fileobj=xz, mode="w") as tar,
     ):
         for path in sorted(stage.rglob("*")):
@@ -279,8 +279,9 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, required=True, help="the .tar.xz to write")
     parser.add_argument(
-        "--xz-preset", type=int, default=9, help="0-9 (always extreme): 9 packs smallest, lower ones faster"
+        "--spare", action="append", default=[], help="carry this spare whatever its size (repeatable)"
     )
+    parser.add_argument("--xz-preset", type=int, default=9, help="0-9: 9 packs smallest, lower ones faster")
     parser.add_argument("--limit-mib", type=float, default=60.0, help="fail when the bundle is larger")
     args = parser.parse_args()
     have = read_have(args.have)
@@ -302,7 +303,7 @@ def main() -> None:
             f"{len(spare)} of the target's own leaned on"
         )
         download(missing, args.python, wheels)
-        kept_spare = download_spares(spare, args.python, wheels)
+        kept_spare = download_spares(spare, args.python, wheels, {norm(n) for n in args.spare})
         manifest = [f"roll GPU bundle for CPython {args.python} manylinux x86_64, built from uv.lock", ""]
         manifest += [f"{'wheel':70} {'MiB':>7}  sha256 as downloaded (or built)"]
         for wheel in sorted(wheels.glob("*.whl")):
