@@ -110,18 +110,22 @@ def lock_constraints(names: set[str]) -> list[str]:
 
 def resolve(
     work: Path, py: str, have: dict[str, str | None], roll_dir: Path, locked: set[str]
-) -> dict[str, tuple[str, set[str]]]:
+) -> dict[str, tuple[str, set[str]]] | None:
     """``{name: (version, parents)}`` for the target, the packages in ``locked`` at uv.lock's versions; a parent
-    ``-r`` means a top-level requirement."""
+    ``-r`` means a top-level requirement. None when ``locked`` is not empty and the lock's versions cannot meet the
+    target's (uv's reason is printed)."""
     pins = [f"{name}=={version}" for name, version in have.items() if version]
     (work / "constraints.txt").write_text("\n".join([*lock_constraints(locked), *pins]) + "\n")
     (work / "requirements.in").write_text("\n".join(REQUIREMENTS) + "\n")
-    out = run(
-        ["uv", "pip", "compile", "--no-header", "--annotation-style", "line", "--python-version", py,
-         "--python-platform", PLATFORM, "--find-links", str(roll_dir), "-c", str(work / "constraints.txt"),
-         str(work / "requirements.in")],
-        cwd=ROOT, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
-    )  # fmt: skip
+    argv = ["uv", "pip", "compile", "--no-header", "--annotation-style", "line", "--python-version", py,
+            "--python-platform", PLATFORM, "--find-links", str(roll_dir), "-c", str(work / "constraints.txt"),
+            str(work / "requirements.in")]  # fmt: skip
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env)
+    if done.returncode != 0 and locked:
+        print(f"bundle: uv.lock's versions do not fit the target's; resolving without them:\n{done.stderr}")
+        return None
+    out = done.stdout if done.returncode == 0 else run(argv, cwd=ROOT, env=env)
     resolved: dict[str, tuple[str, set[str]]] = {}
     for line in out.splitlines():
         match = re.match(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==(\S+)\s*(?:#\s*via\s+(.*))?$", line.strip())
@@ -294,8 +298,9 @@ def main() -> None:
         # pins exactly those to uv.lock (pinning the rest would fight the target's own versions: its torch's CUDA
         # libraries are not the lock's).
         first = resolve(work, args.python, have, wheels, locked=set())
+        assert first is not None  # resolve returns None only when something is locked
         locked = set(lacking(first, have)) | set(leaned_on(first, have))
-        resolved = resolve(work, args.python, have, wheels, locked=locked)
+        resolved = resolve(work, args.python, have, wheels, locked=locked) or first
         missing = {n: v for n, v in lacking(resolved, have).items() if n not in ROLL_MEMBERS}
         spare = leaned_on(resolved, have)
         print(

@@ -47,10 +47,11 @@ BUNDLE=.gpu-bundle/roll-gpu-bundle-cp${BUNDLE_PYTHON:-3.12}.tar.xz
 BUNDLE=${BUNDLE/3./3}
 
 prepare() {  # the bundle a bare CUDA machine (python 3.12, torch and transformers present) needs; tests/gpu/bundle.py
-  # --spare pyarrow: datasets 5.2 needs pyarrow>=24 and the image's version is not known; pip there keeps the
-  # image's pyarrow if it is new enough and installs this one only if it is not (~24 MiB of the bundle).
+  # The bundle assumes the image's pyarrow>=24 (datasets 5.2's floor; the image's version is not known, and
+  # pyarrow's ~42 MiB does not fit beside Ray). If the install says otherwise, put the image's version in
+  # image_packages.txt (pyarrow==X): the resolution then picks a datasets that accepts it.
   python3 tests/gpu/bundle.py --python "${BUNDLE_PYTHON:-3.12}" --have "${BUNDLE_HAVE:-tests/gpu/image_packages.txt}" \
-    --spare pyarrow --out "$BUNDLE" && echo "carry .gpu-bundle to the GPU machine (run's carry: [\".gpu-bundle\"]) and run: bash tests/gpu/run.sh"
+    --out "$BUNDLE" && echo "carry .gpu-bundle to the GPU machine (run's carry: [\".gpu-bundle\"]) and run: bash tests/gpu/run.sh"
 }
 [ "${1:-}" = "--prepare" ] && { prepare; exit; }
 
