@@ -2,6 +2,7 @@
 # Install a bundle made by tests/gpu/bundle.py, offline, beside a Python's own packages, leaving them untouched.
 #
 #   bash tests/gpu/install_bundle.sh PYTHON BUNDLE.tar.xz SITE      then: export PYTHONPATH=SITE
+#   (SITE's path must contain 'site-packages', e.g. /tmp/roll-gpu/site-packages: see below)
 #
 # 1. unpacks BUNDLE next to SITE (Python's tarfile: no xz binary needed);
 # 2. asks PYTHON's pip, with --dry-run --no-index, which of the bundle's wheels the requirements need *given what
@@ -13,6 +14,9 @@
 set -euo pipefail
 [ $# -eq 3 ] || { echo "usage: $0 PYTHON BUNDLE.tar.xz SITE" >&2; exit 2; }
 PY=$1 BUNDLE=$2 SITE=$3
+# dill (datasets' fingerprints) pickles a module by reference only if its path says it is installed (prefix or
+# 'site-packages'); from any other folder it pickles pyarrow by value and fails ("Can't pickle MonthDayNano").
+[[ "$SITE" == *site-packages* ]] || { echo "install_bundle: SITE must have 'site-packages' in its path: $SITE" >&2; exit 2; }
 UNPACKED="$SITE.bundle"
 rm -rf "$SITE" "$UNPACKED" && mkdir -p "$UNPACKED"
 "$PY" - "$BUNDLE" "$UNPACKED" <<'PY'

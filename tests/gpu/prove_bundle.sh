@@ -19,6 +19,11 @@ STEPS=${PROOF_STEPS:-3}
 TRANSFORMERS=$(uv export --frozen --no-dev --no-hashes --package roll-data | grep '^transformers==')
 say() { printf '\n==== %s\n' "$*"; }
 
+if [ -n "${PROOF_REUSE:-}" ] && [ -x "$WORK/venv/bin/python" ] && compgen -G "$WORK/*.tar.xz" >/dev/null; then
+  echo "PROOF_REUSE: steps 1-2 done before, reusing $WORK's venv and bundle"
+  VPY=$WORK/venv/bin/python
+  PYV=$("$VPY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+else
 say "1. bare venv: only torch and transformers ($PROOF_PYTHON)"
 rm -rf "$WORK" && mkdir -p "$WORK"
 "$PROOF_PYTHON" -m venv "$WORK/venv"
@@ -34,6 +39,7 @@ say "2. build the bundle for CPython $PYV"
 # also carries pyarrow, pandas and matplotlib, which a bare venv lacks and the GPU image has.
 python3 tests/gpu/bundle.py --python "$PYV" --have "$WORK/have.txt" --limit-mib 400 --xz-preset 3 \
   --out "$WORK/roll-gpu-bundle-cp${PYV/./}.tar.xz"
+fi
 
 say "3. network off: install with pip --no-index, start Ray, run the CPU quickstart for $STEPS steps"
 export WORK VPY REPO STEPS BUNDLE="$WORK/roll-gpu-bundle-cp${PYV/./}.tar.xz"
@@ -48,8 +54,8 @@ try:
 except OSError as e:
     print(f"network off: connecting to PyPI's address fails: {e}")
 PY
-time bash "$REPO/tests/gpu/install_bundle.sh" "$VPY" "$BUNDLE" "$WORK/site"
-export PYTHONPATH=$WORK/site OMP_WAIT_POLICY=PASSIVE RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+time bash "$REPO/tests/gpu/install_bundle.sh" "$VPY" "$BUNDLE" "$WORK/site-packages"
+export PYTHONPATH=$WORK/site-packages OMP_WAIT_POLICY=PASSIVE RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 cd "$WORK"  # not the repository: every roll module must come from the installed wheels
 "$VPY" - <<'PY'
 import ray, roll.core, roll.pipelines, megatron.core

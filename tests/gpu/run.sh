@@ -8,7 +8,7 @@
 #                                     device machine is carried (name .gpu-bundle in `carry`). BUNDLE_PYTHON and
 #                                     BUNDLE_HAVE (default 3.12, tests/gpu/image_packages.txt) retarget it
 #   bash tests/gpu/run.sh             on the GPU machine, offline: installs the bundle (if there) with pip --no-index
-#                                     into /tmp/roll-gpu-site beside the machine's own torch and transformers
+#                                     into /tmp/roll-gpu/site-packages beside the machine's own torch and transformers
 #                                     (tests/gpu/install_bundle.sh), runs the lines below, prints one table; exit 1
 #                                     if a line FAILed. Without a bundle it uses `uv run` in the synced workspace (uv
 #                                     sync --extra megatron first, on a box with PyPI). Without CUDA every line SKIPs,
@@ -83,7 +83,7 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   PY=(python3)  # no GPU: install nothing; the probe below says what this machine has
   command -v uv >/dev/null && [ -d .venv ] && PY=(uv run --no-sync python)
 elif [ -f "$BUNDLE" ]; then
-  SITE=/tmp/roll-gpu-site
+  SITE=/tmp/roll-gpu/site-packages
   row "install bundle" 180 bash tests/gpu/install_bundle.sh python3 "$BUNDLE" "$SITE"
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   PY=(python3)
