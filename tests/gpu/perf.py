@@ -92,12 +92,12 @@ def report(metrics: Path, tflops: float, params: int) -> None:
     if len(steps) < 2:
         sys.exit(f"{len(steps)} RL steps in {metrics}; need 2 or more")
     table = []
-    for r in steps:
+    for i, r in enumerate(steps, start=1):
         tokens = r["throughput/train_tokens_per_s"] * r["time/train_s"]
         gen = r["throughput/generate_tokens_per_s"] * r["time/generate_s"]
         mfu = 8 * params * tokens / r["time/step_s"] / (tflops * 1e12)
         table.append((r["time/step_s"], tokens / r["time/step_s"], gen / r["time/generate_s"], mfu))
-        print(f"step {int(r['policy_version'])}: {r['time/step_s']:.2f} s, {tokens:.0f} tokens ({gen:.0f} generated), "
+        print(f"RL step {i} (policy version {int(r['policy_version'])}): {r['time/step_s']:.2f} s, {tokens:.0f} tokens ({gen:.0f} generated), "
               f"generate {r['time/generate_s']:.2f} s, train {r['time/train_s']:.2f} s, MFU {mfu:.1%}")  # fmt: skip
     steady = table[1:]
     step_s, tok_s, gen_s, mfu = (sum(col) / len(steady) for col in zip(*steady, strict=True))
