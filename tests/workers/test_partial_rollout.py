@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from roll.core import columns as C
 from roll.core.batch import Batch
@@ -14,10 +15,23 @@ from roll.workers.hf_infer import HFInferStrategy
 from roll.workers.roles.partial import generate_segment
 from roll.workers.types import ContinuesSamples
 
-from test_hf_infer import PROMPTS, tiny_model
-
+PROMPTS = [[5, 17, 3, 99, 42, 7, 8], [11, 2], [64, 65, 66, 67]]
 SEEDS = [101, 202, 303]
 PARAMS = SamplingParams(n=2, temperature=1.0, max_new_tokens=12)
+
+
+def tiny_model(seed: int) -> Qwen2ForCausalLM:
+    """A random 2-layer Qwen2 that never stops (no EOS), so every sample runs to ``max_new_tokens``."""
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, max_position_embeddings=256, pad_token_id=0,
+    )  # fmt: skip
+    cfg.eos_token_id = None
+    model = Qwen2ForCausalLM(cfg).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
 
 
 def strategy(seed: int = 0) -> HFInferStrategy:
@@ -35,7 +49,9 @@ def to_continue(rows: Batch, segment: int) -> Batch:
     """What the scheduler sends back: the unfinished rows, their tokens as the prefix."""
     keep = [i for i, r in enumerate(rows[C.FINISH_REASON]) if r == "abort"]
     sub = rows.select(keep)
-    non_tensors = {k: v for k, v in sub.non_tensors.items() if k not in (C.RESPONSE_IDS, C.FINISH_REASON, C.TEXT)}
+    non_tensors = {
+        k: v for k, v in sub.non_tensors.items() if k not in (C.RESPONSE_IDS, C.FINISH_REASON, C.TEXT)
+    }
     non_tensors[C.RESPONSE_PREFIX_IDS] = list(sub.non_tensors[C.RESPONSE_IDS])
     tensors = {k: v for k, v in sub.tensors.items() if k != C.POLICY_VERSION}
     tensors[C.SEGMENT_TOKENS] = torch.full((len(sub),), segment)
@@ -80,7 +96,9 @@ def test_segments_under_unchanged_weights_equal_the_whole_sample() -> None:
     assert lists(rows[C.RESPONSE_IDS]) == [s.token_ids for s in whole]
     for got, want in zip(rows[C.RESPONSE_LOGP], whole):
         torch.testing.assert_close(torch.tensor(got), torch.tensor(want.logprobs), atol=1e-5, rtol=1e-5)
-    assert list(rows[C.FINISH_REASON]) == ["length"] * len(whole)  # max_new_tokens, never "abort", once finished
+    assert list(rows[C.FINISH_REASON]) == ["length"] * len(
+        whole
+    )  # max_new_tokens, never "abort", once finished
 
 
 def test_a_weight_update_between_segments_switches_versions_and_records_sampling_logprobs() -> None:
@@ -101,7 +119,9 @@ def test_a_weight_update_between_segments_switches_versions_and_records_sampling
     assert lists(rows[C.RESPONSE_POLICY_VERSION]) == [[0] * 4 + [1] * 8] * len(rows)
     assert rows[C.POLICY_VERSION].tolist() == [0] * len(rows)
     assert [r[:4] for r in lists(rows[C.RESPONSE_IDS])] == [s.token_ids[:4] for s in whole_a]
-    assert lists(rows[C.RESPONSE_IDS]) != [s.token_ids for s in whole_a], "B sampled exactly as A: no update seen"
+    assert lists(rows[C.RESPONSE_IDS]) != [s.token_ids for s in whole_a], (
+        "B sampled exactly as A: no update seen"
+    )
     ids = [list(p) + list(r) for p, r in zip(prompts, rows[C.RESPONSE_IDS])]
     T = max(map(len, ids))
     ids_BT = torch.tensor([row + [0] * (T - len(row)) for row in ids])

@@ -319,6 +319,7 @@ class GenerateScheduler:
                 "next_id": self._next_id,
                 "kept": [(g.batch, g.version, g.order) for g in self._kept],
                 "rejected": [(g.batch, g.version, g.order) for g in self._rejected],
+                "since": None if self._since is None else vars(self._since.snapshot()),
             }
             if self._partial is not None:
                 buffers["partial"] = self._partial.state()
@@ -329,6 +330,8 @@ class GenerateScheduler:
         """Continue from :meth:`buffer_state` (before the first :meth:`get_batch`)."""
         with self._lock:
             self._next_id = max(self._next_id, int(buffers["next_id"]))
+            if buffers.get("since") is not None:  # the next batch's counters started before the checkpoint
+                self._since = _Counters(**buffers["since"])
             self._kept.extend(_Group(b, v, tuple(o)) for b, v, o in buffers["kept"])  # type: ignore[arg-type]
             self._rejected.extend(_Group(b, v, tuple(o)) for b, v, o in buffers["rejected"])  # type: ignore[arg-type]
             if self._partial is not None and "partial" in buffers:

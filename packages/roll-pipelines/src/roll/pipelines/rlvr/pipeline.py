@@ -149,7 +149,9 @@ class RLVRPipeline(BasePipeline):
             max_rounds=r.max_rounds,
             async_ratio=0.0 if r.async_mode == "step_ahead" else r.async_generation_ratio,
             # partial + step_ahead: prefetched first segments are one version old when their step is taken
-            max_staleness=1 if r.max_staleness is None and r.partial and r.async_mode == "step_ahead" else r.max_staleness,
+            max_staleness=1
+            if r.max_staleness is None and r.partial and r.async_mode == "step_ahead"
+            else r.max_staleness,
             partial_segment=r.partial_segment_tokens if r.partial else None,
             version_column=C.POLICY_VERSION,
             carry_columns=CARRY_COLUMNS + (IMAGE_COLUMNS if self.with_images else ()),
