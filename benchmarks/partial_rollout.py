@@ -35,7 +35,7 @@ what it saves is the wait for the longest sample of a step, which matters only w
 longtail task) and generation is a large share of the step. Expect partial to help on ``longtail`` and to be
 level or slightly behind on ``quickstart``.
 
-    uv run python benchmarks/partial_rollout.py [--steps 120] [--rounds 1] [--tasks quickstart longtail] [overrides...]
+    uv run python benchmarks/partial_rollout.py [--steps 120] [--rounds 1] [--tasks quickstart,longtail] [overrides...]
     uv run python benchmarks/partial_rollout.py --steps 2 --rounds 1      # a smoke run of every side and task
 """
 
@@ -132,15 +132,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=120, help="RL steps per side")
     parser.add_argument("--rounds", type=int, default=1, help="sides alternate order each round")
     parser.add_argument("--segment", type=int, default=8, help="rollout.partial_segment_tokens")
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--sides", nargs="+", default=["sync", "step-ahead", "partial"], choices=list(SIDES))
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of {list(TASKS)}")
+    parser.add_argument("--sides", default="sync,step-ahead,partial", help=f"comma-separated, of {list(SIDES)}")
     parser.add_argument("overrides", nargs="*", help="dotted config overrides for every side")
     args = parser.parse_args()
+    tasks, sides = args.tasks.split(","), args.sides.split(",")
+    unknown = sorted(set(tasks) - set(TASKS)) + sorted(set(sides) - set(SIDES))
+    if unknown:
+        parser.error(f"unknown task or side {unknown}; tasks: {list(TASKS)}, sides: {list(SIDES)}")
     common = [f"max_steps={args.steps}", f"rollout.partial_segment_tokens={args.segment}", *args.overrides]
-    for task in args.tasks:
+    for task in tasks:
         results: list[tuple[str, int, dict[str, Any]]] = []
         for rnd in range(1, args.rounds + 1):
-            order = args.sides if rnd % 2 else list(reversed(args.sides))
+            order = sides if rnd % 2 else list(reversed(sides))
             for side in order:
                 overrides = [*SIDES[side], *TASKS[task], *common]
                 results.append((side, rnd, run_side(f"{task}-{side}", overrides)))
