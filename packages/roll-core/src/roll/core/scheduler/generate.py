@@ -332,12 +332,12 @@ class GenerateScheduler:
             self._next_id = max(self._next_id, int(buffers["next_id"]))
             if buffers.get("since") is not None:  # the next batch's counters started before the checkpoint
                 self._since = _Counters(**buffers["since"])
-            self._kept.extend(_Group(b, v, tuple(o)) for b, v, o in buffers["kept"])  # type: ignore[arg-type]
-            self._rejected.extend(_Group(b, v, tuple(o)) for b, v, o in buffers["rejected"])  # type: ignore[arg-type]
+            self._kept.extend(_Group(b, v, (o[0], o[1])) for b, v, o in buffers["kept"])
+            self._rejected.extend(_Group(b, v, (o[0], o[1])) for b, v, o in buffers["rejected"])
             if self._partial is not None and "partial" in buffers:
                 self._partial.load_state(buffers["partial"])
                 for key, group in buffers["scoring"]:
-                    self._score_group(tuple(key), group)
+                    self._score_group((key[0], key[1]), group)
 
     def close(self) -> None:
         """Stop the async thread, and a :meth:`get_batch` running in another thread (it raises within

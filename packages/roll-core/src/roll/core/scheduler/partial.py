@@ -164,9 +164,10 @@ class PartialRollouts:
 def _to_request(row: Batch) -> Batch:
     """A returned unfinished row as a row to continue: its tokens become the prefix."""
     non_tensors = {k: v for k, v in row.non_tensors.items() if k not in _REQUEST_DROPS}
-    non_tensors[C.RESPONSE_PREFIX_IDS] = list(row.non_tensors[C.RESPONSE_IDS])
     tensors = {k: v for k, v in row.tensors.items() if k not in _REQUEST_DROPS}
-    return Batch(tensors, non_tensors, row.meta)
+    out = Batch(tensors, non_tensors, row.meta)
+    out[C.RESPONSE_PREFIX_IDS] = row.non_tensors[C.RESPONSE_IDS]
+    return out
 
 
 def _oldest(row: Batch) -> int:

@@ -40,7 +40,7 @@ def rollout_metrics(
         "data/prompt_truncated": _share(batch, C.PROMPT_TRUNCATED),
     }
     if C.RESPONSE_POLICY_VERSION in batch.non_tensors:  # partial rollout: per-token versions
-        out.update(token_version_metrics(batch.non_tensors[C.RESPONSE_POLICY_VERSION], trainer_version))
+        out.update(token_version_metrics(list(batch.non_tensors[C.RESPONSE_POLICY_VERSION]), trainer_version))
     out.update(domain_metrics(batch, domain_of, default=default))
     return out
 

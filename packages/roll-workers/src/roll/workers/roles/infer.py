@@ -78,7 +78,7 @@ class ActorInferWorker(Worker):
             if _common.vision_columns(prompts):
                 raise WorkerError(f"{self.role}: partial rollout does not take image or video prompts yet")
             rows = Batch(dict(prompts.tensors), dict(prompts.non_tensors), prompts.meta)
-            rows.non_tensors[C.PROMPT_IDS], rows[C.PROMPT_INDEX] = prompt_ids, index_B
+            rows[C.PROMPT_IDS], rows[C.PROMPT_INDEX] = prompt_ids, index_B
             return partial.generate_segment(self.strategy, rows, params, seeds, self.role)
         samples = self.strategy.generate(prompt_ids, params, seeds, **_common.vision_kwargs(prompts))
         return _samples_batch(samples, prompts, prompt_ids, index_B, params.n)

@@ -92,10 +92,8 @@ def _sample_rows(prompts: Batch, n: int) -> Batch:
         prompts = prompts.union(Batch({C.PROMPT_INDEX: torch.arange(len(prompts))}))
     rows = prompts.select(torch.arange(len(prompts)).repeat_interleave(n))
     rows[C.SAMPLE_INDEX] = torch.arange(n).repeat(len(prompts))
-    empty: list[list[Any]] = [[] for _ in range(len(rows))]
-    rows.non_tensors[C.RESPONSE_PREFIX_IDS] = empty
-    rows.non_tensors[C.RESPONSE_LOGP] = [[] for _ in range(len(rows))]
-    rows.non_tensors[C.RESPONSE_POLICY_VERSION] = [[] for _ in range(len(rows))]
+    for name in (C.RESPONSE_PREFIX_IDS, C.RESPONSE_LOGP, C.RESPONSE_POLICY_VERSION):
+        rows[name] = [[] for _ in range(len(rows))]
     return rows
 
 
