@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -152,39 +153,54 @@ def test_async_partial_samples_span_versions_within_the_bound(segmenter: Cluster
 
 
 def _prompts_in(buffers: dict[str, Any]) -> list[int]:
-    """The prompts a checkpoint's buffers hold: buffered groups, open groups (finished samples, rows to continue,
-    prompts to send again) and groups being scored (one entry per prompt)."""
+    """The prompts a checkpoint's buffers hold: buffered groups, groups being scored, and open groups, each of
+    whose ``G`` samples must be somewhere (finished, queued to continue, or its prompt queued to be sent again),
+    else the group could never complete and its prompt would be lost."""
     partial = buffers["partial"]
     xs = [int(b["x_B"][0]) for b, _, _ in buffers["kept"] + buffers["rejected"]]
     xs += [int(group["x_B"][0]) for _, group in buffers["scoring"]]
-    keys: dict[tuple[int, int], int] = {}
+    held: dict[tuple[int, int], set[int]] = {key: set() for key in partial["open"]}
+    prompt: dict[tuple[int, int], int] = {}
     for key, slots in partial["open"].items():
-        for row in slots:
+        for g, row in enumerate(slots):
             if row is not None:
-                keys[key] = int(row["x_B"][0])
-    for key, _, row in partial["queue"]:
-        if key in partial["open"]:
-            keys[key] = int(row["x_B"][0])
+                held[key].add(g)
+                prompt[key] = int(row["x_B"][0])
+    for key, g, row in partial["queue"]:
+        if key in held:
+            held[key].add(g)
+            prompt[key] = int(row["x_B"][0])
     for origin, prompts in partial["resend"]:
-        keys.update({(origin, i): int(x) for i, x in enumerate(prompts["x_P"].tolist())})
-    assert set(keys) <= set(partial["open"]), "a queued row or resend belongs to no open group"
-    return xs + list(keys.values())
+        for i, x in enumerate(prompts["x_P"].tolist()):
+            held[(origin, i)] = set(range(G))
+            prompt[(origin, i)] = int(x)
+    lost = {key: sorted(set(range(G)) - samples) for key, samples in held.items() if len(samples) != G}
+    assert not lost, f"open groups whose samples are nowhere: {lost}"
+    assert set(held) == set(partial["open"]), "a resend belongs to no open group"
+    return xs + [prompt[key] for key in held]
 
 
 def test_a_checkpoint_taken_mid_flight_loses_no_prompt(segmenter: Cluster) -> None:
-    """Stream mode: a checkpoint is taken while requests are on the workers and groups are being scored; a new
-    scheduler restored from it (the feed resumed at the recorded position) trains on the rest (a staleness bound
-    of 10 so that nothing is evicted, which would drop a prompt on purpose). Every prompt ever
-    drawn is trained exactly once or still held by the final buffers, and every trained sample is whole."""
+    """Stream mode: a checkpoint is taken while requests are on the workers (and groups are being scored or are
+    half finished), then the run "dies" (the batch it was collecting is never trained). A new scheduler restored
+    from the checkpoint, the feed resumed at the recorded position, trains three batches (a staleness bound of 10
+    so that nothing is evicted, which would drop a prompt on purpose). Every prompt ever drawn is trained exactly
+    once or still held by the final buffers, and every trained sample is whole."""
     segmenter.update_weights(0)
-    trained: list[int] = []
     feed = Feed()
     with make(segmenter, feed, scored=True, async_ratio=1.0, max_staleness=10) as first:
-        trained += first.get_batch(4, trainer_version=0).batch["x_B"][::G].tolist()
-        time.sleep(0.15)  # requests of the next step are on the workers now
-        position, buffers = first.buffer_state(lambda: feed.position)
+        dying = threading.Thread(target=lambda: first.get_batch(4, trainer_version=0), daemon=True)
+        dying.start()
+        deadline = time.monotonic() + 60
+        while True:  # snapshot while a request is on a worker
+            position, buffers = first.buffer_state(lambda: feed.position)
+            if buffers["partial"]["inflight_requests"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+        dying.join(timeout=120)
     buffers = pickle.loads(pickle.dumps(buffers))  # what the checkpoint file holds
-    assert buffers["partial"]["open"] or buffers["kept"], "nothing was in flight: the test proves nothing"
+    assert buffers["partial"]["inflight_requests"] > 0, "no request was in flight: the test proves nothing"
+    trained: list[int] = []
     resumed_feed = Feed(position)
     with make(segmenter, resumed_feed, scored=True, async_ratio=1.0, max_staleness=10) as second:
         second.load_buffer_state(buffers)

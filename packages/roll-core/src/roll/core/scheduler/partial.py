@@ -150,7 +150,13 @@ class PartialRollouts:
                 resend.append((origin, rows))
             else:
                 queue += [(key, s, rows.select([r])) for r, (key, s) in enumerate(self._sent[job_id])]
-        return {"open": dict(self._open), "queue": queue, "resend": resend, "aborts": self.aborts}
+        return {
+            "open": dict(self._open),
+            "queue": queue,
+            "resend": resend,
+            "aborts": self.aborts,
+            "inflight_requests": len(self._inflight),  # how many of those were on the workers (for logs, tests)
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         self._open = dict(state["open"])
