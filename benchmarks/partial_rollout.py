@@ -133,7 +133,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="sides alternate order each round")
     parser.add_argument("--segment", type=int, default=8, help="rollout.partial_segment_tokens")
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of {list(TASKS)}")
-    parser.add_argument("--sides", default="sync,step-ahead,partial", help=f"comma-separated, of {list(SIDES)}")
+    parser.add_argument(
+        "--sides", default="sync,step-ahead,partial", help=f"comma-separated, of {list(SIDES)}"
+    )
     parser.add_argument("overrides", nargs="*", help="dotted config overrides for every side")
     args = parser.parse_args()
     tasks, sides = args.tasks.split(","), args.sides.split(",")

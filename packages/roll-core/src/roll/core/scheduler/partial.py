@@ -155,7 +155,7 @@ class PartialRollouts:
             "queue": queue,
             "resend": resend,
             "aborts": self.aborts,
-            "inflight_requests": len(self._inflight),  # how many of those were on the workers (for logs, tests)
+            "inflight_requests": len(self._inflight),  # of those, how many were on the workers
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
