@@ -11,7 +11,8 @@ What they prove, on a tiny-1m Qwen2 (head_dim 32; vLLM's CPU attention takes 32,
 - a full weight update, and a LoRA update (two adapters, the second replacing the first), after which greedy
   tokens and log-probs equal those of an engine started from the new (merged) weights, and samples carry the
   new policy version;
-- aborting a request by id;
+- aborting a request by id; partial rollout: a sample cut after 4 tokens continues from prompt + prefix under
+  new weights (a new request), as an engine of those weights continues it;
 - banned ids (what the strategy sends for a VLM's vision markers: ``logit_bias`` at ``-inf``) are never sampled,
   and the reported log-probs are renormalized without them, as the trainer's scorer computes them;
 - an RLVR run with ``actor_infer.strategy.type: vllm`` whose accuracy rises after the SFT warm-up.
@@ -257,6 +258,50 @@ def test_abort_by_request_id(served: Any, weights: Weights) -> None:
     full = served.submit(PROMPTS[0], long, request_id="lane-long-2").result(timeout=120)
     assert full is not None and len(full.token_ids) == 480
     assert aborted_after < time.monotonic() - start, "the abort did not cut the request short"
+
+
+def test_partial_rollout_continues_the_prefix_under_new_weights(
+    served: Any, reference: Any, weights: Weights
+) -> None:
+    """Partial rollout on vLLM (:mod:`roll.workers.roles.partial`): 4 greedy tokens per prompt on the base weights
+    (version 0), cut there (``abort``); the merged weights load as version 1 and the samples are resubmitted as
+    prompt + prefix. The prefix is the base engine's first 4 greedy tokens, the 8 continued tokens are what an
+    engine started from the merged weights continues that prefix with, and every token records its version."""
+    from roll.core import columns as C
+    from roll.core.batch import Batch
+    from roll.workers.roles.partial import generate_segment
+
+    _serve_base(served, weights)
+    base = _greedy(served)
+    first = Batch(
+        {C.SEGMENT_TOKENS: torch.full((3,), 4), C.PROMPT_INDEX: torch.arange(3)},
+        {C.PROMPT_IDS: [list(p) for p in PROMPTS]},
+    )
+    seeds = [1, 2, 3]
+    rows = generate_segment(served, first, GREEDY, seeds, "lane")
+    assert list(rows[C.FINISH_REASON]) == ["abort"] * 3
+    prefixes = [[int(t) for t in r] for r in rows[C.RESPONSE_IDS]]
+    assert prefixes == [ids[:4] for ids, _ in base]
+    served.load_weights(weights.merged, policy_version=1)
+    again = Batch(
+        {
+            C.SEGMENT_TOKENS: torch.full((3,), 8),
+            C.PROMPT_INDEX: torch.arange(3),
+            C.SAMPLE_INDEX: torch.zeros(3),
+        },
+        {
+            C.PROMPT_IDS: [list(p) for p in PROMPTS],
+            C.RESPONSE_PREFIX_IDS: prefixes,
+            C.RESPONSE_LOGP: list(rows[C.RESPONSE_LOGP]),
+            C.RESPONSE_POLICY_VERSION: list(rows[C.RESPONSE_POLICY_VERSION]),
+        },
+    )
+    done = generate_segment(served, again, GREEDY, seeds, "lane")
+    assert list(done[C.FINISH_REASON]) == ["length"] * 3
+    assert [[int(v) for v in r] for r in done[C.RESPONSE_POLICY_VERSION]] == [[0] * 4 + [1] * 8] * 3
+    tail = SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)
+    expected = [s.token_ids for s in reference.generate([p + x for p, x in zip(PROMPTS, prefixes)], tail)]
+    assert [[int(t) for t in r][4:] for r in done[C.RESPONSE_IDS]] == expected
 
 
 QUICKSTART = Path(__file__).parents[2] / "examples" / "quickstart.yaml"

@@ -86,7 +86,12 @@ SAMPLE_ID: Final = "sample_id_B"
 GROUP_ID: Final = "group_id_B"
 """The group a row's advantage is normalized in (the samples of one prompt; the envs that shared a seed)."""
 POLICY_VERSION: Final = "policy_version_B"
-"""int64: the policy version of the weights that produced each generated row."""
+"""int64: the policy version of the weights that produced each generated row (with partial rollout, that of its
+oldest token: :data:`RESPONSE_POLICY_VERSION` holds each token's)."""
+SEGMENT_TOKENS: Final = "segment_tokens_B"
+"""Partial rollout: the most tokens a generation request may add to each row before it hands the row back
+unfinished (``finish_reason`` ``"abort"``), so a weight update can come in between (see
+:mod:`roll.core.scheduler.partial`)."""
 EPISODE_ID: Final = "episode_id_B"
 SEGMENT: Final = "segment_B"
 """Agentic trajectory mode: which segment of its episode a row is (a chat template that rewrites history splits
@@ -111,7 +116,13 @@ RESPONSE_IDS: Final = "response_ids"
 RESPONSE_LOGP: Final = "response_logp"
 """``list[float]``, the log-prob of each generated token."""
 FINISH_REASON: Final = "finish_reason"
-"""``"stop"`` or ``"length"``."""
+"""``"stop"`` or ``"length"``; ``"abort"`` for a partial-rollout row cut at its segment (never trained on)."""
+RESPONSE_POLICY_VERSION: Final = "response_policy_version"
+"""``list[int]``, the policy version that sampled each generated token (partial rollout: a response continued
+after a weight update spans versions)."""
+RESPONSE_PREFIX_IDS: Final = "response_prefix_ids"
+"""Partial rollout, sent to a generation request: the tokens a row already has (one row per sample); the request
+continues it. Its log-probs and versions travel in :data:`RESPONSE_LOGP` and :data:`RESPONSE_POLICY_VERSION`."""
 TEXT: Final = "text"
 """The decoded response (``None`` without a tokenizer)."""
 REWARD_ERROR_REPORT: Final = "reward_error_report"

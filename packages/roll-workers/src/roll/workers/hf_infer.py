@@ -22,6 +22,7 @@ the scorers' are with ``score_without_vision_tokens`` (:func:`roll.workers.logpr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -137,6 +138,47 @@ class HFInferStrategy:
             u_BN = self._uniforms([prompt_seeds[i] for i in index_P], params)
             samples += self._generate_chunk(chunk, params, u_BN, index_P, take_vision(vision, index_P))
         return sorted(samples, key=lambda s: (s.prompt_index, s.sample_index))
+
+    def continue_samples(
+        self,
+        prompts: Sequence[Sequence[int]],
+        prefixes: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        sample_indices: Sequence[int],
+        seeds: Sequence[int],
+        budget: int,
+    ) -> list[GeneratedSample]:
+        """Partial rollout: continue sample ``sample_indices[i]`` of prompt ``i`` from the tokens it already has,
+        ``prefixes[i]``, for at most ``budget`` tokens under the weights served now; one sample per row, in row
+        order, whose ``token_ids`` are the new tokens only (``text`` decodes prefix and new tokens together).
+
+        The prefix is prefilled with the prompt (its KV is recomputed under these weights, as vLLM does for a
+        resubmitted request). The ``t``-th new token inverts the CDF at uniform ``len(prefix) + t`` of the sample's
+        own stream ``derive_seed(seeds[i], sample_indices[i])``, the stream :meth:`generate` reads from position
+        0: a sample cut into segments draws the same uniforms as one generated whole, so with unchanged weights it
+        gets the same tokens (up to the float order of a longer prefill), and a resumed run repeats them exactly.
+        """
+        if not len(prompts) == len(prefixes) == len(sample_indices) == len(seeds):
+            raise DataError("continue_samples needs one prefix, sample index and seed per prompt")
+        one = params.model_copy(update={"n": 1, "max_new_tokens": budget})
+        samples: list[GeneratedSample] = []
+        full = [list(p) + list(x) for p, x in zip(prompts, prefixes)]
+        for index_P in length_chunks([len(row) for row in full], self.config.generation_batch_size):
+            u_BN = torch.stack(
+                [self._stream(seeds[i], sample_indices[i], len(prefixes[i]), budget) for i in index_P]
+            ).to(self.device)
+            for sample in self._generate_chunk([full[i] for i in index_P], one, u_BN, index_P):
+                i = sample.prompt_index
+                text = self._text(list(prefixes[i]) + sample.token_ids, params.stop_strings)
+                samples.append(dataclasses.replace(sample, sample_index=int(sample_indices[i]), text=text))
+        return sorted(samples, key=lambda s: s.prompt_index)
+
+    @staticmethod
+    def _stream(prompt_seed: int, sample_index: int, offset: int, length: int) -> torch.Tensor:
+        """Uniforms ``offset .. offset + length`` of sample ``(prompt_seed, sample_index)``'s stream."""
+        generator = torch.Generator().manual_seed(derive_seed(int(prompt_seed), int(sample_index)))
+        return torch.rand(offset + length, generator=generator)[offset:]
 
     def _uniforms(self, prompt_seeds: Sequence[int], params: SamplingParams) -> torch.Tensor:
         """``[P * n, max_new_tokens]`` uniforms in [0, 1), row ``p * n + s`` from sample ``(p, s)``'s own stream."""

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from roll.workers.config import LoraConfig, SamplingParams
     from roll.workers.metrics import LossMetrics
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "abort"]
+"""``abort``: a partial-rollout sample cut at its segment budget, to be continued (never trained on)."""
 
 MicroBatch = Mapping[str, "torch.Tensor"]
 """Tensors of one micro-batch. Padded layout: ``input_ids`` and ``attention_mask`` ``[B, T]`` (left- or
@@ -190,6 +191,24 @@ class InferStrategy(Protocol):
     def offload(self) -> None: ...
 
     def reload(self) -> None: ...
+
+
+@runtime_checkable
+class ContinuesSamples(Protocol):
+    """An inference strategy that can continue samples from a generated prefix (partial rollout, hf and vllm):
+    one sample per row, at most ``budget`` new tokens, seeded so a sample cut into segments draws from its own
+    stream (see each strategy's ``continue_samples``)."""
+
+    def continue_samples(
+        self,
+        prompts: Sequence[Sequence[int]],
+        prefixes: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        sample_indices: Sequence[int],
+        seeds: Sequence[int],
+        budget: int,
+    ) -> list[GeneratedSample]: ...
 
 
 @runtime_checkable

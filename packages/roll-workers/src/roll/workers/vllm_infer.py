@@ -172,6 +172,13 @@ def sample_seed(
     return derive_seed(prompt_seed, sample_index)
 
 
+def segment_seed(prompt_seed: int, sample_index: int, offset: int) -> int:
+    """The vLLM seed of a partial-rollout segment that starts at token ``offset`` of its sample (offset 0 is the
+    seed :func:`sample_seed` gives the whole sample)."""
+    seed = derive_seed(prompt_seed, sample_index)
+    return seed if offset == 0 else derive_seed(seed, offset)
+
+
 def sampled_logprobs(token_ids: Sequence[int], logprobs: Any) -> list[float]:
     """Log-prob of each sampled token from vLLM's per-position ``{token_id: Logprob}`` entries."""
     if logprobs is None:
@@ -266,6 +273,38 @@ class VLLMInferStrategy:
             for s in range(params.n)
         ]
         results = self._run(_gather(coros), f"generate ({len(coros)} samples)")
+        return [r for r in results if r is not None]
+
+    def continue_samples(
+        self,
+        prompts: Sequence[Sequence[int]],
+        prefixes: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        sample_indices: Sequence[int],
+        seeds: Sequence[int],
+        budget: int,
+    ) -> list[GeneratedSample]:
+        """Partial rollout: resubmit sample ``sample_indices[i]`` of prompt ``i`` as a new request whose prompt is
+        the prompt plus the tokens it already has (``prefixes[i]``), for at most ``budget`` tokens under the weights
+        served now (vLLM's public ``generate``; the prefix's KV is recomputed, the prefix cache was reset by the
+        update). One sample per row, in row order; ``token_ids`` are the new tokens, ``text`` decodes them alone.
+        Seeded ``derive_seed(derive_seed(seeds[i], s), len(prefix))``: vLLM restarts a request's sampler at its
+        seed, so each segment gets its own stream instead of replaying the first segment's."""
+        one = params.model_copy(update={"n": 1, "max_new_tokens": budget})
+        call = next(self._calls)
+        coros = [
+            self._generate_one(
+                list(prompt) + list(prefix),
+                one,
+                request_id=f"{call}-c{i}-{sample_indices[i]}",
+                prompt_index=i,
+                sample_index=int(sample_indices[i]),
+                seed=segment_seed(int(seeds[i]), int(sample_indices[i]), len(prefix)),
+            )
+            for i, (prompt, prefix) in enumerate(zip(prompts, prefixes))
+        ]
+        results = self._run(_gather(coros), f"continue ({len(coros)} samples)")
         return [r for r in results if r is not None]
 
     def _never_sampled(self) -> list[int]:

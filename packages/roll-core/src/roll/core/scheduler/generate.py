@@ -38,6 +38,13 @@ What it does, in the order a step sees it:
 - **Counters per batch**: a batch's metrics count what happened since the previous batch was handed out;
   ``rollout/prompts_generated`` counts the prompts whose groups came back (kept or dropped) in that window, so
   in async mode it is the generation done for this batch while the previous step trained.
+- **Partial rollout** (``partial_segment`` set, :mod:`roll.core.scheduler.partial`): samples come back in
+  segments of at most that many tokens; unfinished ones are continued (before new prompts are sent) from their
+  prefix, under whatever weights the worker serves by then, so a weight update interrupts long samples instead of
+  waiting for them. Each token records its version; a group's version is that of its oldest token, so
+  ``max_staleness`` bounds every token of a trained sample. :meth:`prefetch` runs only the first segment of a
+  step's prompts (the deterministic ``step_ahead`` use); :meth:`buffer_state` / :meth:`load_buffer_state` carry the
+  buffered groups, the partial samples and the requests in flight through a checkpoint.
 - **Validation**: :meth:`generate_all` runs a fixed prompt batch request by request, with no filter.
 - **Seeded per prompt** (``seed`` set): every prompt row sent gets :data:`~roll.core.columns.PROMPT_SEED` =
   ``derive_seed(seed, TRAIN_STREAM, n)`` for the ``n``-th prompt drawn from the source since the run began
@@ -67,6 +74,7 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.errors import DataError, RollError
+from roll.core.scheduler.partial import GroupKey, PartialRollouts
 from roll.core.scheduler.rank_calls import CallPool, bounded_wait, submit_to_rank
 from roll.core.seeding import EVAL_STREAM, TRAIN_STREAM, derive_seed
 
@@ -125,6 +133,8 @@ class GenerateOptions:
     carry_columns: tuple[str, ...] = ()
     """Prompt columns (ground truth, tag, ...) copied onto each prompt's ``G`` samples when the worker's output
     lacks them."""
+    partial_segment: int | None = None
+    """Partial rollout: the most tokens a sample gets per request (None: whole samples per request)."""
     seed: int | None = None
     """The run's sampling seed: each prompt sent gets ``prompt_seed_B`` (see the module docstring); None sends
     none (the workers then sample from their own RNG state, which a resume does not reproduce)."""
@@ -168,6 +178,8 @@ class _Counters:
     dropped: int = 0
     stale: int = 0
     filled: int = 0
+    aborts: int = 0
+    """Partial rollout: samples cut at a segment boundary (continued later, possibly under newer weights)."""
     rounds: int = 0
     gen_s: float = 0.0
     reward_s: float = 0.0
@@ -184,6 +196,7 @@ class _Counters:
             "rollout/groups_dropped": float(self.dropped),
             "rollout/groups_stale": float(self.stale),
             "rollout/groups_filled": float(self.filled),
+            "rollout/aborts": float(self.aborts),
             "rollout/rounds": float(self.rounds),
             "time/generate_request_s": self.gen_s,
             "time/reward_request_s": self.reward_s,
@@ -227,6 +240,13 @@ class GenerateScheduler:
         self._step_groups = 0  # n of the current get_batch
         self._waiting = False  # a get_batch waits for groups
         self._since: _Counters | None = None  # counters when the previous async batch was handed out
+        seg = options.partial_segment
+        self._partial = PartialRollouts(options.group_size, seg) if seg is not None else None
+        self._orders: dict[int, GroupKey] = {}  # partial: scoring job -> the group's key
+        self._scoring: dict[
+            int, Batch
+        ] = {}  # partial: scoring job -> its input (a checkpoint scores it again)
+        self._hold_partials = False  # prefetch: leave unfinished samples queued
 
     @property
     def is_async(self) -> bool:
@@ -274,6 +294,51 @@ class GenerateScheduler:
         with self._lock:
             self._counters = _Counters(**counters)
 
+    def prefetch(self, num_groups: int) -> int:
+        """Partial rollout, sync mode: send ``num_groups`` prompts and run only their first segment (finished
+        groups are scored into the buffer; unfinished samples wait, queued). The next :meth:`get_batch` continues
+        them under the weights served then. Returns ``num_groups``."""
+        if self._partial is None or self.is_async:
+            raise DataError(
+                "prefetch is the partial-rollout step_ahead path: set partial_segment, async_ratio 0"
+            )
+        self._hold_partials = True
+        self._since = self._counters.snapshot()  # the next batch's counters include this prefetch
+        try:
+            self._run_round(num_groups)
+        finally:
+            self._hold_partials = False
+        return num_groups
+
+    def buffer_state(self, source_state: Callable[[], Any] = lambda: None) -> tuple[Any, dict[str, Any]]:
+        """``(source_state(), buffers)`` taken together, so no prompt is both drawn and unrecorded: the groups
+        in the buffers, and with partial rollout the open groups, the queued rows, the requests on the workers
+        and those being scored (all sent again after :meth:`load_buffer_state`). Picklable."""
+        with self._lock:
+            buffers: dict[str, Any] = {
+                "next_id": self._next_id,
+                "kept": [(g.batch, g.version, g.order) for g in self._kept],
+                "rejected": [(g.batch, g.version, g.order) for g in self._rejected],
+                "since": None if self._since is None else vars(self._since.snapshot()),
+            }
+            if self._partial is not None:
+                buffers["partial"] = self._partial.state()
+                buffers["scoring"] = [(self._orders[i], b) for i, b in self._scoring.items()]
+            return source_state(), buffers
+
+    def load_buffer_state(self, buffers: Mapping[str, Any]) -> None:
+        """Continue from :meth:`buffer_state` (before the first :meth:`get_batch`)."""
+        with self._lock:
+            self._next_id = max(self._next_id, int(buffers["next_id"]))
+            if buffers.get("since") is not None:  # the next batch's counters started before the checkpoint
+                self._since = _Counters(**buffers["since"])
+            self._kept.extend(_Group(b, v, (o[0], o[1])) for b, v, o in buffers["kept"])
+            self._rejected.extend(_Group(b, v, (o[0], o[1])) for b, v, o in buffers["rejected"])
+            if self._partial is not None and "partial" in buffers:
+                self._partial.load_state(buffers["partial"])
+                for key, group in buffers["scoring"]:
+                    self._score_group((key[0], key[1]), group)
+
     def close(self) -> None:
         """Stop the async thread, and a :meth:`get_batch` running in another thread (it raises within
         ``poll_s``); requests already on the workers finish there and are discarded."""
@@ -293,15 +358,17 @@ class GenerateScheduler:
     # ------------------------------------------------------------------------------------------ sync mode
 
     def _take_sync(self, num_groups: int, trainer_version: int) -> RolloutBatch:
-        start = self._counters.snapshot()
+        start, self._since = self._since or self._counters.snapshot(), None
         generated = kept_before = 0
         for round_ in range(self.options.max_rounds):
             self._evict_stale(trainer_version)
-            need = num_groups - len(self._kept)
-            if need <= 0:
+            pending = self._partial.num_open() if self._partial is not None else 0
+            need = num_groups - len(self._kept) - pending
+            if need <= 0 and not pending:
                 break
             rate = (len(self._kept) - kept_before) / generated if generated else 1.0
             n_prompts = need if round_ == 0 else min(4 * num_groups, math.ceil(need / max(rate, 0.1)))
+            n_prompts = max(n_prompts, 0)
             self._counters.rounds += 1
             generated += n_prompts
             self._run_round(n_prompts)
@@ -388,8 +455,10 @@ class GenerateScheduler:
     # ------------------------------------------------------------------------------------------- plumbing
 
     def _inflight_prompts(self) -> int:
-        """Prompts sent but not yet in a buffer: being generated or being scored."""
-        return sum(n for _, _, n in self._jobs.values())
+        """Prompts sent but not yet in a buffer: being generated or being scored (partial rollout: the open
+        groups, plus the complete groups being scored)."""
+        open_groups = self._partial.num_open() if self._partial is not None else 0
+        return open_groups + sum(n for _, _, n in self._jobs.values())
 
     def _free_slots(self, pool: CallPool[Any]) -> list[int]:
         """One entry per free request slot, rank by rank (a rank with two free slots appears twice)."""
@@ -398,27 +467,49 @@ class GenerateScheduler:
         return [r for r in range(self.cluster.world_size) for _ in range(cap - busy.count(r))]
 
     def _submit_while_free(self, budget: int) -> int:
-        """Send requests to free ranks while ``budget`` prompts remain; returns the prompts sent."""
+        """Send requests to free ranks while ``budget`` prompts remain (partial rollout: rows to continue first,
+        outside the budget); returns the prompts sent. Under the lock, so a checkpoint never sees a prompt drawn
+        from the source but not yet recorded as in flight."""
         sent = 0
-        for rank in self._free_slots(self._pool):
-            if sent >= budget:
-                break
-            prompts = self.source(min(self.options.request_prompts, budget - sent))
-            self._submit_request(rank, prompts)
-            sent += len(prompts)
+        with self._lock:
+            for rank in self._free_slots(self._pool):
+                if self._submit_partial(rank):
+                    continue
+                if sent >= budget:
+                    break
+                prompts = self.source(min(self.options.request_prompts, budget - sent))
+                self._submit_request(rank, prompts)
+                sent += len(prompts)
         return sent
 
-    def _submit_request(self, rank: int, prompts: Batch) -> None:
+    def _submit_partial(self, rank: int) -> bool:
+        """Send waiting partial-rollout work (rows to continue, prompts to send again) to ``rank``, if any."""
+        if self._partial is None or self._hold_partials or not self._partial.has_work():
+            return False
+        rows = self._partial.next_request(
+            self._next_id, self.options.request_prompts * self.options.group_size
+        )
+        if rows is None:
+            return False
+        self._send(rank, rows, 0)
+        return True
+
+    def _send(self, rank: int, rows: Batch, n_prompts: int) -> None:
         job_id = self._next_id
         self._next_id += 1
-        prompts = self._seeded(prompts, TRAIN_STREAM, self._counters.prompts)
-        call = submit_to_rank(self.cluster, rank, self.options.method, prompts, *self.gen_args)
+        call = submit_to_rank(self.cluster, rank, self.options.method, rows, *self.gen_args)
         self._pool.add(job_id, call)
-        with self._lock:
-            self._prompts[job_id] = prompts
-            self._jobs[job_id] = (None, time.perf_counter(), len(prompts))
-            self._counters.prompts += len(prompts)
-            self._counters.requests += 1
+        self._prompts[job_id] = rows
+        self._jobs[job_id] = (None, time.perf_counter(), n_prompts)
+        self._counters.requests += 1
+
+    def _submit_request(self, rank: int, prompts: Batch) -> None:
+        prompts = self._seeded(prompts, TRAIN_STREAM, self._counters.prompts)
+        self._counters.prompts += len(prompts)
+        if self._partial is not None:  # its groups count as open from now on
+            self._send(rank, self._partial.fresh(self._next_id, prompts), 0)
+        else:
+            self._send(rank, prompts, len(prompts))
 
     def _wait_and_handle(self, timeout_s: float) -> None:
         """Wait until a generation or a scoring job finishes (or ``timeout_s``, or the first deadline of what is
@@ -429,7 +520,8 @@ class GenerateScheduler:
         if refs:
             ray.wait(refs, num_returns=1, timeout=bounded_wait(timeout_s, deadline))
         for job_id, _, samples in self._pool.wait_any(0):
-            self._on_generated(job_id, self._carry(self._prompts.pop(job_id), samples))
+            with self._lock:  # a checkpoint sees the request either in flight or filed
+                self._on_generated(job_id, self._carry(self._prompts.pop(job_id), samples))
         # earliest deadline first: a share queued behind a hung one on the same rank is read after the hung one's
         # restart has sent it again, not abandoned with it
         ready = [
@@ -455,35 +547,63 @@ class GenerateScheduler:
         return samples.union(Batch({}, {c: extra.non_tensors[c] for c in missing}))
 
     def _busy(self) -> bool:
-        return bool(self._jobs)
+        waiting = self._partial is not None and not self._hold_partials and self._partial.has_work()
+        return bool(self._jobs) or waiting
 
     def _on_generated(self, job_id: int, samples: Batch) -> None:
         _, started, n = self._jobs[job_id]
         now = time.perf_counter()
         with self._lock:
             self._counters.gen_s += now - started
+        if self._partial is not None:
+            self._on_segment(job_id, samples)
+            return
         if self.scorer is None:
             with self._lock:
                 self._jobs.pop(job_id)
-            self._accept(samples, job_id)
+            self._accept(samples, (job_id, 0))
             return
         job = self.scorer.submit(samples)
         with self._lock:
             self._jobs[job_id] = (job, now, n)
 
+    def _on_segment(self, job_id: int, samples: Batch) -> None:
+        """Partial rollout: file a request's rows; complete groups go on to scoring (or straight to the buffers)."""
+        assert self._partial is not None
+        with self._lock:
+            self._jobs.pop(job_id)
+            before = self._partial.aborts
+            complete = self._partial.returned(job_id, samples)
+            self._counters.aborts += self._partial.aborts - before
+        for key, group in complete:
+            self._score_group(key, group)
+
+    def _score_group(self, key: GroupKey, group: Batch) -> None:
+        if self.scorer is None:
+            self._accept(group, key)
+            return
+        score_id = self._next_id
+        self._next_id += 1
+        with self._lock:
+            self._jobs[score_id] = (self.scorer.submit(group), time.perf_counter(), 1)
+            self._orders[score_id], self._scoring[score_id] = key, group
+
     def _on_scored(self, job_id: int, scored: Batch) -> None:
         with self._lock:
             _, started, _ = self._jobs.pop(job_id)
             self._counters.reward_s += time.perf_counter() - started
-        self._accept(scored, job_id)
+            self._scoring.pop(job_id, None)
+            order = self._orders.pop(job_id, (job_id, 0))
+            self._accept(scored, order)  # under the lock: a checkpoint sees the group scoring or buffered
 
-    def _accept(self, scored: Batch, job_id: int) -> None:
-        """Split a scored request into groups, filter them, and put them into the buffers."""
+    def _accept(self, scored: Batch, order: GroupKey) -> None:
+        """Split a scored request into groups, filter them, and put them into the buffers; ``order`` is the first
+        group's place in the feed."""
         G = self.options.group_size
         if len(scored) % G:
             raise DataError(f"generate returned {len(scored)} rows, not a multiple of the group size {G}")
         parts = scored.split([G] * (len(scored) // G))
-        groups = [_Group(g, self._version(g), (job_id, i)) for i, g in enumerate(parts)]
+        groups = [_Group(g, self._version(g), (order[0], order[1] + i)) for i, g in enumerate(parts)]
         keep_P, stats = self._filter(scored, len(groups))
         with self._lock:
             for group, keep in zip(groups, keep_P.tolist()):
@@ -509,6 +629,8 @@ class GenerateScheduler:
 
     def _evict_stale(self, trainer_version: int) -> None:
         oldest = trainer_version - self.options.staleness_bound
+        if self._partial is not None:  # open groups that can no longer be trained on get no more compute
+            self._counters.stale += self._partial.evict_older_than(oldest)
         for buffer in (self._kept, self._rejected):
             fresh = [g for g in buffer if g.version >= oldest]
             if buffer is self._kept:

@@ -40,7 +40,23 @@ class RolloutConfig(RollModel):
         0.0, ge=0, description="0: sync; r > 0: generate up to r steps ahead while training"
     )
     max_staleness: int | None = Field(
-        None, ge=0, description="max policy-version lag of a trained sample; default ceil(ratio)"
+        None,
+        ge=0,
+        description="max policy-version lag of a trained sample (with partial: of its oldest token); default "
+        "ceil(ratio)",
+    )
+    partial: bool = Field(
+        False,
+        description="partial rollout (async modes only): samples are generated in segments of "
+        "partial_segment_tokens, so a weight update interrupts long samples, which continue from their prefix "
+        "under the new weights; every token records the policy version that sampled it; in-flight prompts and "
+        "partial responses are checkpointed",
+    )
+    partial_segment_tokens: int = Field(
+        8,
+        ge=1,
+        description="partial rollout: the most tokens a sample gets per generation request (the points where "
+        "a weight update can come in; smaller cuts in sooner, at the cost of one prefill per segment)",
     )
     async_mode: Literal["stream", "step_ahead"] = Field(
         "stream",
@@ -159,6 +175,14 @@ class RLVRConfig(PolicyRunConfig):
 
     def _async_issues(self) -> list[ConfigIssue]:
         r = self.rollout
+        if r.partial and r.async_generation_ratio == 0:
+            message = (
+                "partial rollout interrupts generation for a weight update, which only an async mode has"
+            )
+            hint = (
+                "set rollout.async_generation_ratio > 0 (async_mode stream or step_ahead), or partial: false"
+            )
+            return [ConfigIssue("rollout.partial", message, hint)]
         if r.async_mode == "step_ahead" and r.async_generation_ratio != 1:
             message = f"async_mode step_ahead generates exactly one step ahead; async_generation_ratio is {r.async_generation_ratio:g}"
             return [

@@ -7,7 +7,7 @@ scheduler's counts (dropped groups, stale groups, requests).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -39,8 +39,25 @@ def rollout_metrics(
         "reward/errors": _share(batch, C.REWARD_ERROR),
         "data/prompt_truncated": _share(batch, C.PROMPT_TRUNCATED),
     }
+    if C.RESPONSE_POLICY_VERSION in batch.non_tensors:  # partial rollout: per-token versions
+        out.update(token_version_metrics(list(batch.non_tensors[C.RESPONSE_POLICY_VERSION]), trainer_version))
     out.update(domain_metrics(batch, domain_of, default=default))
     return out
+
+
+def token_version_metrics(versions: Sequence[Sequence[int]], trainer_version: int) -> dict[str, float]:
+    """Partial rollout: the share of samples whose tokens come from more than one policy version, the widest such
+    span, and the lag (trainer version minus sampling version) of every token, mean and max."""
+    spans = [max(v) - min(v) for v in versions if len(v)]
+    lags = [trainer_version - int(t) for v in versions for t in v]
+    if not spans:
+        return {}
+    return {
+        "rollout/multi_version_share": sum(s > 0 for s in spans) / len(spans),
+        "rollout/version_span_max": float(max(spans)),
+        "rollout/token_version_lag_mean": sum(lags) / len(lags),
+        "rollout/token_version_lag_max": float(max(lags)),
+    }
 
 
 def domain_metrics(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import pickle
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -59,6 +60,8 @@ from roll.workers.config import SamplingParams
 from roll.workers.roles.sequences import to_sequences
 
 logger = logging.getLogger(__name__)
+BUFFER_FILE = "rollout_buffer.pkl"
+"""Partial rollout: the scheduler's buffers, open groups and in-flight requests (see ``buffer_state``)."""
 
 
 class RLVRPipeline(BasePipeline):
@@ -119,7 +122,15 @@ class RLVRPipeline(BasePipeline):
             on_timeout=timed_out_rows,  # a hung reward: its rows fail, its worker restarts, training goes on
         )  # fmt: skip
         self.scheduler = self._make_scheduler()
-        self.ahead = StepAhead(self.generate, enabled=cfg.rollout.async_mode == "step_ahead")
+        step_ahead = cfg.rollout.async_mode == "step_ahead" and cfg.rollout.async_generation_ratio > 0
+        # partial + step_ahead: only the first segment of the next step's prompts is made on this step's weights;
+        # the rest continues after the sync, on the new ones (every sample switches version at the same token)
+        self._prefetches = step_ahead and cfg.rollout.partial
+        make = self._prefetch if self._prefetches else self.generate
+        self.ahead: StepAhead[Any] = StepAhead(make, enabled=cfg.rollout.async_mode == "step_ahead")
+        self._buffers: dict[str, Any] | None = (
+            None  # partial: the rollout buffers of the checkpoint being saved
+        )
 
     def _curriculum(self) -> CurriculumFeeder | None:
         cfg = self.config
@@ -137,7 +148,11 @@ class RLVRPipeline(BasePipeline):
             max_inflight_per_rank=r.max_inflight_per_rank,
             max_rounds=r.max_rounds,
             async_ratio=0.0 if r.async_mode == "step_ahead" else r.async_generation_ratio,
-            max_staleness=r.max_staleness,
+            # partial + step_ahead: prefetched first segments are one version old when their step is taken
+            max_staleness=1
+            if r.max_staleness is None and r.partial and r.async_mode == "step_ahead"
+            else r.max_staleness,
+            partial_segment=r.partial_segment_tokens if r.partial else None,
             version_column=C.POLICY_VERSION,
             carry_columns=CARRY_COLUMNS + (IMAGE_COLUMNS if self.with_images else ()),
             seed=cfg.seed,  # every prompt samples from (run seed, its place in the feed): resumable exactly
@@ -189,7 +204,7 @@ class RLVRPipeline(BasePipeline):
         level = self.curriculum.level if self.curriculum is not None else 0
         timings: dict[str, float] = {}
         with self.policy.phase("generate"):
-            rollout = self._timed(timings, "generate", lambda: self.ahead.take(step))
+            rollout = self._timed(timings, "generate", lambda: self._take(step))
         self.ahead.start(
             step + 1
         )  # step_ahead: the next batch generates on these weights while this one trains
@@ -208,6 +223,15 @@ class RLVRPipeline(BasePipeline):
             out["curriculum/level"] = float(level)
             self.curriculum.observe(out[self.config.curriculum.metric])
         return out
+
+    def _take(self, step: int) -> RolloutBatch:
+        taken = self.ahead.take(step)
+        return self.generate(step) if self._prefetches else taken
+
+    def _prefetch(self, step: int) -> int:
+        """partial + step_ahead: the first segment of ``step``'s prompts (see :meth:`GenerateScheduler.prefetch`)."""
+        assert self.scheduler is not None  # built in setup()
+        return self.scheduler.prefetch(self.config.batch.prompts_per_step)
 
     def generate(self, step: int = 0) -> RolloutBatch:
         """``P`` scored groups from the scheduler (see :mod:`roll.core.scheduler.generate`); ``step`` is the step
@@ -388,10 +412,17 @@ class RLVRPipeline(BasePipeline):
     def save_files(self, directory: Path) -> None:
         self.policy.save(directory)
         self.ahead.save(directory)
+        if self._buffers is not None:  # taken in state(), together with the feeder's position
+            with (directory / BUFFER_FILE).open("wb") as f:
+                pickle.dump(self._buffers, f)
+            self._buffers = None
 
     def load_files(self, directory: Path) -> None:
         self.policy.load(directory)
         self.ahead.load(directory)
+        if (directory / BUFFER_FILE).exists():
+            with (directory / BUFFER_FILE).open("rb") as f:
+                self._buffers = pickle.load(f)  # written by save_files of the same pipeline
 
     def export(self, output_dir: Path) -> None:
         self.policy.export_hf(output_dir)
@@ -400,7 +431,13 @@ class RLVRPipeline(BasePipeline):
         """Data position (with a curriculum: its level and window), served version, KL controller, running
         reward statistics and the rollout scheduler's counters (the per-prompt seed stream's position)."""
         assert self.scheduler is not None  # built in setup()
-        state = {"feeder": self.feeder.state(), **self.policy.state(), **self.objective.state_dict()}
+        if (
+            self.config.rollout.partial
+        ):  # in-flight prompts and partial responses: taken with the feed position
+            feeder, self._buffers = self.scheduler.buffer_state(self.feeder.state)
+        else:
+            feeder = self.feeder.state()
+        state = {"feeder": feeder, **self.policy.state(), **self.objective.state_dict()}
         state["scheduler"] = self.scheduler.state_dict()
         return state
 
@@ -409,6 +446,9 @@ class RLVRPipeline(BasePipeline):
         self.feeder.load_state(state["feeder"])
         self.objective.load_state_dict(state)
         self.scheduler.load_state_dict(state["scheduler"])
+        if self._buffers is not None:
+            self.scheduler.load_buffer_state(self._buffers)
+            self._buffers = None
         self.policy.load_state(state)
 
     def teardown(self) -> None:

@@ -25,7 +25,7 @@ from roll.workers.model_update import (
     weights_checksum,
 )
 from roll.workers.offload import measured
-from roll.workers.roles import _common
+from roll.workers.roles import _common, partial
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer, resolve_path
 from roll.workers.types import GeneratedSample, InferStrategy
@@ -74,6 +74,12 @@ class ActorInferWorker(Worker):
         prompt_ids = _prompt_ids(prompts)
         index_B = _prompt_index(prompts, self.rank)
         seeds = _prompt_seeds(prompts, index_B, params)
+        if partial.is_segment_request(prompts):  # partial rollout: one segment (roll.workers.roles.partial)
+            if _common.vision_columns(prompts):
+                raise WorkerError(f"{self.role}: partial rollout does not take image or video prompts yet")
+            rows = Batch(dict(prompts.tensors), dict(prompts.non_tensors), prompts.meta)
+            rows[C.PROMPT_IDS], rows[C.PROMPT_INDEX] = prompt_ids, index_B
+            return partial.generate_segment(self.strategy, rows, params, seeds, self.role)
         samples = self.strategy.generate(prompt_ids, params, seeds, **_common.vision_kwargs(prompts))
         return _samples_batch(samples, prompts, prompt_ids, index_B, params.n)
 
