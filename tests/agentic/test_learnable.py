@@ -72,7 +72,7 @@ def test_tabular_reinforce_learns_within_50_steps() -> None:
 def test_env_specs_build_envs() -> None:
     from roll.agentic.envs.specs import ALL
 
-    assert set(ALL) == {"sokoban", "frozen_lake", "countdown", "guess_direction"}
+    assert set(ALL) == {"sokoban", "frozen_lake", "countdown", "guess_direction", "terminal"}
     for name, spec in ALL.items():
         assert spec.config_model is not None
         config = spec.config_model()
