@@ -122,20 +122,6 @@ RECIPES: dict[str, dict[str, Any]] = {
         "padding_side": "right",
         "recipe_version": 1,
     },
-    # roll-tiny's vocabulary with the Qwen3-like template and <think>/</think> tokens: a thinking model's kit.
-    "roll-tiny-think": {
-        "vocab_size": 512,
-        "min_frequency": 2,
-        "corpus": {
-            "arithmetic": [[1, 150], [2, 400], [3, 400], [4, 400], [5, 400], [6, 400]],
-            "compare": 400,
-            "seed": 0,
-        },
-        "model_max_length": 2048,
-        "padding_side": "right",
-        "recipe_version": 1,
-        "template": "think",
-    },
     # The tiny VLM kit's: roll-tiny's corpus plus the shapes task, and Qwen2-VL's vision tokens as specials.
     "roll-tiny-vl": {
         "vocab_size": 576,
@@ -152,6 +138,8 @@ RECIPES: dict[str, dict[str, Any]] = {
         "recipe_version": 1,
     },
 }
+# roll-tiny's vocabulary with the Qwen3-like template and <think>/</think> tokens: a thinking model's kit.
+RECIPES["roll-tiny-think"] = {**RECIPES["roll-tiny"], "template": "think"}
 
 
 def _recipe(name: str) -> dict[str, Any]:
