@@ -131,7 +131,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=120, help="RL steps per side")
     parser.add_argument("--rounds", type=int, default=1, help="sides alternate order each round")
-    parser.add_argument("--segment", type=int, default=8, help="rollout.partial_segment_tokens")
+    parser.add_argument("--segment", type=int, default=32, help="rollout.partial_segment_tokens")
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of {list(TASKS)}")
     parser.add_argument(
         "--sides", default="sync,step-ahead,partial", help=f"comma-separated, of {list(SIDES)}"

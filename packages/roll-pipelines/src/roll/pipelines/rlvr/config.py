@@ -53,10 +53,11 @@ class RolloutConfig(RollModel):
         "partial responses are checkpointed",
     )
     partial_segment_tokens: int = Field(
-        8,
+        32,
         ge=1,
         description="partial rollout: the most tokens a sample gets per generation request (the points where "
-        "a weight update can come in; smaller cuts in sooner, at the cost of one prefill per segment)",
+        "a weight update can come in; smaller cuts in sooner, at the cost of one prefill and one resubmission "
+        "per segment: on 2 CPU cores, 32 of 96 new tokens was level with step_ahead where 8 was slower than sync)",
     )
     async_mode: Literal["stream", "step_ahead"] = Field(
         "stream",
