@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -221,14 +222,17 @@ def test_deadline_cuts_off_the_agent_and_refuses_its_calls(tiny: dict[str, Any])
     deadline is refused with 403 ``episode_deadline``; a reward that is not a finite number is an error."""
     enc = tiny["encoder"]
 
+    released = threading.Event()
+
     def slow(base_url: str, api_key: str, task: dict[str, Any]) -> float:
-        time.sleep(3)
+        released.wait(60)  # far past the deadline; released at the end so no thread outlives the test
         return 1.0
 
     with AgentGateway(GatewayConfig(episode_timeout_s=0.5), enc, Scripted(enc), slow) as gateway:
         start = time.monotonic()
         rollout = gateway.rollout([TASK], 2, seed=0)
-        assert time.monotonic() - start < 2.5, "the rollout waited for an agent past its deadline"
+        assert time.monotonic() - start < 30, "the rollout waited for an agent past its deadline"
+        released.set()
         past = EpisodeLog(0, 0, {}, deadline=time.monotonic() - 1)
         gateway.server.open_rollout([past], "k", 0)
         with pytest.raises(ApiError) as refused:

@@ -74,7 +74,7 @@ def test_over_ask_raises_before_any_wait(ray_local: Any) -> None:
     start = time.monotonic()
     with pytest.raises(ResourceError, match=r"CPU: roles ask for 6 in total, the cluster has 4"):
         rm.allocate()
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 20  # a wait would last the 60 s timeout
 
 
 def test_unknown_pin_resource_is_reported(ray_local: Any) -> None:

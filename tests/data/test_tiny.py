@@ -107,7 +107,7 @@ def test_cached_folder_is_built_once(tiny_1m_path: Path) -> None:
     stamp = (tiny_1m_path / "model.safetensors").stat().st_mtime_ns
     start = time.perf_counter()
     assert tiny_model_path("tiny-1m") == tiny_1m_path
-    assert time.perf_counter() - start < 2
+    assert time.perf_counter() - start < 10  # generous: the unchanged mtime below is what shows no rebuild
     assert (tiny_1m_path / "model.safetensors").stat().st_mtime_ns == stamp
     assert tiny_model_path("tiny-1m", seed=1) != tiny_1m_path
 

@@ -77,7 +77,7 @@ def test_infinite_loop_is_killed_at_the_wall_clock(reward: CodeReward) -> None:
     started = time.monotonic()
     score, info = _score(reward, "while True:\n    pass\n", {"asserts": ["assert True"]})
     assert score == 0.0 and info["error"] == "timeout"
-    assert time.monotonic() - started < 6
+    assert time.monotonic() - started < 20  # generous under load: unkilled, the loop never ends
 
 
 def test_fork_bomb_scores_zero(reward: CodeReward) -> None:
