@@ -139,7 +139,8 @@ def test_hanging_server_times_out_after_retries(base_url: str) -> None:
     started = time.monotonic()
     (result,) = _judge(base_url, "hang", request_timeout_s=0.3, max_retries=1).score([REQUEST])
     assert result.score == 0.0 and "timeout" in result.info["error"] and result.info["attempts"] == 2
-    assert time.monotonic() - started < 8  # a server that is not cut off answers after 5 s, with a score of 10
+    # a server that is not cut off answers after 5 s, with a score of 10
+    assert time.monotonic() - started < 8
 
 
 @pytest.mark.usefixtures("judge_env")
