@@ -12,7 +12,8 @@ steps (when the pipeline logs one), the 1-minute load average at the start and t
 RSS counts a page in every process that maps it, so the sum counts each torch process's ~250 MiB of shared
 library pages (libtorch, the CUDA libraries of PyPI's CUDA wheel) once per process; the summed PSS (from
 ``/proc/<pid>/smaps_rollup``, shared pages split among their processes) is the memory the run actually holds,
-printed beside it. The memory goal counts the RSS sum.
+printed beside it. The memory goal counts the RSS sum. Each process's row also gives its peak PSS and whether it
+had torch loaded (``libtorch_cpu.so`` mapped: the driver should not, once it carries no torch).
 
     uv run python benchmarks/bench_memory.py [--config examples/quickstart.yaml] [--output-dir DIR] [overrides...]
 
@@ -56,21 +57,35 @@ def _pss(pid: int) -> int:
     return 0
 
 
-def _sample(root: psutil.Process, peaks: dict[int, tuple[str, int]], pss: list[int]) -> int:
+def _has_torch(pid: int) -> bool:
+    """Whether the process has torch loaded (its C++ library mapped); False if unreadable."""
+    with contextlib.suppress(OSError):
+        return "libtorch_cpu.so" in Path(f"/proc/{pid}/maps").read_text()
+    return False
+
+
+def _sample(
+    root: psutil.Process,
+    peaks: dict[int, tuple[str, int]],
+    pss: list[int],
+    extra: dict[int, tuple[int, bool]],
+) -> int:
     """Record each process's RSS into ``peaks`` (pid -> (name, peak)); return the summed RSS now. ``pss``
-    receives the summed PSS now (one value per sample)."""
+    receives the summed PSS now (one value per sample); ``extra`` each process's (peak PSS, torch loaded)."""
     total = pss_total = 0
     with contextlib.suppress(psutil.NoSuchProcess):
         procs = [root, *root.children(recursive=True)]
         for p in procs:
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-                rss = p.memory_info().rss
+                rss, own_pss = p.memory_info().rss, _pss(p.pid)
                 total += rss
-                pss_total += _pss(p.pid)
+                pss_total += own_pss
                 name, peak = peaks.get(p.pid, ("", 0))
                 if not name.startswith("ray::") or name == "ray::IDLE":
                     name = _name(p)  # a Ray worker takes its actor's title once the actor starts
                 peaks[p.pid] = (name, max(peak, rss))
+                peak_pss, torch_seen = extra.get(p.pid, (0, False))
+                extra[p.pid] = (max(peak_pss, own_pss), torch_seen or _has_torch(p.pid))
     pss.append(pss_total)
     return total
 
@@ -95,12 +110,13 @@ def run(config: Path, overrides: list[str], out: Path | None = None) -> dict[str
     env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     load = os.getloadavg()[0]
     peaks: dict[int, tuple[str, int]] = {}
+    extra: dict[int, tuple[int, bool]] = {}
     peak_sum, first_seen, pss = 0, None, [0]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env)
     root = psutil.Process(proc.pid)
     while proc.poll() is None:
-        peak_sum = max(peak_sum, _sample(root, peaks, pss))
+        peak_sum = max(peak_sum, _sample(root, peaks, pss, extra))
         if first_seen is None and _first_step_at(out / "metrics.jsonl"):
             first_seen = time.perf_counter() - start
         time.sleep(0.2)
@@ -112,7 +128,7 @@ def run(config: Path, overrides: list[str], out: Path | None = None) -> dict[str
     tenth = max(1, len(rl) // 10)
     acc = [r["reward/accuracy"] for r in rl[-tenth:] if "reward/accuracy" in r]
     return {
-        "load": load, "wall_s": wall, "peak_sum": peak_sum, "peaks": peaks, "peak_pss": max(pss),
+        "load": load, "wall_s": wall, "peak_sum": peak_sum, "peaks": peaks, "extra": extra, "peak_pss": max(pss),
         "startup_s": (first_seen or wall) - rl[0]["time/step_s"],
         "step1_s": rl[0]["time/step_s"],
         "step_s": statistics.median(r["time/step_s"] for r in rl[1:] or rl),
@@ -137,11 +153,15 @@ def main() -> None:
     r = run(args.config, overrides, args.output_dir)
     peaks: dict[int, tuple[str, int]] = r["peaks"]  # type: ignore[assignment]
     print(f"load (1 min) at start: {r['load']:.2f}; overrides: {' '.join(overrides) or '(none)'}")
-    print("| process | pid | peak RSS MiB |")
-    print("|---|---|---|")
+    extra: dict[int, tuple[int, bool]] = r["extra"]  # type: ignore[assignment]
+    print("| process | pid | peak RSS MiB | peak PSS MiB | torch loaded |")
+    print("|---|---|---|---|---|")
     for pid, (name, peak) in sorted(peaks.items(), key=lambda kv: -kv[1][1]):
         if peak >= 20 * MIB:
-            print(f"| {name} | {pid} | {peak / MIB:.0f} |")
+            peak_pss, torch_seen = extra.get(pid, (0, False))
+            print(
+                f"| {name} | {pid} | {peak / MIB:.0f} | {peak_pss / MIB:.0f} | {'yes' if torch_seen else 'no'} |"
+            )
     small = [p for _, p in peaks.values() if p < 20 * MIB]
     print(f"| {len(small)} processes under 20 MiB | | {sum(small) / MIB:.0f} |")
     print(f"| **sum of per-process peaks** | | {sum(p for _, p in peaks.values()) / MIB:.0f} |")
