@@ -39,18 +39,21 @@ import random
 import re
 import secrets
 import shutil
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
 import xxhash
 
 from roll.core.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -339,6 +342,8 @@ class CheckpointManager:
         encoded = json.loads((path / STATE_JSON).read_text(encoding="utf-8"))
         tensors: dict[str, torch.Tensor] = {}
         if (path / STATE_TENSORS).exists():
+            import torch  # only a state that holds tensors needs it (see _loaded_torch)
+
             tensors = torch.load(path / STATE_TENSORS, map_location="cpu", weights_only=True)
         decoded = _decode_state(encoded, tensors)
         if not isinstance(decoded, dict):
@@ -506,7 +511,7 @@ def first_non_finite(tensors: Mapping[str, torch.Tensor]) -> str | None:
     for name, tensor in tensors.items():
         if not (tensor.is_floating_point() or tensor.is_complex()):
             continue
-        finite = torch.isfinite(tensor)
+        finite = tensor.isfinite()
         if not bool(finite.all()):
             bad = int(finite.numel() - int(finite.sum()))
             return f"{name} ({bad} of {tensor.numel()} values are NaN or inf)"
@@ -541,9 +546,10 @@ def _encode_state(state: Any, where: str = "state") -> tuple[Any, dict[str, torc
     Anything else raises a CheckpointError naming where in the state it is.
     """
     tensors: dict[str, torch.Tensor] = {}
+    torch_mod = _loaded_torch()
 
     def walk(value: Any, at: str) -> Any:
-        if isinstance(value, torch.Tensor):
+        if torch_mod is not None and isinstance(value, torch_mod.Tensor):
             tensors[at] = value.detach().cpu()
             return {_TENSOR_REF: at}
         if value is None or isinstance(value, str | int | float | bool):
@@ -578,7 +584,16 @@ def _decode_state(value: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
 def _write_state(directory: Path, encoded: Any, tensors: dict[str, torch.Tensor]) -> None:
     (directory / STATE_JSON).write_text(json.dumps(encoded), encoding="utf-8")
     if tensors:
+        import torch  # already loaded: the state held tensors
+
         torch.save(tensors, directory / STATE_TENSORS)
+
+
+def _loaded_torch() -> Any:
+    """torch if this process has imported it, else None. This module imports torch only where a tensor is in
+    play, so a process that never touches one (the driver, by the memory goal) never pays torch's ~550 MB: no
+    value can be a tensor in a process that has not imported torch."""
+    return sys.modules.get("torch")
 
 
 # ------------------------------------------------------------------------------------------------------ RNG
@@ -588,6 +603,8 @@ def capture_rng_state() -> dict[str, Any]:
     """The states of Python's ``random``, numpy's global RNG, torch's CPU RNG and, when this process has
     initialized CUDA, every CUDA device's RNG. (Not initialized means CUDA was not used, and reading the state
     would create a CUDA context just for that.)"""
+    import torch
+
     version, internal, gauss = random.getstate()
     np_state: dict[str, Any] = np.random.get_state(legacy=False)
     state: dict[str, Any] = {
@@ -607,6 +624,8 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
     np_state = dict(state["numpy"])
     np_state["state"] = {**np_state["state"], "key": np.asarray(np_state["state"]["key"], dtype=np.uint32)}
     np.random.set_state(np_state)
+    import torch
+
     torch.set_rng_state(state["torch"])
     cuda_states = state.get("torch_cuda")
     if cuda_states and torch.cuda.is_available():
