@@ -600,20 +600,21 @@ def _loaded_torch() -> Any:
 
 
 def capture_rng_state() -> dict[str, Any]:
-    """The states of Python's ``random``, numpy's global RNG, torch's CPU RNG and, when this process has
-    initialized CUDA, every CUDA device's RNG. (Not initialized means CUDA was not used, and reading the state
-    would create a CUDA context just for that.)"""
-    import torch
-
+    """The states of Python's ``random``, numpy's global RNG and, when this process has imported torch, torch's
+    CPU RNG and (when it has initialized CUDA) every CUDA device's RNG. A process without torch has drawn nothing
+    from torch's RNG, so there is nothing to keep, and importing torch just to read it would cost ~550 MB. (Not
+    initialized CUDA means CUDA was not used, and reading its state would create a CUDA context for that.)"""
     version, internal, gauss = random.getstate()
     np_state: dict[str, Any] = np.random.get_state(legacy=False)
     state: dict[str, Any] = {
         "python": [version, list(internal), gauss],
         "numpy": {**np_state, "state": {**np_state["state"], "key": np_state["state"]["key"].tolist()}},
-        "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-        state["torch_cuda"] = list(torch.cuda.get_rng_state_all())
+    torch = _loaded_torch()
+    if torch is not None:
+        state["torch"] = torch.get_rng_state()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            state["torch_cuda"] = list(torch.cuda.get_rng_state_all())
     return state
 
 
@@ -624,6 +625,8 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
     np_state = dict(state["numpy"])
     np_state["state"] = {**np_state["state"], "key": np.asarray(np_state["state"]["key"], dtype=np.uint32)}
     np.random.set_state(np_state)
+    if "torch" not in state:  # captured in a process without torch: it had drawn nothing from torch's RNG
+        return
     import torch
 
     torch.set_rng_state(state["torch"])
