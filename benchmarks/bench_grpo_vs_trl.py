@@ -143,19 +143,11 @@ def warm_model(folder: Path, steps: int, lr: float, threads: int) -> None:
 
 
 def trl_main(args: argparse.Namespace) -> None:
-    import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
     from roll.data.tasks import builtin_dataset
     from roll.pipelines.rewards.arithmetic import ArithmeticReward
     from roll.pipelines.rewards.types import RewardRequest
 
-    torch.set_flush_denormal(True)
-    torch.set_num_threads(args.threads)
     rl = builtin_dataset("arithmetic", "rl", 80, options={"level": LEVEL})
-    data = Dataset.from_list([{"prompt": r["messages"], "ground_truth": r["ground_truth"]} for r in rl])
     scorer = ArithmeticReward()
 
     def reward(completions: list[Any], ground_truth: list[str], **_: Any) -> list[float]:
@@ -163,6 +155,21 @@ def trl_main(args: argparse.Namespace) -> None:
         reqs = [RewardRequest(response=t, ground_truth=g) for t, g in zip(texts, ground_truth)]
         return [r.score for r in scorer.score(reqs)]
 
+    trl_grpo(args, [{"prompt": r["messages"], "ground_truth": r["ground_truth"]} for r in rl], reward)
+
+
+def trl_grpo(args: argparse.Namespace, rows: list[dict[str, Any]], reward: Any) -> None:
+    """TRL's ``GRPOTrainer`` from ``args.model`` on ``rows`` (``prompt`` and the reward's columns) with ``reward``
+    (a TRL reward callable); each step's seconds and TRL's logs go to ``args.out / "trl.json"``. Shared with the
+    other GRPO benchmarks (bench_small_batch_vs_trl.py), so every comparison runs TRL the same way."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.set_flush_denormal(True)
+    torch.set_num_threads(args.threads)
+    data = Dataset.from_list(rows)
     cfg = GRPOConfig(
         output_dir=args.out / "trl", per_device_train_batch_size=args.P * args.G, num_generations=args.G,
         max_completion_length=args.max_new_tokens, learning_rate=args.lr, loss_type="dapo", beta=0.0,
@@ -209,13 +216,18 @@ def roll_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def roll_main(args: argparse.Namespace) -> None:
+    roll_rlvr(ROOT / "examples" / "quickstart.yaml", roll_overrides(args))
+
+
+def roll_rlvr(yaml: Path, overrides: list[str]) -> None:
+    """roll's rlvr pipeline on ``yaml`` with dotted ``overrides``, in this process (as ``roll train`` runs it)."""
     import torch
 
     from roll.core.config.loader import load_tree, validate
     from roll.pipelines.rlvr import SPEC
 
     torch.set_flush_denormal(True)
-    tree = load_tree(ROOT / "examples" / "quickstart.yaml", roll_overrides(args), model=SPEC.config_model)
+    tree = load_tree(yaml, overrides, model=SPEC.config_model)
     pipeline = SPEC.build(validate(tree, SPEC.config_model))
     try:
         pipeline.run()
@@ -323,6 +335,14 @@ def compare(args: argparse.Namespace) -> None:
         )
     ]  # fmt: skip
     flags += [f"--roll-set={kv}" for kv in args.roll_set]
+    print_table(alternate(Path(__file__), model, out, flags, env, args))
+
+
+def alternate(
+    script: Path, model: Path, out: Path, flags: list[str], env: dict[str, str], args: argparse.Namespace
+) -> dict[str, dict[str, float]]:
+    """Run ``script --side roll`` and ``--side trl`` in turn over ``args.rounds`` (roll first in odd rounds, TRL
+    first in even ones), each in its own process tree; the table of :func:`summarize` per side."""
     read = {"roll": _roll_rows, "trl": _trl_rows}
     rows: dict[str, list[dict[str, float]]] = {"roll": [], "trl": []}
     walls: dict[str, list[float]] = {"roll": [], "trl": []}
@@ -333,16 +353,15 @@ def compare(args: argparse.Namespace) -> None:
         for side in ("roll", "trl") if round_ % 2 == 0 else ("trl", "roll"):
             side_out = out / f"round{round_}"
             side_out.mkdir(exist_ok=True)
-            cmd = [sys.executable, __file__, "--model", str(model), "--out", str(side_out), *flags]
+            cmd = [sys.executable, str(script), "--model", str(model), "--out", str(side_out), *flags]
             wall, rss = run_measured([*cmd, "--side", side], env, loads[side])
             walls[side].append(wall)
             peaks[side] = max(peaks[side], rss)
             rows[side] += read[side](side_out, args)
-    table = {
+    return {
         side: summarize(rows[side], statistics.median(walls[side]), peaks[side], loads[side])
         for side in ("roll", "trl")
     }
-    print_table(table)
 
 
 def print_table(table: dict[str, dict[str, float]]) -> None:
