@@ -39,7 +39,7 @@ def _config(tmp_path: Path, *extra: str) -> RLVRConfig:
 def test_mismatch_metrics_and_sync_check_in_a_real_run(
     ray_local: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cfg = _config(tmp_path)
+    cfg = _config(tmp_path, "sync_check.every=1")  # the default checks every 10th sync; here each one
     assert cfg.algorithm.correction() is None and cfg.placement == "hybrid"
     pipeline = SPEC.build(cfg)
     try:
