@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_grpo_vs_trl import alternate, print_table, roll_rlvr, trl_grpo  # noqa: E402
+from bench_grpo_vs_trl import alternate, print_table, roll_rlvr, trl_grpo
 
 LETTERS = string.ascii_lowercase[:12]  # a-l: 1320 three-letter words of distinct letters
 TEMPLATE = (
@@ -92,7 +92,9 @@ def build_model(folder: Path) -> None:
     model.generation_config.pad_token_id = vocab["<|endoftext|>"]
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    print(f"start model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, vocab {len(vocab)}")
+    print(
+        f"start model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, vocab {len(vocab)}"
+    )
 
 
 def sft_warm(folder: Path, steps: int, threads: int) -> None:
@@ -105,7 +107,10 @@ def sft_warm(folder: Path, steps: int, threads: int) -> None:
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)
     rows = [
-        {"prompt": [{"role": "user", "content": w}], "completion": [{"role": "assistant", "content": w[::-1]}]}
+        {
+            "prompt": [{"role": "user", "content": w}],
+            "completion": [{"role": "assistant", "content": w[::-1]}],
+        }
         for w in words(512, seed=1)
     ]
     cfg = SFTConfig(
@@ -185,7 +190,12 @@ def compare(args: argparse.Namespace) -> None:
     model = out / "start-model"
     build_model(model)
     sft_warm(model, args.warmup_steps, args.threads)
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "OMP_WAIT_POLICY": "PASSIVE", "PYTHONHASHSEED": "0"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(args.threads),
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "PYTHONHASHSEED": "0",
+    }
     flags = [
         f"--{k}={v}"
         for k, v in (
@@ -206,7 +216,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--warmup-steps", type=int, default=60, help="TRL SFT steps (batch 32) on the task")
+    parser.add_argument("--warmup-steps", type=int, default=200, help="TRL SFT steps (batch 32) on the task")
     parser.add_argument("--rounds", type=int, default=2, help="alternate the sides this many times")
     parser.add_argument("--roll-set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--side", choices=["trl", "roll"], default=None, help=argparse.SUPPRESS)
