@@ -5,7 +5,7 @@ scoring, metrics, the weight sync; TRL: its generate/score/train loop in one pro
 
 Nothing here comes from roll's tiny-model kit: the start model is built with plain ``transformers`` and
 ``tokenizers`` (a character-level tokenizer with a ChatML template, a ~0.8M-parameter ``Qwen2ForCausalLM`` from
-``Qwen2Config``, seed 0), the task is its own (reverse three letters: the user says ``abc``, the answer is ``cba``,
+``Qwen2Config``, seed 0), the task is its own (echo three letters: the user says ``abc``, the answer is ``abc``,
 three tokens and ``<|im_end|>``), and the model is warmed on that task by TRL's ``SFTTrainer`` (completion-only
 loss), once per run, saved to a temp folder both sides load. The reward is a plain Python function (exact match,
 in this file): TRL calls it as its reward callable, roll as a ``type: python`` reward (``docs/rewards.md``).
@@ -44,16 +44,16 @@ TEMPLATE = (
 )
 
 
-def reverse_reward(response: str, ground_truth: str, **_: object) -> dict[str, object]:
-    """1.0 when the answer is exactly the reversed word (surrounding whitespace aside), else 0.0."""
+def echo_reward(response: str, ground_truth: str, **_: object) -> dict[str, object]:
+    """1.0 when the answer is exactly the word asked (surrounding whitespace aside), else 0.0."""
     correct = response.strip() == ground_truth
     return {"score": float(correct), "correct": correct}
 
 
 def trl_reward(completions: list[Any], ground_truth: list[str], **_: Any) -> list[float]:
-    """:func:`reverse_reward` as TRL's reward callable (conversational completions)."""
+    """:func:`echo_reward` as TRL's reward callable (conversational completions)."""
     texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
-    return [float(reverse_reward(t, g)["score"]) for t, g in zip(texts, ground_truth)]  # type: ignore[arg-type]
+    return [float(echo_reward(t, g)["score"]) for t, g in zip(texts, ground_truth)]  # type: ignore[arg-type]
 
 
 def words(n: int, seed: int) -> list[str]:
@@ -109,7 +109,7 @@ def sft_warm(folder: Path, steps: int, threads: int) -> None:
     rows = [
         {
             "prompt": [{"role": "user", "content": w}],
-            "completion": [{"role": "assistant", "content": w[::-1]}],
+            "completion": [{"role": "assistant", "content": w}],
         }
         for w in words(512, seed=1)
     ]
@@ -127,7 +127,7 @@ def sft_warm(folder: Path, steps: int, threads: int) -> None:
 
 
 def rl_rows(n: int = 256) -> list[dict[str, str]]:
-    return [{"prompt": w, "ground_truth": w[::-1]} for w in words(n, seed=2)]
+    return [{"prompt": w, "ground_truth": w} for w in words(n, seed=2)]
 
 
 def trl_main(args: argparse.Namespace) -> None:
@@ -146,7 +146,7 @@ def roll_main(args: argparse.Namespace) -> None:
         f"batch.prompts_per_step={args.P}", f"batch.samples_per_prompt={args.G}",
         f"batch.micro_batch_samples={args.P * args.G}", f"rollout.request_prompts={args.P}",
         f"rollout.max_new_tokens={args.max_new_tokens}", f"actor_train.strategy.optimizer.lr={args.lr}",
-        f"cpu_threads={args.threads}", f"rewards.reverse.options.function={Path(__file__).resolve()}:reverse_reward",
+        f"cpu_threads={args.threads}", f"rewards.echo.options.function={Path(__file__).resolve()}:echo_reward",
         *args.roll_set,
     ]  # fmt: skip
     roll_rlvr(yaml, overrides)
@@ -175,7 +175,7 @@ data:
   sources:
     - {path: unset, builtin_kind: rl}
 rewards:
-  reverse:
+  echo:
     type: python
     workers: {num_workers: 1, cpus_per_worker: 0.25}
     options: {function: unset}
