@@ -82,3 +82,23 @@ def test_mismatch_metrics_and_sync_check_in_a_real_run(
         assert policy.pop_phase_metrics()["mismatch/sync_logp_diff_max"] < 1e-4
     finally:
         pipeline.shutdown()
+
+
+def test_sync_check_runs_after_the_first_sync_and_every_nth() -> None:
+    """``every: 10`` checks syncs 1, 10, 20 (the first: a sync that never worked shows at step 1); ``every: 1``
+    each one; ``every: 0`` none; and nothing before a probe prompt is known."""
+    from roll.pipelines.policy.config import SyncCheckConfig
+    from roll.pipelines.policy.sync_check import SyncCheck
+
+    class Counting(SyncCheck):
+        def check(self, actor: Any, infer: Any, version: int) -> dict[str, float]:
+            return {"checked": float(version)}
+
+    def checked(every: int, probe: list[int] | None = [5, 6]) -> list[int]:  # noqa: B006 (read only)
+        sc = Counting(SyncCheckConfig(every=every))
+        sc.prompt_ids = probe
+        return [v for v in range(1, 22) if sc.after_sync(None, None, v)]  # type: ignore[arg-type]
+
+    assert checked(10) == [1, 10, 20]
+    assert checked(1) == list(range(1, 22))
+    assert checked(0) == [] and checked(10, probe=None) == []

@@ -54,8 +54,9 @@ class SyncCheckConfig(RollModel):
 
     # Every 10th, not every sync: the probe is two round trips, a 16-token greedy decode and a forward, which at
     # 64 completions of a few tokens was ~40% of a step (benchmarks/bench_small_batch_vs_trl.py). A failed sync
-    # still shows within 10 steps, and the per-batch mismatch metrics (actor/mismatch/*) stay every step.
-    every: int = Field(10, ge=0, description="check after every N-th weight sync; 0: never")
+    # still shows within 10 steps (a sync that never worked, at the first), and the per-batch mismatch metrics
+    # (actor/mismatch/*) stay every step.
+    every: int = Field(10, ge=0, description="check after the first weight sync and every N-th one; 0: never")
     threshold: float = Field(
         0.05, gt=0, description="warn when the probe's mean |log-prob difference| exceeds it"
     )

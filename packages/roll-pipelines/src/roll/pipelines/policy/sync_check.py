@@ -1,8 +1,8 @@
 """The check after a weight sync: does the generator now serve the trainer's policy?
 
-After every ``sync_check.every``-th sync, :class:`SyncCheck` lets the generator decode one fixed prompt greedily
-(``max_new_tokens`` tokens, EOS ignored, so the probe has the same length every time) and the trainer score the
-same tokens. The generator's log-probs come with its samples (the ``hf`` strategy's decode loop and vLLM's
+After the first sync and every ``sync_check.every``-th one, :class:`SyncCheck` lets the generator decode one
+fixed prompt greedily (``max_new_tokens`` tokens, EOS ignored, so the probe has the same length every time) and
+the trainer score the same tokens. The generator's log-probs come with its samples (the ``hf`` strategy's decode loop and vLLM's
 ``processed_logprobs``, both of the sampled token before top-k/top-p truncation, at temperature 1 when greedy);
 the trainer's from ``compute_logprobs`` at temperature 1. Over the probe's tokens::
 
@@ -92,7 +92,7 @@ class SyncCheck:
         if self.prompt_ids is None or self.cfg.every == 0:
             return {}
         self.syncs += 1
-        if self.syncs % self.cfg.every:
+        if self.syncs > 1 and self.syncs % self.cfg.every:  # the first sync always: a sync that never worked
             return {}
         return self.check(actor, infer, version)
 
