@@ -16,8 +16,8 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
+from concurrent import futures
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,10 +54,15 @@ class LocalSampler:
 
 
 class ClusterSampler:
-    """A :class:`Sampler` on an ``ActorInferWorker`` cluster (its registered ``generate``)."""
+    """A :class:`Sampler` on an ``ActorInferWorker`` cluster (its registered ``generate``).
 
-    def __init__(self, infer: Any) -> None:
-        self.infer = infer
+    ``timeout_s`` is the deadline of each remote ``generate`` (pass ``gateway.generate_timeout_s``); ``None``
+    keeps the cluster's own (the role's ``call_timeout_s``). Past it the call fails with the cluster's
+    :class:`WorkerTimeoutError` naming role, rank and method, which every call of the batch gets (HTTP 500), and
+    the gateway's batcher is free for the next batch instead of waiting on a hung worker."""
+
+    def __init__(self, infer: Any, timeout_s: float | None = None) -> None:
+        self.infer, self.timeout_s = infer, timeout_s
 
     def __call__(
         self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams
@@ -66,7 +71,8 @@ class ClusterSampler:
 
         seed_B = torch.tensor([int(s) for s in seeds], dtype=torch.long)  # the workers read seeds as a tensor
         batch = Batch({C.PROMPT_SEED: seed_B}, {C.PROMPT_IDS: [list(p) for p in prompts]})
-        out = self.infer.generate(batch, params)
+        generate = self.infer.generate
+        out = (generate if self.timeout_s is None else generate.with_timeout(self.timeout_s))(batch, params)
         ids, logps = out.non_tensors[C.RESPONSE_IDS], out.non_tensors[C.RESPONSE_LOGP]
         index = out.tensors[C.PROMPT_INDEX].tolist()
         versions = out.tensors[C.POLICY_VERSION].tolist()
@@ -102,10 +108,11 @@ class Batcher:
         """``params.n`` generations of ``prompt``; raises :class:`WorkerTimeoutError` after ``timeout_s``."""
         request = _Request(prompt, seed, params)
         self._queue.put(request)
-        try:
-            return request.future.result(timeout=max(timeout_s, 0.0))
-        except FutureTimeout:
-            raise WorkerTimeoutError(f"the policy did not answer within {timeout_s:.1f} s") from None
+        # wait, then read: a sampler's own timeout error is a TimeoutError too, and must reach the caller as is
+        # (it names role, rank and method), not be mistaken for this wait running out
+        if not futures.wait([request.future], timeout=max(timeout_s, 0.0)).done:
+            raise WorkerTimeoutError(f"the policy did not answer within {timeout_s:.1f} s")
+        return request.future.result()
 
     def close(self) -> None:
         self._queue.put(None)
