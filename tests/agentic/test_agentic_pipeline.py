@@ -109,7 +109,10 @@ def test_warmup_refuses_a_max_new_tokens_that_cuts_a_valid_action() -> None:
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path("tiny-1m"))
     actions = ["rm a.txt", "rm b.txt", "rm c.txt", "submit"]
-    assert len(tok.encode("<answer>rm b.txt</answer>")) == 16 and len(tok.encode("<answer>rm c.txt</answer>")) == 17
+    assert (
+        len(tok.encode("<answer>rm b.txt</answer>")) == 16
+        and len(tok.encode("<answer>rm c.txt</answer>")) == 17
+    )
     with pytest.raises(ConfigError, match=r"max_new_tokens \(17\).*18 tokens.*'rm c.txt'"):
         _answers_fit(tok, actions, "<answer>{action}</answer>", 17)
     _answers_fit(tok, actions, "<answer>{action}</answer>", 18)
