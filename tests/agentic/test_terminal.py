@@ -29,7 +29,8 @@ from roll.agentic.tools.bash import ShellLimits, Workspace
 from roll.agentic.tools.registry import build_tools
 from roll.core.errors import ConfigError
 
-MARGIN = 0.05  # the rise (last three RL steps over the first two) asserted; measured +0.11 (seed 0), +0.15 (seed 2)
+# The learning check's asserted rise (last three RL steps over the first two): +0.11, +0.27, +0.15 measured (seeds 0-2)
+MARGIN = 0.05
 LIMITS = ShellLimits(timeout_s=2.0, cpu_time_s=2, disk_mb=8, file_size_mb=2, max_output_bytes=4000)
 
 
@@ -298,7 +299,7 @@ def test_grpo_raises_success_on_the_generated_family(ray_local: object, tmp_path
     the noisy-expert warm-up leaves the policy partly right, so rewards vary within groups, and GRPO raises the
     sampled success. Seed 0 measured 0.547, 0.484, 0.578, 0.531, 0.375, 0.719, 0.469, 0.438, 0.484, 0.547, 0.625,
     0.703 over RL steps 1-12: first two 0.516, last three 0.625 (+0.11, so MARGIN 0.05 has 0.06 of room); other
-    seeds in docs/terminal.md. 214 s at a load of ~23 on the 2 shared cores (startup 120 s of it)."""
+    seeds in docs/terminal.md. 403 s at a load of 20-35 on the 2 shared cores (the same run alone: 214 s at ~23)."""
     from roll.agentic.pipeline.agentic import SPEC, AgenticConfig
     from roll.core.config.loader import load_config
     from roll.core.testing import read_metrics
