@@ -97,6 +97,27 @@ def test_expert_warmup_needs_envs_that_report_the_expert_action() -> None:
         _expert_action(ResetOutcome("obs", "sys", ("Left",), {"seed": 1}))
 
 
+def test_warmup_refuses_a_max_new_tokens_that_cuts_a_valid_action() -> None:
+    """The terminal example's cause of no learning: ``<answer>rm c.txt</answer>`` is 17 tokens (18 with EOS) of
+    the tiny tokenizer (' b' is one token, ' c' two), max_new_tokens was 16, so every sampled ``rm c.txt`` was cut
+    before its closing tag, scored as a format error, and RL could never learn it."""
+    from transformers import AutoTokenizer
+
+    from roll.agentic.pipeline.agentic.pipeline import _answers_fit
+    from roll.core.errors import ConfigError
+    from roll.data.tiny import resolve_model_path
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("tiny-1m"))
+    actions = ["rm a.txt", "rm b.txt", "rm c.txt", "submit"]
+    assert (
+        len(tok.encode("<answer>rm b.txt</answer>")) == 16
+        and len(tok.encode("<answer>rm c.txt</answer>")) == 17
+    )
+    with pytest.raises(ConfigError, match=r"max_new_tokens \(17\).*18 tokens.*'rm c.txt'"):
+        _answers_fit(tok, actions, "<answer>{action}</answer>", 17)
+    _answers_fit(tok, actions, "<answer>{action}</answer>", 18)
+
+
 @pytest.mark.slow
 def test_agentic_rollout_writes_trajectories_and_success_rates(ray_local: Any, tmp_path: Path) -> None:
     config = AgenticRolloutConfig.model_validate(

@@ -29,6 +29,8 @@ from roll.agentic.tools.bash import ShellLimits, Workspace
 from roll.agentic.tools.registry import build_tools
 from roll.core.errors import ConfigError
 
+# The learning check's asserted rise (last three RL steps over the first two): +0.11, +0.27, +0.15 measured (seeds 0-2)
+MARGIN = 0.05
 LIMITS = ShellLimits(timeout_s=2.0, cpu_time_s=2, disk_mb=8, file_size_mb=2, max_output_bytes=4000)
 
 
@@ -284,3 +286,39 @@ def test_the_docs_task_example_is_solved_by_its_solution_only(tmp_path: Path) ->
     task = TerminalTask.model_validate_json(line)
     assert _play(_env(tmp_path, task), task.solution)[1] == 1.0
     assert _play(_env(tmp_path, task), ["ls"])[1] == 0.0
+
+
+# ---------------------------------------------------------------------------------------------- learning
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_grpo_raises_success_on_the_generated_family(ray_local: object, tmp_path: Path) -> None:
+    """examples/agentic_terminal.yaml as shipped (the tiny-1m model, the generated ``delete`` family: "Delete the
+    file b.txt." among three files, one command per episode, run in the jail and judged by the state checker):
+    the noisy-expert warm-up leaves the policy partly right, so rewards vary within groups, and GRPO raises the
+    sampled success. Seed 0 measured 0.547, 0.484, 0.578, 0.531, 0.375, 0.719, 0.469, 0.438, 0.484, 0.547, 0.625,
+    0.703 over RL steps 1-12: first two 0.516, last three 0.625 (+0.11, so MARGIN 0.05 has 0.06 of room); other
+    seeds in docs/terminal.md. 403 s at a load of 20-35 on the 2 shared cores (the same run alone: 214 s at ~23)."""
+    from roll.agentic.pipeline.agentic import SPEC, AgenticConfig
+    from roll.core.config.loader import load_config
+    from roll.core.testing import read_metrics
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "agentic_terminal.yaml"
+    overrides = [
+        f"output_dir={tmp_path}", "plot=false",
+        "tracking.backends=[jsonl]", "tracking.progress=false",
+    ]  # fmt: skip
+    config = load_config(example, overrides, model=AgenticConfig)
+    pipeline = SPEC.build(config)
+    try:
+        pipeline.run()
+    finally:
+        pipeline.shutdown()
+    metrics = read_metrics(tmp_path)
+    steps = sorted(s for s in metrics if s > 0)
+    success = [metrics[s]["env/success_rate"] for s in steps]
+    assert len(success) == config.max_steps
+    first, last = sum(success[:2]) / 2, sum(success[-3:]) / 3
+    assert 0.1 < first < 0.9, f"the warm-up should leave the policy partly right: {success}"
+    assert last > first + MARGIN, f"success did not rise by {MARGIN}: {success}"

@@ -209,6 +209,7 @@ class AgenticPipeline(BasePipeline):
             ]
             for outcome in pool.reset(requests):
                 if outcome is not None and outcome.error is None and outcome.valid_actions:
+                    _answers_fit(enc, outcome.valid_actions, template, self.config.env_manager.max_new_tokens)
                     action = rng.choice(outcome.valid_actions)
                     if rng.random() < expert_fraction:
                         action = _expert_action(outcome)
@@ -283,6 +284,20 @@ def _expert_action(outcome: ResetOutcome) -> str:
             "or report the expert action in the env's reset info (roll.agentic.types.EXPERT_ACTION)"
         )
     return action
+
+
+def _answers_fit(enc: Any, actions: tuple[str, ...] | list[str], template: str, max_new_tokens: int) -> None:
+    """Every valid action, written as the warm-up teaches it and ended by EOS, fits in ``max_new_tokens``: else
+    the rollout cuts that answer before its closing tag, it is never a valid action, and RL cannot learn to take
+    it (the terminal example lost ``rm c.txt``, 17 tokens against 16, so the reward fell during RL)."""
+    for action in actions:
+        tokens = len(enc.encode(template.format(action=action))) + 1
+        if tokens > max_new_tokens:
+            raise ConfigError(
+                f"env_manager.max_new_tokens ({max_new_tokens}) is below the {tokens} tokens of the valid action "
+                f"{action!r} as the warm-up writes it ({template!r} and EOS): generation would cut it, so the "
+                f"policy could never take it. Fix: env_manager.max_new_tokens: {tokens} or more"
+            )
 
 
 def _format_sample(enc: Any, outcome: ResetOutcome, answer: str) -> Sample:
