@@ -38,6 +38,13 @@ def echo_agent(base_url: str, api_key: str, task: dict[str, Any]) -> float:
     return 1.0
 
 
+def alternating_agent(base_url: str, api_key: str, task: dict[str, Any]) -> float:
+    """A module:function agent whose reward alternates by episode (``.../episodes/<i>/v1``), so every GRPO group
+    of two episodes has a nonzero advantage: one chat call, reward ``i % 2``."""
+    echo_agent(base_url, api_key, task)
+    return float(int(base_url.rsplit("/episodes/", 1)[1].split("/")[0]) % 2)
+
+
 def _config(**over: Any) -> AgentGatewayConfig:
     base: dict[str, Any] = {"agent": {"type": "lookup"}, "tasks": {"rows": ROWS}}
     return AgentGatewayConfig.model_validate({**base, **over})
@@ -179,3 +186,42 @@ def test_example_validates_and_its_data_files_load() -> None:
     assert len(rows) >= cfg.batch.prompts_per_step and all(set(r) == {"question", "secret"} for r in rows)
     warm = [json.loads(line) for line in (ROOT / cfg.warmup.path).read_text().splitlines()]
     assert any(m.get("tool_calls") for c in warm for m in c["messages"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_roll_train_runs_the_agent_through_the_gateway_and_resumes(ray_local: Any, tmp_path: Path) -> None:
+    """The example as ``roll train`` builds it (hybrid placement, a 2-step warm-up, 2 RL steps of 2 rows x 2
+    episodes) with a ``module:function`` agent (:func:`alternating_agent`): every step ran the agent through the
+    gateway (one call per episode, no agent error), trained (``updates`` 1) and synced (policy version rising); a run resumed from the step-1 checkpoint starts at step 2
+    with the weights' version the uninterrupted run had there, without a second warm-up."""
+    from roll.agentic.pipeline.agent_gateway import SPEC
+    from roll.core.config.loader import load_config
+    from roll.core.testing import read_metrics
+
+    common = [
+        "max_steps=2", "warmup.steps=2", "warmup.batch_size=8", "batch.prompts_per_step=2",
+        "batch.samples_per_prompt=2", "batch.micro_batch_samples=4", "gateway.max_new_tokens=48", "cpu_threads=1",
+        f"tasks.path={ROOT / 'examples/data/lookup_tasks.jsonl'}", f"warmup.path={ROOT / 'examples/data/lookup_warmup.jsonl'}",
+        f"agent.type={__name__}:alternating_agent", "agent.options={}", "checkpoint.every_n_steps=1", "checkpoint.keep_last=2", "tracking.backends=[jsonl]", "tracking.progress=false",
+    ]  # fmt: skip
+
+    def run(extra: list[str]) -> dict[int, dict[str, float]]:
+        pipeline = SPEC.build(load_config(EXAMPLE, [*common, *extra], model=AgentGatewayConfig))
+        try:
+            pipeline.run()
+        finally:
+            pipeline.shutdown()
+        return read_metrics(Path(extra[0].split("=", 1)[1]))
+
+    full = run([f"output_dir={tmp_path / 'full'}"])
+    assert sorted(full) == [-2, -1, 1, 2], "the warm-up logs its steps before step 1"
+    for step in (1, 2):
+        m = full[step]
+        assert m["agent/errors"] == 0.0 and m["agent/calls"] == 1.0 and m["agent/episodes_kept"] == 4.0
+        assert m["agent/reward"] == 0.5
+        assert m["actor/updates"] == 1.0 and m["tokens/trained"] > 0
+    assert full[2]["policy_version"] == full[1]["policy_version"] + 1
+    checkpoint = tmp_path / "full" / "checkpoints" / "step_000001"
+    resumed = run([f"output_dir={tmp_path / 'resumed'}", f"resume={checkpoint}"])
+    assert sorted(resumed) == [2] and resumed[2]["policy_version"] == full[2]["policy_version"]
