@@ -24,7 +24,14 @@ from roll.agentic.gateway.formats import render_messages
 from roll.core.config.base import RollModel
 from roll.core.types import AgentSpec
 
-__all__ = ["LOOKUP", "LookupAgentConfig", "lookup_agent", "lookup_tasks", "warmup_rows"]
+__all__ = [
+    "LOOKUP",
+    "LookupAgentConfig",
+    "lookup_agent",
+    "lookup_tasks",
+    "warmup_conversations",
+    "warmup_rows",
+]
 
 SYSTEM = "Answer with one digit."
 QUESTION = "What is the secret digit?"
@@ -107,6 +114,32 @@ def warmup_rows(
                                           {"role": "tool", "tool_call_id": "c", "content": digit}]  # fmt: skip
             rows.append((render_messages(after, tools), digit))
     return rows
+
+
+def warmup_conversations(
+    count: int, rng: random.Random, *, tool_fraction: float, show_tools: bool = True
+) -> list[dict[str, Any]]:
+    """:func:`warmup_rows` as OpenAI-format conversations (``{"messages", "tools"}``, the last message the
+    answer to learn): what the ``agent_gateway`` pipeline's ``warmup.path`` holds, one per line."""
+    first: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": QUESTION},
+    ]
+    call = {"id": "c", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    out = []
+    for _ in range(count):
+        if rng.random() < 0.5:
+            answer: dict[str, Any] = {"role": "assistant", "content": str(rng.randrange(10))}
+            if rng.random() < tool_fraction:
+                answer = {"role": "assistant", "content": None, "tool_calls": [call]}
+            messages = [*first, answer]
+        else:
+            digit = str(rng.randrange(10))
+            messages = [*first, {"role": "assistant", "content": None, "tool_calls": [call]},
+                        {"role": "tool", "tool_call_id": "c", "content": digit},
+                        {"role": "assistant", "content": digit}]  # fmt: skip
+        out.append({"messages": messages, **({"tools": [TOOL]} if show_tools else {})})
+    return out
 
 
 LOOKUP = AgentSpec(
