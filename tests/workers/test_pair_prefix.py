@@ -91,7 +91,9 @@ def test_falls_back_where_it_does_not_apply() -> None:
     ids, mask, scored = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
     assert pair_prefix_scores(model, ids[:7], mask[:7], scored[:7]) is None
     unrelated = ids.clone()
-    unrelated[1::2, 0] = unrelated[0::2, 0] + 1  # the rejected rows' first token differs from the chosen ones'
+    unrelated[1::2, 0] = (
+        unrelated[0::2, 0] + 1
+    )  # the rejected rows' first token differs from the chosen ones'
     assert pair_prefix.MAX_WORK_FRACTION == 0.85
     assert pair_layout(unrelated, mask, scored) is None
     assert pair_layout(ids, mask, scored) is not None

@@ -184,7 +184,9 @@ def _selected_logits(
     dtype = next(model.parameters()).dtype
     mask = layout.mask_P1LL
     if implementation == "eager":  # eager adds the mask to the scores
-        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+            ~mask, torch.finfo(dtype).min
+        )
     handle = head.register_forward_pre_hook(select)
     try:
         return model(  # type: ignore[no-any-return]
