@@ -17,7 +17,6 @@ from roll.pipelines.dpo.losses import DPOLoss, response_logp
 from roll.workers.config import FSDP2Config, OptimizerConfig
 from roll.workers.fsdp2 import FSDP2TrainStrategy
 
-
 OPTIM = OptimizerConfig(lr=1e-2, eps=1e-3)
 """A large eps, as in tests/workers/test_fsdp2.py: with Adam's 1e-8 an entry whose gradient is ~0 moves by up to
 the LR on a float-rounding difference, which would compare rounding instead of the gradients."""

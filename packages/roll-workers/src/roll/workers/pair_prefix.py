@@ -72,7 +72,7 @@ def pair_layout(
     Each row's valid tokens must be one contiguous block (left or right padding); scored positions outside it or
     at its first token (no previous token) are not scored, as in the plain forward.
     """
-    B, T = ids_BT.shape
+    B = ids_BT.shape[0]
     if B % 2 or B == 0:
         return None
     valid = mask_BT.bool().cpu()
@@ -86,7 +86,7 @@ def pair_layout(
     lengths = [len(seqs[2 * p]) + len(seqs[2 * p + 1]) - prefix[p] for p in range(B // 2)]
     L = max(max(lengths), 1)
     width = max((c[-1] + 1 for c in cols if c), default=0) - min((c[0] for c in cols if c), default=0)
-    if B // 2 * L > MAX_WORK_FRACTION * B * width:
+    if MAX_WORK_FRACTION * B * width < B // 2 * L:
         return None
     return _build(seqs, cols, scored, prefix, L, pad_id, ids_BT.device)
 
@@ -111,16 +111,11 @@ def _build(
         ids[p][: len(merged)] = merged
         pos[p][: len(merged)] = list(range(len(a))) + list(range(c, len(b)))
         segment[p, :c], segment[p, c : len(a)], segment[p, len(a) : len(merged)] = 0, 1, 2
-        for side, seq in ((0, a), (1, b)):
+        for side in (0, 1):
             r = 2 * p + side
-
-            def at(k: int, seq_len: int = len(a)) -> int:  # merged index of token k of this side
-                return k if side == 0 or k < c else seq_len + k - c
-
-            for k in range(1, len(seq)):
-                if scored[2 * p + side][cols[r][k]]:
-                    for dest, v in zip(gather, (r, cols[r][k], p, at(k - 1), seq[k]), strict=True):
-                        dest.append(v)
+            for k, t, src in _scored(seqs[r], cols[r], scored[r], c, len(a) if side else 0):
+                for dest, v in zip(gather, (r, t, p, src, seqs[r][k]), strict=True):
+                    dest.append(v)
     mask = _attention_mask(segment)
     rows_M, cols_M, src_pair_M, src_col_M, labels_M = (
         torch.tensor(g, dtype=torch.long, device=device) for g in gather
@@ -131,6 +126,19 @@ def _build(
         mask.to(device),
         rows_M, cols_M, src_pair_M, src_col_M, labels_M,
     )  # fmt: skip
+
+
+def _scored(
+    seq: list[int], cols: list[int], scored: list[bool], c: int, offset: int
+) -> list[tuple[int, int, int]]:
+    """``(k, column, src)`` for each scored token ``k >= 1`` of one side: its column in the original row and the
+    merged index of the token before it. ``offset``: 0 for the first side (merged index = own index), ``La`` for the
+    second, whose tokens past the prefix follow the first side's (merged ``La + k - c``)."""
+
+    def merged(k: int) -> int:
+        return k if offset == 0 or k < c else offset + k - c
+
+    return [(k, cols[k], merged(k - 1)) for k in range(1, len(seq)) if scored[cols[k]]]
 
 
 def _attention_mask(segment_PL: torch.Tensor) -> torch.Tensor:
