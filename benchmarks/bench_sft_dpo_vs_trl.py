@@ -11,7 +11,13 @@ constant schedule, grad clipping 1.0, fp32 and gradient checkpointing off (TRL's
 with those defaults TRL did different work, its loss off ours by 2e-3, and ran ~2x slower relative to ours;
 ``--grad-checkpointing`` turns checkpointing on for both). DPO
 reads reference log-probs computed once up front on both sides (TRL ``precompute_ref_log_probs=True``, so
-no reference model is kept or run during the steps), outside the timed steps.
+no reference model is kept or run during the steps), outside the timed steps. Our DPO step runs with the fsdp2
+strategy's ``pair_prefix`` (on by default): each chosen/rejected pair is one row, its common prefix (the prompt
+and any shared response tokens) once, the rejected tokens masked off the chosen ones (:mod:`roll.workers.pair_prefix`;
+same scores and gradients, ~0.65 of the token positions here). TRL has no equivalent in this version (its DPO
+concatenates chosen and rejected as separate rows), so its best DPO is the padded default. ``--ab`` adds our DPO
+step without it, interleaved, for the before/after; ``cpu s`` is the process's CPU time per step (all threads),
+the figure least moved by a loaded box.
 
 Same process conditions on both sides: ``torch.set_flush_denormal(True)``, ``torch.set_num_threads(--threads)``
 (checked inside TRL's loop), ``OMP_WAIT_POLICY=PASSIVE`` (``--omp-wait``). The last one matters on a shared box: a
