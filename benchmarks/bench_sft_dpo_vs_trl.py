@@ -11,7 +11,13 @@ constant schedule, grad clipping 1.0, fp32 and gradient checkpointing off (TRL's
 with those defaults TRL did different work, its loss off ours by 2e-3, and ran ~2x slower relative to ours;
 ``--grad-checkpointing`` turns checkpointing on for both). DPO
 reads reference log-probs computed once up front on both sides (TRL ``precompute_ref_log_probs=True``, so
-no reference model is kept or run during the steps), outside the timed steps.
+no reference model is kept or run during the steps), outside the timed steps. Our DPO step runs with the fsdp2
+strategy's ``pair_prefix`` (on by default): each chosen/rejected pair is one row, its common prefix (the prompt
+and any shared response tokens) once, the rejected tokens masked off the chosen ones (:mod:`roll.workers.pair_prefix`;
+same scores and gradients, ~0.65 of the token positions here). TRL has no equivalent in this version (its DPO
+concatenates chosen and rejected as separate rows), so its best DPO is the padded default. ``--ab`` adds our DPO
+step without it, interleaved, for the before/after; ``cpu s`` is the process's CPU time per step (all threads),
+the figure least moved by a loaded box.
 
 Same process conditions on both sides: ``torch.set_flush_denormal(True)``, ``torch.set_num_threads(--threads)``
 (checked inside TRL's loop), ``OMP_WAIT_POLICY=PASSIVE`` (``--omp-wait``). The last one matters on a shared box: a
@@ -84,6 +90,9 @@ class Result:
     threads: int
     load: list[float] = field(default_factory=list)
     profile: str = ""
+    cpu_s: list[float] = field(default_factory=list)
+    """CPU seconds of the process per timed step (``time.process_time``, all its threads): less moved by the other
+    processes of a shared box than wall time."""
     e2e_s: list[float] = field(default_factory=list)
     """Seconds per step through the side's real entry point: TRL, the interval between its loop's step ends
     (data loading, logging and callbacks included); ours, the pipeline's ``time/step_s`` (driver and Ray)."""
@@ -96,6 +105,10 @@ class Result:
     def best_s(self) -> float:
         """The fastest timed step: the least disturbed by other processes on a shared box."""
         return min(self.step_s)
+
+    @property
+    def cpu_per_step(self) -> float:
+        return statistics.median(self.cpu_s) if self.cpu_s else float("nan")
 
     @property
     def tokens_per_s(self) -> float:
@@ -181,7 +194,7 @@ def _best() -> bool:
     return os.environ.get(BEST_ENV) == "1"
 
 
-def _our_strategy() -> Any:
+def _our_strategy(pair_prefix: bool = True) -> Any:
     from transformers import AutoModelForCausalLM
 
     from roll.workers.config import FSDP2Config, OptimizerConfig
@@ -194,6 +207,7 @@ def _our_strategy() -> Any:
         optimizer=OptimizerConfig(lr=LR),
         gradient_checkpointing=_grad_checkpointing(),
         packed=_best(),
+        pair_prefix=pair_prefix,
     )
     return FSDP2TrainStrategy(model, config, total_steps=10_000)
 
@@ -209,19 +223,20 @@ def _as_micro_batch(batch: Any) -> dict[str, Any]:
 def _run_ours(
     name: str, step: Callable[[int], tuple[float, float]], steps: int, warmup: int, profile: bool
 ) -> Result:
-    times, tokens, losses = [], [], []
+    times, cpu, tokens, losses = [], [], [], []
     for i in range(warmup + steps):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         loss, n_tokens = step(i)
         if i >= warmup:
             times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
             tokens.append(n_tokens)
         losses.append(loss)
     prof = _Profiler(profile)
     prof.start()
     step(warmup + steps)
     prof.stop()
-    return Result(name, times, tokens, losses, _rss_mb(), _threads(), profile=prof.table)
+    return Result(name, times, tokens, losses, _rss_mb(), _threads(), profile=prof.table, cpu_s=cpu)
 
 
 def _batches(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
@@ -245,13 +260,13 @@ def ours_sft(steps: int, warmup: int, profile: bool) -> Result:
     return _run_ours("roll sft", step, steps, warmup, profile)
 
 
-def ours_dpo(steps: int, warmup: int, profile: bool) -> Result:
+def ours_dpo(steps: int, warmup: int, profile: bool, pair_prefix: bool = True) -> Result:
     from roll.core.columns import LABELS, REF_SEQ_LOGP
     from roll.pipelines.common.data import pair_batch
     from roll.pipelines.dpo.losses import DPOLoss, response_logp
 
     rows, tokenizer = _rows("preference")
-    strategy, loss_fn = _our_strategy(), DPOLoss(beta=0.1)
+    strategy, loss_fn = _our_strategy(pair_prefix), DPOLoss(beta=0.1)
     batches = [pair_batch(b, pad_id=tokenizer.pad_token_id) for b in _batches(rows, BATCH_SEQS // 2)]
     for batch in batches:  # precompute reference log-probs with the untrained policy (untimed, like TRL)
         mb = _as_micro_batch(batch)
@@ -263,7 +278,12 @@ def ours_dpo(steps: int, warmup: int, profile: bool) -> Result:
         result = strategy.train_step(mb, loss_fn)
         return result.loss, float(mb["attention_mask"].sum())
 
-    return _run_ours("roll dpo", step, steps, warmup, profile)
+    return _run_ours("roll dpo" if pair_prefix else "roll dpo, no pair", step, steps, warmup, profile)
+
+
+def plain_dpo(steps: int, warmup: int, profile: bool) -> Result:
+    """Our DPO step without ``pair_prefix`` (each pair's prompt run twice): the before of ``--ab``."""
+    return ours_dpo(steps, warmup, profile, pair_prefix=False)
 
 
 # ------------------------------------------------------------------------------------------------ TRL side
@@ -275,6 +295,8 @@ def _trl_callback(warmup: int, profile: bool) -> Any:
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:
             self.times: list[float] = []
+            self.cpu: list[float] = []
+            self.start_cpu = 0.0
             self.losses: list[float] = []
             self.num_tokens: list[float] = [0.0]
             self.threads = 0
@@ -286,13 +308,14 @@ def _trl_callback(warmup: int, profile: bool) -> Any:
             self.threads = _threads()
             if state.global_step == args.max_steps - 1:  # the extra last step, after the timed ones
                 self.profiler.start()
-            self.start = time.perf_counter()
+            self.start, self.start_cpu = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            now = time.perf_counter()
+            now, now_cpu = time.perf_counter(), time.process_time()
             self.profiler.stop()
             if warmup < state.global_step < args.max_steps:
                 self.times.append(now - self.start)
+                self.cpu.append(now_cpu - self.start_cpu)
             if warmup <= state.global_step < args.max_steps:
                 self.ends.append(now)
 
@@ -313,6 +336,7 @@ def _trl_callback(warmup: int, profile: bool) -> Any:
                 _rss_mb(),
                 self.threads,
                 profile=self.profiler.table,
+                cpu_s=self.cpu,
                 e2e_s=e2e,
             )
 
@@ -448,6 +472,7 @@ SIDES: dict[str, Callable[[int, int, bool], Result]] = {
     "ours_sft": ours_sft,
     "trl_sft": trl_sft,
     "ours_dpo": ours_dpo,
+    "plain_dpo": plain_dpo,
     "trl_dpo": trl_dpo,
     "e2e_sft": e2e_sft,
     "e2e_dpo": e2e_dpo,
@@ -483,6 +508,7 @@ def _merge(runs: list[Result]) -> Result:
         first.threads,
         [min(x for r in runs for x in r.load), max(x for r in runs for x in r.load)],
         first.profile,
+        [t for r in runs for t in r.cpu_s],
         [t for r in runs for t in r.e2e_s],
     )
 
@@ -490,7 +516,7 @@ def _merge(runs: list[Result]) -> Result:
 def _row(r: Result) -> str:
     tok_step = sum(r.tokens) / len(r.tokens)
     return (
-        f"{r.side:<20} {r.s_per_step:>8.4f} {r.best_s:>7.4f} {r.tokens_per_s:>9.0f} {tok_step:>8.0f} "
+        f"{r.side:<20} {r.s_per_step:>8.4f} {r.best_s:>7.4f} {r.cpu_per_step:>7.4f} {r.tokens_per_s:>9.0f} {tok_step:>8.0f} "
         f"{r.final_loss:>10.4f} {r.peak_rss_mb:>7.0f} {r.threads:>3} {r.load[0]:.1f}-{r.load[1]:.1f}"
     )
 
@@ -509,7 +535,7 @@ def _e2e_line(mode: str, ours: Result, trl: Result) -> str:
 
 def _table(results: dict[str, Result]) -> str:
     head = (
-        f"{'side':<20} {'s/step':>8} {'best s':>7} {'tokens/s':>9} {'tok/step':>8} {'final loss':>10} "
+        f"{'side':<20} {'s/step':>8} {'best s':>7} {'cpu s':>7} {'tokens/s':>9} {'tok/step':>8} {'final loss':>10} "
         f"{'RSS MB':>7} {'thr':>3} load"
     )
     lines = [head, *(_row(r) for r in results.values())]
@@ -523,6 +549,13 @@ def _table(results: dict[str, Result]) -> str:
                 f"best step = {trl.best_s / ours.best_s:.2f}x faster, RSS = {ours.peak_rss_mb / trl.peak_rss_mb:.2f}x, "
                 f"max |loss diff| over {min(len(ours.losses), len(trl.losses))} steps = {diff:.2e} "
                 f"(step 1: {ours.losses[0]:.6f} vs {trl.losses[0]:.6f})"
+            )
+        plain = results.get(f"plain_{mode}")
+        if ours and plain:
+            lines.append(
+                f"{mode}: pair_prefix on/off: CPU s/step {ours.cpu_per_step:.4f} vs {plain.cpu_per_step:.4f} = "
+                f"{plain.cpu_per_step / ours.cpu_per_step:.2f}x less, tokens/s {ours.tokens_per_s / plain.tokens_per_s:.2f}x, "
+                f"max |loss diff| {max(abs(a - b) for a, b in zip(ours.losses, plain.losses)):.2e}"
             )
         e2e = results.get(f"e2e_{mode}")
         if e2e and trl and e2e.e2e_s and trl.e2e_s:
@@ -586,6 +619,11 @@ def main() -> None:
     parser.add_argument(
         "--e2e", action="store_true", help="also time our sft/dpo pipelines through a Ray actor"
     )
+    parser.add_argument(
+        "--ab",
+        action="store_true",
+        help="also run our DPO step without pair_prefix (before/after, interleaved)",
+    )
     parser.add_argument("--side", choices=sorted(SIDES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
@@ -593,7 +631,8 @@ def main() -> None:
         print(json.dumps(asdict(SIDES[args.side](args.steps, args.warmup, args.profile))))
         return
     modes = args.modes.split(",")
-    names = [f"{side}_{m}" for m in modes for side in ("ours", "trl", *(["e2e"] if args.e2e else []))]
+    extra = [*(["e2e"] if args.e2e else []), *(["plain"] if args.ab else [])]
+    names = [f"{side}_{m}" for m in modes for side in ("ours", "trl", *extra) if f"{side}_{m}" in SIDES]
     print(
         f"load average at start: {os.getloadavg()}, cores: {os.cpu_count()}, OMP_WAIT_POLICY={args.omp_wait}"
     )

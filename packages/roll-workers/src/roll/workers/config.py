@@ -122,6 +122,11 @@ class FSDP2Config(RollModel):
         description="run each distinct prompt of a micro-batch once (GRPO groups share it); same scores and "
         "gradients, less work; padded, text-only micro-batches without gradient checkpointing",
     )
+    pair_prefix: bool = Field(
+        True,
+        description="run a preference loss's chosen/rejected pairs as one row each, their common prefix once "
+        "(DPO); same scores and gradients, less work; padded, text-only micro-batches",
+    )
     score_without_vision_tokens: bool = Field(
         False, description="a VLM's scores renormalized without its never-sampled vision markers (on-policy)"
     )

@@ -9,7 +9,8 @@
   ranks with half the batch each equal 1 rank with all of it. FSDP averages gradients over ranks, hence the
   ``world_size`` factor in the scale. Every rank runs the same number of forwards (FSDP's collectives pair up
   across ranks): ranks with fewer micro-batches run zero-weighted repeats.
-- Padding-free ``packed`` forwards, activation checkpointing, peft LoRA (adapter-only training and export), full
+- Preference pairs (a loss with ``paired_rows``) as one row each, their common prefix once (``pair_prefix``,
+  :mod:`roll.workers.pair_prefix`); padding-free ``packed`` forwards, activation checkpointing, peft LoRA (adapter-only training and export), full
   state dict gathering (``get_model_state_dict``) for export and model updates, optimizer and scheduler state
   save/load, offload/reload between phases.
 """
@@ -41,6 +42,7 @@ from roll.workers.logprobs import forward_scores, split_micro_batches
 from roll.workers.lora import merge_weight, wire_name
 from roll.workers.metrics import UnitWeightedMeans
 from roll.workers.offload import StateOffloader, train_state_tensors
+from roll.workers.pair_prefix import pair_prefix_scores
 from roll.workers.shared_prefix import shared_prefix_scores
 from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
 from roll.workers.vision import Vision, vision_of
@@ -169,7 +171,8 @@ class FSDP2TrainStrategy:
         for i, (mb, weight) in enumerate(schedule):
             _set_grad_sync(self.model, i == len(schedule) - 1)
             with self._autocast():
-                out = self._forward(mb, loss_fn.needs_entropy, temperature, _score_mask(loss_fn, mb))
+                score_mask = _score_mask(loss_fn, mb)
+                out = self._forward(mb, loss_fn.needs_entropy, temperature, score_mask, _paired(loss_fn))
                 loss_sum, mb_metrics = loss_fn(out, mb)
                 loss_sum = loss_sum * weight
             torch.autograd.backward(loss_sum * scale)
@@ -190,6 +193,7 @@ class FSDP2TrainStrategy:
         with_entropy: bool,
         temperature: float,
         score_mask: torch.Tensor | None = None,
+        paired: bool = False,
     ) -> ForwardOutput:
         ids = mb["input_ids"].to(self.device)
         mask = mb["attention_mask"].to(self.device)
@@ -201,6 +205,12 @@ class FSDP2TrainStrategy:
             return self._forward_fn(self.model, ids, mask, with_entropy, temperature, **extra)
         vision = vision_of(mb)
         score_mask = None if score_mask is None else score_mask.to(self.device)
+        if paired and score_mask is not None and self._pairs_prefixes() and not vision:
+            pair = pair_prefix_scores(
+                self.model, ids, mask, score_mask, temperature=temperature, with_entropy=with_entropy
+            )
+            if pair is not None:
+                return ForwardOutput(logp_BT=pair[0], entropy_BT=pair[1])
         if score_mask is not None and self._shares_prefixes() and not vision:
             shared = shared_prefix_scores(
                 self.model, ids, mask, score_mask, temperature=temperature, with_entropy=with_entropy
@@ -230,6 +240,11 @@ class FSDP2TrainStrategy:
             and not c.gradient_checkpointing
             and not c.score_without_vision_tokens
         )
+
+    def _pairs_prefixes(self) -> bool:
+        # the pair path scores over the full vocabulary (no vision-token ban) and needs the padded layout
+        c = self.config
+        return c.pair_prefix and not c.packed and not c.score_without_vision_tokens
 
     def optimizer_step(self) -> float:
         """Clip (when configured), step AdamW and the LR schedule, zero grads; returns the pre-clip grad norm.
@@ -454,6 +469,11 @@ def _score_mask(loss_fn: LossFn, mb: MicroBatch) -> torch.Tensor | None:
     """The positions ``loss_fn`` reads, when it says so with an optional ``score_mask(micro_batch)`` method."""
     method: Callable[[MicroBatch], torch.Tensor | None] | None = getattr(loss_fn, "score_mask", None)
     return method(mb) if method is not None else None
+
+
+def _paired(loss_fn: LossFn) -> bool:
+    """Whether ``loss_fn`` reads interleaved chosen/rejected pairs (its optional ``paired_rows``)."""
+    return bool(getattr(loss_fn, "paired_rows", False))
 
 
 def _set_grad_sync(model: torch.nn.Module, sync: bool) -> None:

@@ -120,7 +120,9 @@ class LossFn(Protocol):
     Optional: a loss that reads ``logp_BT`` / ``entropy_BT`` at only some positions may define
     ``score_mask(micro_batch) -> bool [B, T] | None`` (e.g. the label tokens of SFT or DPO); the causal-LM
     strategies then project only the hidden states that predict those positions (no logits for prompt tokens),
-    and the scores elsewhere are 0.
+    and the scores elsewhere are 0. A loss over interleaved preference pairs (row ``2i`` chosen, ``2i + 1``
+    rejected) may set ``paired_rows = True``: the fsdp2 strategy then runs each pair as one row, their common
+    prefix once (:mod:`roll.workers.pair_prefix`), with the same scores.
     """
 
     @property

@@ -16,7 +16,7 @@ rejected implicit rewards) as means over the micro-batch's pairs; the strategy w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -78,6 +78,8 @@ class DPOLoss:
     average_logp: bool = False
     needs_entropy: bool = False
     gamma: float = 0.0
+    paired_rows: ClassVar[bool] = True
+    """Rows are interleaved chosen/rejected pairs: the strategy may run each pair's common prefix once."""
 
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         """The pairs' summed loss, and ``reward_accuracy``, ``reward_margin``, ``chosen_reward`` and
