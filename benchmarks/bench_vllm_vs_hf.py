@@ -120,6 +120,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=64, help="prompts per call (one sample each)")
     parser.add_argument("--sizes", nargs="+", default=list(PRESETS), choices=list(PRESETS))
     args = parser.parse_args()
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
@@ -130,9 +131,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
     torch.manual_seed(0)
-    prompts = make_prompts()
+    prompts = make_prompts(args.batch)
     print(
-        f"64 prompts x {args.max_new_tokens} sampled tokens, fp32, {args.threads} threads, best of {args.repeats}"
+        f"{args.batch} prompts x {args.max_new_tokens} sampled tokens, fp32, {args.threads} threads, best of {args.repeats}"
     )
     header = f"{'size':>6} {'params':>8} {'hf tok/s':>9} {'vllm tok/s':>10} {'vllm/hf':>8} {'engine start s':>14} {'load':>5}"
     print(header)
