@@ -9,7 +9,8 @@ completion on both sides runs to the 128-token limit (step-1 length 128 and hit-
 rewards vary within every group (binomial), so neither side skips training: GRPO trains on all 128 rows.
 
 Everything else as ``bench_grpo_vs_trl.py`` (whose helpers this imports): temperature 1, token-mean loss, no KL,
-one optimizer step per batch, AdamW, grad clip 1, fp32, flushed denormals, ``OMP_WAIT_POLICY=PASSIVE``, the same
+one optimizer step per batch (forward/backward in micro-batches of ``--micro`` = 16 rows on both sides: 128
+rows of ~150 tokens in one go need ~15 GB of activations), AdamW, grad clip 1, fp32, flushed denormals, ``OMP_WAIT_POLICY=PASSIVE``, the same
 thread count, gradient checkpointing off, sides alternating over ``--rounds``. roll's generator is its ``hf``
 decode loop (at this size it beats vLLM-on-CPU: see docs/benchmarks; ``--roll-set actor_infer.strategy...``
 switches it in the vLLM venv); TRL's is ``model.generate`` (TRL's vLLM mode needs CUDA).
@@ -21,7 +22,8 @@ taken, with :func:`bench_mfu.matmul_peak_flops`), the generation rate as a fract
 hit-max share, the reward at step 1 and over the last steps, peak RSS, and the load average while each side ran.
 Quote ratios only when the load column stays under 1.5 on 2 cores.
 
-Run: ``uv run python benchmarks/bench_gen_heavy_vs_trl.py [--steps 4] [--rounds 1]`` (about 8 min on a quiet box).
+Run: ``uv run python benchmarks/bench_gen_heavy_vs_trl.py [--steps 3] [--rounds 1]`` (about 8 min on a quiet box;
+``--start-model DIR`` reuses the ``start-model`` folder an earlier run warmed, skipping the ~2 min warm-up).
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ SHAPE = {"hidden_size": 512, "num_hidden_layers": 10, "num_attention_heads": 8, 
 INTERMEDIATE = 1536
 
 
-def warm_model(folder: Path, steps: int, lr: float, threads: int) -> int:
+def warm_model(folder: Path, steps: int, lr: float, threads: int) -> None:
     """Build the 30M Qwen2 from its config (seed 0), SFT it ``steps`` steps on digit runs (batches of 16, loss on
-    the answer only), save it with the tiny kit's tokenizer; returns the parameter count."""
+    the answer only), save it with the tiny kit's tokenizer."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -85,14 +87,15 @@ def warm_model(folder: Path, steps: int, lr: float, threads: int) -> int:
         opt.zero_grad()
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    return sum(p.numel() for p in model.parameters())
 
 
-def matmul_params(folder: Path) -> int:
-    """``N`` of the box limit: the weights that multiply every generated token (decoder linears + output head)."""
+def model_sizes(folder: Path) -> tuple[int, int]:
+    """(all parameters, ``N`` of the box limit: the weights that multiply every generated token, i.e. the decoder
+    linears and the output head)."""
     from transformers import AutoModelForCausalLM
 
-    return sum(bench_mfu.matmul_params(AutoModelForCausalLM.from_pretrained(folder)))
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    return sum(p.numel() for p in model.parameters()), sum(bench_mfu.matmul_params(model))
 
 
 # ------------------------------------------------------------------------------------------------- TRL side
@@ -114,11 +117,11 @@ def trl_main(args: argparse.Namespace) -> None:
         return [task.digit_share(t, g) for t, g in zip(texts, ground_truth)]
 
     cfg = GRPOConfig(
-        output_dir=args.out / "trl", per_device_train_batch_size=args.P * args.G, num_generations=args.G,
+        output_dir=args.out / "trl", per_device_train_batch_size=args.micro, num_generations=args.G,
         max_completion_length=args.max_new_tokens, learning_rate=args.lr, loss_type="dapo", beta=0.0,
         temperature=1.0, max_steps=args.steps, logging_steps=1, report_to="none", use_cpu=True, bf16=False,
         seed=args.seed, max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0, save_strategy="no",
-        gradient_accumulation_steps=1, dataloader_num_workers=0, activation_checkpointing=False,
+        gradient_accumulation_steps=args.P * args.G // args.micro, dataloader_num_workers=0, activation_checkpointing=False,
     )  # fmt: skip
     log: list[dict[str, float]] = []
     gen_s = [0.0]
@@ -164,7 +167,7 @@ def roll_overrides(args: argparse.Namespace) -> list[str]:
         f"data.sources=[{{path: {data}}}]", f"data.eval_sources=[{{path: {data}}}]", "validation.num_prompts=1",
         "~rewards.arithmetic", f"+rewards.digits={json.dumps(reward)}",
         f"actor_train.model.path={args.model}", f"batch.prompts_per_step={args.P}",
-        f"batch.samples_per_prompt={args.G}", f"batch.micro_batch_samples={args.P * args.G}",
+        f"batch.samples_per_prompt={args.G}", f"batch.micro_batch_samples={args.micro}",
         f"rollout.request_prompts={args.P}", f"rollout.max_new_tokens={args.max_new_tokens}",
         f"actor_train.strategy.optimizer.lr={args.lr}", f"cpu_threads={args.threads}", "tracking.backends=[jsonl]",
         f"seed={args.seed}", "tracking.progress=false", "plot=false", f"placement={args.placement}",
@@ -229,14 +232,20 @@ def summarize(rows: list[dict[str, float]], args: argparse.Namespace, limit: flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--P", type=int, default=16)
     parser.add_argument("--G", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument(
+        "--micro", type=int, default=16, help="rows per forward/backward (one optimizer step per P x G rows)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warmup-steps", type=int, default=30)
+    parser.add_argument(
+        "--start-model", type=Path, default=None, help="reuse a start-model folder an earlier run warmed"
+    )
     parser.add_argument("--rounds", type=int, default=1, help="alternate the sides this many times")
     parser.add_argument("--placement", choices=["separate", "hybrid"], default="hybrid")
     parser.add_argument("--roll-set", action="append", default=[], metavar="KEY=VALUE")
@@ -257,8 +266,11 @@ def compare(args: argparse.Namespace) -> None:
     model = out / "start-model"
     print(f"load average at start: {os.getloadavg()}, cores: {os.cpu_count()}", flush=True)
     peaks = [bench_mfu.matmul_peak_flops(args.threads, 20)]
-    params = warm_model(model, args.warmup_steps, 1e-3, args.threads)
-    n_matmul = matmul_params(model)
+    if args.start_model is None:
+        warm_model(model, args.warmup_steps, 1e-3, args.threads)
+    else:
+        model = args.start_model
+    params, n_matmul = model_sizes(model)
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(args.threads),
@@ -269,7 +281,7 @@ def compare(args: argparse.Namespace) -> None:
         f"--{k}={v}"
         for k, v in (
             ("steps", args.steps), ("P", args.P), ("G", args.G), ("max-new-tokens", args.max_new_tokens),
-            ("lr", args.lr), ("threads", args.threads), ("placement", args.placement), ("seed", args.seed),
+            ("lr", args.lr), ("micro", args.micro), ("threads", args.threads), ("placement", args.placement), ("seed", args.seed),
         )
     ]  # fmt: skip
     flags += [f"--roll-set={kv}" for kv in args.roll_set]
