@@ -345,3 +345,10 @@ def test_two_ranks_with_half_batches_equal_one_rank(tmp_path: Path) -> None:
             "inf); the weights diverged (nothing was written)"
         )
     assert not (tmp_path / "nan").exists()
+
+
+def test_compile_without_decoder_layers_is_refused_naming_the_model() -> None:
+    from roll.core.errors import WorkerError
+
+    with pytest.raises(WorkerError, match="compile: found no decoder layers to compile in Linear"):
+        FSDP2TrainStrategy(torch.nn.Linear(4, 4), config(compile=True))
