@@ -135,8 +135,9 @@ class FSDP2Config(RollModel):
     )
     compile: bool = Field(
         False,
-        description="torch.compile each decoder layer (regional compilation): fused elementwise kernels, faster "
-        "steps after a one-off compile on the first micro-batch (~40 s for tiny-1m on 2 CPU cores)",
+        description="torch.compile each decoder layer (regional, dynamic shapes): fused elementwise kernels, "
+        "faster steps after a one-off compile on the first micro-batch (~40 s on 2 CPU cores); short rows on CPU: "
+        "also set the role's model.attn_implementation: eager",
     )
     reshard_after_forward: bool = Field(
         True,
