@@ -1,6 +1,7 @@
 """SFT steps with the fsdp2 strategy's ``compile`` (each decoder layer ``torch.compile``-d, inductor on CPU) equal
 the eager steps on tiny-1m and the built-in SFT task: the first micro-batch's gradients, both steps' losses (1e-6)
-and the weights after; one graph serves micro-batches of every shape (``dynamic=True``).
+and the weights after; one graph serves micro-batches of every shape (``dynamic=True``), and a forward with a KV
+cache runs eager (no graph per layer).
 
 Slow tier: the one-off compile takes 20-40 s on 2 CPU cores."""
 
@@ -78,4 +79,12 @@ def test_compiled_sft_steps_equal_the_eager_steps() -> None:
         torch.testing.assert_close(compiled_params[name], value, atol=1e-6, rtol=0, msg=name)
     # one graph for every layer and every micro-batch shape, and a second for micro-batches without padding
     # (transformers passes them no attention mask): no recompile per shape, nothing fell back to eager
-    assert 1 <= counters["stats"]["unique_graphs"] - graphs_before <= 2
+    graphs = counters["stats"]["unique_graphs"] - graphs_before
+    assert 1 <= graphs <= 2
+    # a forward with a KV cache (greedy evaluation, the shared-prefix path) runs eager: no graph per layer
+    ids, mask = batches[0]["input_ids"][:2], batches[0]["attention_mask"][:2]
+    with torch.no_grad():
+        cached = [s.model(input_ids=ids, attention_mask=mask, use_cache=True) for s in (eager, compiled)]
+    assert cached[1].past_key_values is not None
+    torch.testing.assert_close(cached[1].logits, cached[0].logits, atol=1e-5, rtol=0)
+    assert counters["stats"]["unique_graphs"] - graphs_before == graphs

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -496,17 +497,20 @@ def _enable_checkpointing(model: Any) -> None:
 
 
 def _compile_layers(model: torch.nn.Module) -> None:
-    """``torch.compile`` each decoder layer in place (``Module.compile``: the module keeps its type and names).
+    """``torch.compile`` each decoder layer's ``forward`` (regional compilation), run only for calls without a KV
+    cache.
 
-    Regional compilation, as torch's recipes and torchtitan do it: the layers hold nearly all the compute, and
-    inductor fuses their elementwise ops (RMSNorm, RoPE, SiLU * up, residual adds, and their backward) around
-    the matmuls; the identical layers share one compiled graph, so the compile costs about one layer's. Embedding,
-    output projection and loss stay eager: the label-only projection (``score_mask``) selects a data-dependent
-    number of rows, which would break or re-specialize a whole-model graph. Compiled before sharding (torchtitan's
-    order). ``dynamic=True``: batch and sequence sizes are symbolic from the start, so micro-batches of other
-    shapes reuse the one graph (the default would compile again for the second shape, then once more dynamic);
-    a micro-batch without padding compiles a second graph once (transformers passes it no attention mask).
-    Inductor may round differently from eager (fused reductions): losses agree to ~1e-6 over 20 tiny-1m steps.
+    The layers hold nearly all the compute, and inductor fuses their elementwise ops (RMSNorm, RoPE, SiLU * up,
+    residual adds, and their backward) around the matmuls; the identical layers share one compiled graph, so the
+    compile costs about one layer's. Embedding, output projection and loss stay eager: the label-only projection
+    (``score_mask``) selects a data-dependent number of rows, which would break or re-specialize a whole-model
+    graph. Module hooks (FSDP2's gathers) stay outside the compiled ``forward``. ``dynamic=True``: batch and
+    sequence sizes are symbolic from the start, so micro-batches of other shapes reuse the graph (the default
+    would compile again for the second shape, then once more dynamic); a micro-batch without padding (transformers
+    passes it no attention mask) and a forward without gradients (log-probs, evaluation) compile once more each.
+    Calls with a KV cache (the shared-prefix forward, greedy evaluation) run eager: the cache's per-layer state
+    would compile a graph per layer and per decoding step until dynamo's recompile limit. Inductor may round
+    differently from eager (fused reductions): losses agree to ~1e-6 over 20 tiny-1m steps.
     """
     layers = _decoder_layers(model)
     if not layers:
@@ -515,7 +519,23 @@ def _compile_layers(model: torch.nn.Module) -> None:
             "_no_split_modules or ending in DecoderLayer); set compile: false for this model"
         )
     for layer in layers:
-        layer.compile(dynamic=True)
+        layer.forward = _compiled_unless_cached(layer.forward)  # type: ignore[method-assign]
+
+
+def _compiled_unless_cached(forward: Callable[..., Any]) -> Callable[..., Any]:
+    compiled = torch.compile(forward, dynamic=True)
+
+    @functools.wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if any(kwargs.get(name) is not None for name in CACHE_KWARGS):
+            return forward(*args, **kwargs)
+        return compiled(*args, **kwargs)
+
+    return run
+
+
+CACHE_KWARGS = ("cache", "past_key_values", "layer_past")
+"""The names transformers' decoder layers take a KV cache under (renamed over releases)."""
 
 
 def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
