@@ -40,19 +40,23 @@ a ``TrainerCallback`` from step begin to step end (its data loading included, as
 alone. ``max |loss diff|`` compares the two sides' loss at every step (same batches, same weights): it shows the
 sides do the same work, so tokens/s compare at equal loss. ``--profile`` prints the top ops of one step per side.
 
-Two tables (``--settings``): ``defaults`` keeps both sides' speed options at their defaults (padded batches; the
+Tables (``--settings``): ``defaults`` keeps both sides' speed options at their defaults (padded batches; the
 same fp32 and checkpointing as above, so the work is equal), ``padding_free`` turns on each side's padding-free
-path (ours ``packed``, TRL SFT ``padding_free``; TRL DPO has none in this version, so it stays padded). With both
+path (ours ``packed``, TRL SFT ``padding_free``; TRL DPO has none in this version, so it stays padded),
+``compiled`` turns on each side's ``torch.compile`` (ours: the fsdp2 strategy's ``compile``, each decoder layer;
+TRL: ``torch_compile=True``, the whole model; inductor on CPU; the compile runs in the untimed warm-up steps) and
+``compiled_eager_attention`` adds transformers' ``eager`` attention on both sides (on these ~27-token rows its
+matmuls and softmax, fused by inductor, beat the CPU flash-attention kernel of ``sdpa``). With two or more
 tables, a "best vs best" line per mode sets each side's faster setting (lower median s/step) against the other's
 (TRL's DPO, whose two runs are one configuration, counts as both of them pooled):
 on CPU with sdpa the padding-free layout is the slower one (one ``[1, N]`` row attends through an ``[N, N]``
-block-diagonal mask instead of ``B`` small causal blocks), so padded is usually each side's best here. Neither side uses
-``torch.compile`` (it would be fair only with TRL's ``torch_compile=True`` too, and its compile time on 2 shared
-cores outweighs a 30-step run). ``--e2e`` also runs our ``sft`` and ``dpo`` pipelines (one Ray actor, the same
+block-diagonal mask instead of ``B`` small causal blocks), so padded is usually each side's best here; compiled,
+each side gains ~10-20% per step. ``--e2e`` also runs our ``sft`` and ``dpo`` pipelines (one Ray actor, the same
 rows, sizes and LR) and prints them against TRL's whole-loop step interval: both sides' real entry points.
 Medians throughout (``s/step``); sides alternate (their order reverses every other round).
 
-Run: ``uv run python benchmarks/bench_sft_dpo_vs_trl.py [--steps 30 --rounds 2 --settings defaults,padding_free --e2e]``
+Run: ``uv run python benchmarks/bench_sft_dpo_vs_trl.py [--steps 30 --rounds 2 --settings defaults,padding_free --e2e]``;
+SFT best vs best with compilation: ``--modes sft --steps 20 --rounds 2 --settings defaults,compiled,compiled_eager_attention``
 """
 
 from __future__ import annotations

@@ -519,7 +519,7 @@ def _compile_layers(model: torch.nn.Module) -> None:
             "_no_split_modules or ending in DecoderLayer); set compile: false for this model"
         )
     for layer in layers:
-        layer.forward = _compiled_unless_cached(layer.forward)  # type: ignore[method-assign]
+        layer.forward = _compiled_unless_cached(layer.forward)
 
 
 def _compiled_unless_cached(forward: Callable[..., Any]) -> Callable[..., Any]:
