@@ -617,7 +617,8 @@ def _best_line(mode: str, tables: dict[str, dict[str, Result]]) -> str:
     (ours_set, ours), (trl_set, trl) = picks["ours"], picks["trl"]
     return (
         f"{mode}: roll ({ours_set}) {ours.tokens_per_s:.0f} tokens/s vs TRL ({trl_set}) {trl.tokens_per_s:.0f} = "
-        f"{ours.tokens_per_s / trl.tokens_per_s:.2f}x, s/step {ours.s_per_step:.4f} vs {trl.s_per_step:.4f} "
+        f"{ours.tokens_per_s / trl.tokens_per_s:.2f}x, s/step {ours.s_per_step:.4f} vs {trl.s_per_step:.4f}, "
+        f"CPU s/step {ours.cpu_per_step:.4f} vs {trl.cpu_per_step:.4f} = {trl.cpu_per_step / ours.cpu_per_step:.2f}x "
         f"(load {ours.load[0]:.1f}-{ours.load[1]:.1f} vs {trl.load[0]:.1f}-{trl.load[1]:.1f})"
     )
 
