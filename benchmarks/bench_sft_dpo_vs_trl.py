@@ -40,19 +40,23 @@ a ``TrainerCallback`` from step begin to step end (its data loading included, as
 alone. ``max |loss diff|`` compares the two sides' loss at every step (same batches, same weights): it shows the
 sides do the same work, so tokens/s compare at equal loss. ``--profile`` prints the top ops of one step per side.
 
-Two tables (``--settings``): ``defaults`` keeps both sides' speed options at their defaults (padded batches; the
+Tables (``--settings``): ``defaults`` keeps both sides' speed options at their defaults (padded batches; the
 same fp32 and checkpointing as above, so the work is equal), ``padding_free`` turns on each side's padding-free
-path (ours ``packed``, TRL SFT ``padding_free``; TRL DPO has none in this version, so it stays padded). With both
+path (ours ``packed``, TRL SFT ``padding_free``; TRL DPO has none in this version, so it stays padded),
+``compiled`` turns on each side's ``torch.compile`` (ours: the fsdp2 strategy's ``compile``, each decoder layer;
+TRL: ``torch_compile=True``, the whole model; inductor on CPU; the compile runs in the untimed warm-up steps) and
+``compiled_eager_attention`` adds transformers' ``eager`` attention on both sides (on these ~27-token rows its
+matmuls and softmax, fused by inductor, beat the CPU flash-attention kernel of ``sdpa``). With two or more
 tables, a "best vs best" line per mode sets each side's faster setting (lower median s/step) against the other's
 (TRL's DPO, whose two runs are one configuration, counts as both of them pooled):
 on CPU with sdpa the padding-free layout is the slower one (one ``[1, N]`` row attends through an ``[N, N]``
-block-diagonal mask instead of ``B`` small causal blocks), so padded is usually each side's best here. Neither side uses
-``torch.compile`` (it would be fair only with TRL's ``torch_compile=True`` too, and its compile time on 2 shared
-cores outweighs a 30-step run). ``--e2e`` also runs our ``sft`` and ``dpo`` pipelines (one Ray actor, the same
+block-diagonal mask instead of ``B`` small causal blocks), so padded is usually each side's best here; compiled,
+each side gains ~10-20% per step. ``--e2e`` also runs our ``sft`` and ``dpo`` pipelines (one Ray actor, the same
 rows, sizes and LR) and prints them against TRL's whole-loop step interval: both sides' real entry points.
 Medians throughout (``s/step``); sides alternate (their order reverses every other round).
 
-Run: ``uv run python benchmarks/bench_sft_dpo_vs_trl.py [--steps 30 --rounds 2 --settings defaults,padding_free --e2e]``
+Run: ``uv run python benchmarks/bench_sft_dpo_vs_trl.py [--steps 30 --rounds 2 --settings defaults,padding_free --e2e]``;
+SFT best vs best with compilation: ``--modes sft --steps 20 --rounds 2 --settings defaults,compiled,compiled_eager_attention``
 """
 
 from __future__ import annotations
@@ -77,7 +81,8 @@ MAX_LENGTH = 128
 SEED = 0
 PROFILE_ROWS = 8
 CHECKPOINTING_ENV = "BENCH_GRAD_CHECKPOINTING"
-BEST_ENV = "BENCH_BEST"
+SETTING_ENV = "BENCH_SETTING"
+SETTINGS = ("defaults", "padding_free", "compiled", "compiled_eager_attention")
 
 
 @dataclass
@@ -191,7 +196,22 @@ def _best() -> bool:
     """``--settings padding_free``: each side's padding-free layout. Ours: ``packed`` forwards;
     TRL's SFT: ``padding_free=True`` (its collator flattens the batch into one row with restarting position ids,
     the same layout). TRL's DPO has no padding-free mode in this version (``padding_free=True`` warns and pads)."""
-    return os.environ.get(BEST_ENV) == "1"
+    return os.environ.get(SETTING_ENV) == "padding_free"
+
+
+def _compiled() -> bool:
+    """``--settings compiled``: each side's ``torch.compile``. Ours: the fsdp2 strategy's ``compile`` (each
+    decoder layer, ``dynamic=True``); TRL: ``torch_compile=True`` (the Trainer compiles the whole model, its loss
+    inside, with torch's default automatic dynamic shapes). Inductor on CPU on both sides; the compile runs in
+    the untimed warm-up steps."""
+    return os.environ.get(SETTING_ENV, "").startswith("compiled")
+
+
+def _attention() -> str:
+    """transformers' attention kernel, the same on both sides: ``sdpa`` (its default), or ``eager`` in the
+    ``compiled_eager_attention`` setting (attention as matmuls and a softmax that inductor fuses; on rows of ~27
+    tokens that beats the CPU flash-attention kernel, which costs ~15% of a compiled step with ``sdpa``)."""
+    return "eager" if os.environ.get(SETTING_ENV) == "compiled_eager_attention" else "sdpa"
 
 
 def _our_strategy(pair_prefix: bool = True) -> Any:
@@ -200,13 +220,14 @@ def _our_strategy(pair_prefix: bool = True) -> Any:
     from roll.workers.config import FSDP2Config, OptimizerConfig
     from roll.workers.fsdp2 import FSDP2TrainStrategy
 
-    model = AutoModelForCausalLM.from_pretrained(_model_path())
+    model = AutoModelForCausalLM.from_pretrained(_model_path(), attn_implementation=_attention())
     config = FSDP2Config(
         device="cpu",
         micro_batch_size=MICRO_SEQS,
         optimizer=OptimizerConfig(lr=LR),
         gradient_checkpointing=_grad_checkpointing(),
         packed=_best(),
+        compile=_compiled(),
         pair_prefix=pair_prefix,
     )
     return FSDP2TrainStrategy(model, config, total_steps=10_000)
@@ -363,6 +384,7 @@ def _trl_args(steps: int, warmup: int, pairs: bool) -> dict[str, Any]:
         "seed": SEED,
         "dataloader_num_workers": 0,
         "disable_tqdm": True,
+        "torch_compile": _compiled(),
     }
 
 
@@ -379,7 +401,7 @@ def trl_sft(steps: int, warmup: int, profile: bool) -> Result:
         max_length=None if _best() else MAX_LENGTH,
         padding_free=_best(),
     )
-    model = AutoModelForCausalLM.from_pretrained(_model_path())
+    model = AutoModelForCausalLM.from_pretrained(_model_path(), attn_implementation=_attention())
     trainer = SFTTrainer(
         model=model, args=args, train_dataset=ds, processing_class=tokenizer, callbacks=[timer]
     )
@@ -398,7 +420,7 @@ def trl_dpo(steps: int, warmup: int, profile: bool) -> Result:
     args = DPOConfig(
         **_trl_args(steps, warmup, pairs=True), max_length=MAX_LENGTH, beta=0.1, precompute_ref_log_probs=True
     )
-    model = AutoModelForCausalLM.from_pretrained(_model_path())
+    model = AutoModelForCausalLM.from_pretrained(_model_path(), attn_implementation=_attention())
     trainer = DPOTrainer(
         model=model, args=args, train_dataset=ds, processing_class=tokenizer, callbacks=[timer]
     )
@@ -437,6 +459,8 @@ def _e2e(mode: Literal["sft", "dpo"], steps: int, warmup: int) -> Result:
         f"data.sources=[{source}]", f"batch.prompts_per_step={per_step}", f"batch.micro_batch_samples={MICRO_SEQS}",
         f"actor_train.strategy.optimizer.lr={LR}", "actor_train.strategy.scheduler.kind=constant",
         "actor_train.strategy.scheduler.warmup_steps=0", f"actor_train.strategy.packed={str(_best()).lower()}",
+        f"actor_train.strategy.compile={str(_compiled()).lower()}",
+        f"actor_train.model.attn_implementation={_attention()}",
         f"actor_train.strategy.gradient_checkpointing={str(_grad_checkpointing()).lower()}",
         "ray.init_timeout_s=300",  # a Ray start on a loaded 2-core box can take minutes
     ]  # fmt: skip
@@ -482,12 +506,12 @@ SIDES: dict[str, Callable[[int, int, bool], Result]] = {
 # ------------------------------------------------------------------------------------------------ driver
 
 
-def _run_side(name: str, args: argparse.Namespace, best: bool) -> Result:
+def _run_side(name: str, args: argparse.Namespace, setting: str) -> Result:
     cmd = [sys.executable, __file__, "--side", name, "--steps", str(args.steps), "--warmup", str(args.warmup)]
     cmd += ["--threads", str(args.threads), *(["--profile"] if args.profile else [])]
     env = dict(os.environ, OMP_WAIT_POLICY=args.omp_wait.upper(), TQDM_DISABLE="1")
     env[CHECKPOINTING_ENV] = "1" if args.grad_checkpointing else "0"
-    env[BEST_ENV] = "1" if best else "0"
+    env[SETTING_ENV] = setting
     before = os.getloadavg()[0]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
@@ -568,34 +592,43 @@ SAME_IN_EVERY_SETTING = {("trl", "dpo")}
 Picking the faster of two runs of one configuration picks the luckier moment of the box (seen: TRL DPO at 0.254
 and 0.192 s/step in the two tables of one run), so the best-vs-best line pools them instead."""
 
+POOLED_SETTINGS = ("defaults", "padding_free")
+"""The settings that are one configuration for the sides of :data:`SAME_IN_EVERY_SETTING` (``compiled`` is not)."""
+
+
+def _candidates(side: str, mode: str, tables: dict[str, dict[str, Result]]) -> list[tuple[str, Result]]:
+    """A side's runs by setting; for :data:`SAME_IN_EVERY_SETTING`, its :data:`POOLED_SETTINGS` runs as one."""
+    runs = [(name, t[f"{side}_{mode}"]) for name, t in tables.items()]
+    same = [r for name, r in runs if name in POOLED_SETTINGS]
+    if (side, mode) not in SAME_IN_EVERY_SETTING or len(same) < 2:
+        return runs
+    return [
+        *((n, r) for n, r in runs if n not in POOLED_SETTINGS),
+        (" and ".join(POOLED_SETTINGS) + " pooled", _merge(same)),
+    ]
+
 
 def _best_line(mode: str, tables: dict[str, dict[str, Result]]) -> str:
-    """Each side's setting with the lower median s/step, and the tokens/s ratio between those two; a side that has
-    one setting only (:data:`SAME_IN_EVERY_SETTING`) is its runs of every table pooled."""
+    """Each side's setting with the lower median s/step, and the tokens/s ratio between those two; a side whose
+    ``defaults`` and ``padding_free`` are one configuration (:data:`SAME_IN_EVERY_SETTING`) has those pooled."""
     picks = {
-        side: (
-            ("defaults, every table pooled", _merge([t[f"{side}_{mode}"] for t in tables.values()]))
-            if (side, mode) in SAME_IN_EVERY_SETTING
-            else min(
-                ((name, t[f"{side}_{mode}"]) for name, t in tables.items()), key=lambda x: x[1].s_per_step
-            )
-        )
-        for side in ("ours", "trl")
+        side: min(_candidates(side, mode, tables), key=lambda x: x[1].s_per_step) for side in ("ours", "trl")
     }
     (ours_set, ours), (trl_set, trl) = picks["ours"], picks["trl"]
     return (
         f"{mode}: roll ({ours_set}) {ours.tokens_per_s:.0f} tokens/s vs TRL ({trl_set}) {trl.tokens_per_s:.0f} = "
-        f"{ours.tokens_per_s / trl.tokens_per_s:.2f}x, s/step {ours.s_per_step:.4f} vs {trl.s_per_step:.4f} "
+        f"{ours.tokens_per_s / trl.tokens_per_s:.2f}x, s/step {ours.s_per_step:.4f} vs {trl.s_per_step:.4f}, "
+        f"CPU s/step {ours.cpu_per_step:.4f} vs {trl.cpu_per_step:.4f} = {trl.cpu_per_step / ours.cpu_per_step:.2f}x "
         f"(load {ours.load[0]:.1f}-{ours.load[1]:.1f} vs {trl.load[0]:.1f}-{trl.load[1]:.1f})"
     )
 
 
-def _compare(args: argparse.Namespace, names: list[str], best: bool) -> dict[str, Result]:
+def _compare(args: argparse.Namespace, names: list[str], setting: str) -> dict[str, Result]:
     """Every side ``args.rounds`` times, in alternating order (reversed in odd rounds)."""
     runs: dict[str, list[Result]] = {name: [] for name in names}
     for round_ in range(args.rounds):
         for name in names if round_ % 2 == 0 else names[::-1]:
-            runs[name].append(_run_side(name, args, best))
+            runs[name].append(_run_side(name, args, setting))
     return {name: _merge(rs) for name, rs in runs.items()}
 
 
@@ -613,7 +646,8 @@ def main() -> None:
     parser.add_argument(
         "--settings",
         default="defaults,padding_free",
-        help="comma-separated tables to run: defaults (padded on both sides), padding_free (on both sides)",
+        help="comma-separated tables to run: defaults (padded on both sides), padding_free (on both sides), "
+        "compiled (torch.compile on both sides), compiled_eager_attention (and transformers' eager attention)",
     )
     parser.add_argument("--modes", default="sft,dpo", help="comma-separated: sft, dpo")
     parser.add_argument(
@@ -637,8 +671,11 @@ def main() -> None:
         f"load average at start: {os.getloadavg()}, cores: {os.cpu_count()}, OMP_WAIT_POLICY={args.omp_wait}"
     )
     tables: dict[str, dict[str, Result]] = {}
+    unknown = set(args.settings.split(",")) - set(SETTINGS)
+    if unknown:
+        parser.error(f"--settings: unknown {sorted(unknown)}; known: {', '.join(SETTINGS)}")
     for setting in args.settings.split(","):
-        tables[setting] = results = _compare(args, names, best=setting == "padding_free")
+        tables[setting] = results = _compare(args, names, setting)
         print(f"\n== {setting} vs {setting} ==\n{_table(results)}")
         if args.profile:
             for r in results.values():
