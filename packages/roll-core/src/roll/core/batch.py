@@ -556,4 +556,13 @@ def _tensor_from_wire(name: str, array: np.ndarray, dtype_name: str, shape: tupl
     return tensor.reshape(shape)
 
 
-__all__ = ["PAD_COLUMN", "Array", "Batch", "Column", "Indices", "MissingColumnError"]
+def as_column(values: Any, dtype: str) -> Array:
+    """A new tensor column of ``dtype`` (``"float32"``, ``"int64"``, ``"bool"``) from a list or array, of this
+    process's kind: a torch tensor where torch is imported, else a numpy array (see the module docstring). The
+    values convert through numpy in both cases, so they round alike."""
+    array = np.asarray(values, dtype=dtype)
+    torch = sys.modules.get("torch")
+    return array if torch is None else torch.from_numpy(array)
+
+
+__all__ = ["PAD_COLUMN", "Array", "Batch", "Column", "Indices", "MissingColumnError", "as_column"]
