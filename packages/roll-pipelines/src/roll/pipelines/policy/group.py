@@ -35,7 +35,7 @@ import torch
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.core.cluster import Cluster, Mesh, Worker
+from roll.core.cluster import Cluster, Mesh, Worker, WorkerRef
 from roll.core.config.batch import BatchConfig
 from roll.core.failures import RunStopped
 from roll.core.tracking import reduce_metrics
@@ -45,12 +45,10 @@ from roll.pipelines.policy.config import Placement, PolicyRunConfig, SyncCheckCo
 from roll.pipelines.policy.critic import Critic
 from roll.pipelines.policy.sync_check import SyncCheck
 from roll.pipelines.policy.views import active_rows, training_view, without_inert_rows
-from roll.workers.model_update import ModelUpdateGroup
-from roll.workers.roles.actor import ActorTrainWorker
+from roll.workers.roles import role_ref
 from roll.workers.roles.config import InferRoleConfig, ModelConfig, TrainRoleConfig, with_micro_batches
-from roll.workers.roles.critic import CriticWorker
-from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.types import LossFn
+from roll.workers.update_group import ModelUpdateGroup
 
 logger = logging.getLogger(__name__)
 
@@ -148,9 +146,17 @@ class PolicyGroup:
     def model(self) -> ModelConfig:
         return self.spec.actor.model
 
-    def start(self, *, actor_worker: type[Worker] = ActorTrainWorker, also: Iterable[Cluster] = ()) -> None:
+    def start(
+        self,
+        *,
+        actor_worker: type[Worker] | WorkerRef | None = None,
+        also: Iterable[Cluster] = (),
+    ) -> None:
         """Create the clusters and run every ``setup`` in parallel (``also``: the mode's other clusters, set up with
-        them when they have a ``setup``)."""
+        them when they have a ``setup``). The roles' classes are named (:func:`~roll.workers.roles.role_ref`), not
+        imported: their modules, and torch, load in the actors only. ``actor_worker``: the train role's class
+        (default ``ActorTrainWorker``)."""
+        actor_worker = actor_worker or role_ref("ActorTrainWorker")
         s = self.spec
         env = {"env_vars": {"OMP_NUM_THREADS": str(s.cpu_threads)}} if s.cpu_threads else None
         train_cfg = with_micro_batches(
@@ -158,8 +164,6 @@ class PolicyGroup:
         )
         threads = {"threads": s.cpu_threads}
         if s.placement == "hybrid":
-            from roll.workers.roles.hybrid import HybridActorWorker
-
             args = (
                 self.model,
                 train_cfg,
@@ -169,7 +173,11 @@ class PolicyGroup:
                 s.infer.strategy.type,
             )
             self.actor = self._make_cluster(
-                "actor_train", HybridActorWorker, init_args=args, init_kwargs=threads, runtime_env=env
+                "actor_train",
+                role_ref("HybridActorWorker"),
+                init_args=args,
+                init_kwargs=threads,
+                runtime_env=env,
             )
             self.infer = self.actor
         else:
@@ -194,7 +202,7 @@ class PolicyGroup:
 
     def _infer_cluster(self, role: str, cfg: InferRoleConfig, env: dict[str, Any] | None) -> Cluster:
         args = (cfg.model or self.model, cfg.strategy, cfg.strategy.type)
-        return self._make_cluster(role, ActorInferWorker, init_args=args, runtime_env=env)
+        return self._make_cluster(role, role_ref("ActorInferWorker"), init_args=args, runtime_env=env)
 
     def _critic_cluster(self, env: dict[str, Any] | None) -> Cluster:
         s = self.spec
@@ -204,7 +212,7 @@ class PolicyGroup:
         args = (s.critic.model or self.model, train_cfg, s.total_steps, train_cfg.type)
         return self._make_cluster(
             "critic",
-            CriticWorker,
+            role_ref("CriticWorker"),
             init_args=args,
             init_kwargs={"threads": s.cpu_threads},
             runtime_env=env,
