@@ -69,6 +69,17 @@ def test_a_deferred_cluster_names_role_rank_and_method_in_errors(echo: Cluster) 
         echo.nope  # noqa: B018
 
 
+def process_title() -> str:
+    import psutil
+
+    return " ".join(psutil.Process().cmdline())
+
+
+def test_the_actor_process_is_named_after_the_worker(echo: Cluster) -> None:
+    """Ray titles an actor's process (and prefixes its log lines) with the class name: the worker's own."""
+    assert echo.apply(process_title).startswith("ray::Echo"), echo.apply(process_title)
+
+
 def test_apply_runs_in_rank_zero_process(echo: Cluster) -> None:
     assert echo.apply(os.getpid) == echo.get_info()[0].pid != os.getpid()
     numpy_batch = Batch({"x_B": torch.arange(4.0)}).to_numpy()

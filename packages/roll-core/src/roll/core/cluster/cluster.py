@@ -270,7 +270,7 @@ class Cluster:
         if isinstance(worker_cls, WorkerRef):
             init_args = (worker_cls, *init_args)
         self._remote_cls = remote_cls = ray.remote(
-            DeferredWorker if isinstance(worker_cls, WorkerRef) else worker_cls
+            DeferredWorker.named(worker_cls) if isinstance(worker_cls, WorkerRef) else worker_cls
         )
         self._extra_options = extra = {"runtime_env": dict(runtime_env)} if runtime_env else {}
         self._init_args, self._init_kwargs = init_args, init_kwargs  # kept for restart_rank

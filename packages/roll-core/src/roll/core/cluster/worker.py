@@ -213,6 +213,12 @@ class DeferredWorker:
     def __init__(self, ctx: WorkerContext, ref: WorkerRef, *args: Any, **kwargs: Any) -> None:
         self._worker = ref.load()(ctx, *args, **kwargs)
 
+    @classmethod
+    def named(cls, ref: WorkerRef) -> type[DeferredWorker]:
+        """A subclass named like the worker it builds, so that Ray's process titles and log prefixes say
+        ``HybridActorWorker``, not ``DeferredWorker`` (Ray pickles it by value: nothing to import)."""
+        return type(ref.name, (cls,), {"__qualname__": ref.name, "__doc__": f"{ref}, built in the actor"})
+
     def roll_methods(self) -> dict[str, MethodSpec]:
         """The worker's registered methods, for the driver that never imported its class."""
         return registered_methods(type(self._worker))
