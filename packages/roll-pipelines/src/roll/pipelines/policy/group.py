@@ -29,9 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from roll.core import columns as C
 from roll.core.batch import Batch
@@ -44,11 +42,14 @@ from roll.pipelines.common.export import export_hf
 from roll.pipelines.policy.config import Placement, PolicyRunConfig, SyncCheckConfig
 from roll.pipelines.policy.critic import Critic
 from roll.pipelines.policy.sync_check import SyncCheck
-from roll.pipelines.policy.views import active_rows, training_view, without_inert_rows
+from roll.pipelines.policy.views import permutation, split_inert, training_view
 from roll.workers.roles import role_ref
 from roll.workers.roles.config import InferRoleConfig, ModelConfig, TrainRoleConfig, with_micro_batches
 from roll.workers.types import LossFn
 from roll.workers.update_group import ModelUpdateGroup
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +281,7 @@ class PolicyGroup:
         self.sync_check.remember(batch)
         parts = [batch]
         if optimizer_steps > 1:
-            order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(self.spec.seed + step))
+            order = self.actor.apply(permutation, len(batch), self.spec.seed + step)
             parts = _near_equal_parts(batch.select(order), optimizer_steps)
         if self.critic is not None:
             self.critic.train(parts)
@@ -289,9 +290,8 @@ class PolicyGroup:
             per_rank: list[dict[str, float]] = []
             view, skipped, updates = tuple(columns), 0, 0
             for part in parts:
-                part_view = training_view(part, view)
-                active = active_rows(part_view, loss)
-                trained, left_out = without_inert_rows(part_view, loss)
+                # which rows move the gradient: the loss's tensor test, run where torch is (the train actor)
+                trained, active, left_out = self.actor.apply(split_inert, training_view(part, view), loss)
                 ranks = self.actor.train_step(trained, loss, temperature)
                 finite = self._finite(self.actor.role, ranks, step)
                 updates += int(active > 0 and finite)

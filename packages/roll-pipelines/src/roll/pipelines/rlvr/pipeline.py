@@ -30,15 +30,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler, RolloutBatch
 from roll.data.vision import has_vision
-from roll.pipelines.algorithms.dapo import dynamic_sampling_filter
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
 from roll.pipelines.common.data import load_image_processor_for, load_tokenizer, prepare_data
 from roll.pipelines.common.sampled_eval import sampled_metrics, vote_key
@@ -170,7 +167,9 @@ class RLVRPipeline(BasePipeline):
             max_new_tokens=max_new_tokens or r.max_new_tokens,
         )  # fmt: skip
 
-    def _group_filter(self, scored: Batch, group_size: int) -> tuple[torch.Tensor, dict[str, float]]:
+    def _group_filter(self, scored: Batch, group_size: int) -> tuple[Any, dict[str, float]]:
+        from roll.pipelines.algorithms.dapo import dynamic_sampling_filter  # torch: DAPO's filter runs here
+
         a = self.config.algorithm
         result = dynamic_sampling_filter(
             scored.tensors[C.SCORES].reshape(-1, group_size),
