@@ -62,13 +62,22 @@ sys.exit(rc)
 
 
 @pytest.mark.slow
-def test_a_quickstart_shaped_run_never_imports_torch_in_the_driver(ray_local: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["algorithm.kl_mode=loss", "algorithm.kl_coef=0.05", "batch.samples_per_optimizer_step=128"]],
+    ids=["quickstart", "reference-and-two-optimizer-steps"],
+)
+def test_a_quickstart_shaped_run_never_imports_torch_in_the_driver(
+    ray_local: Any, tmp_path: Path, extra: list[str]
+) -> None:
     """The quickstart (hybrid actor, reward worker, warm-up, held-out eval, TensorBoard), shortened: two GRPO
-    steps after a 5-step warm-up, on the session's Ray. The driver process reports whether torch came in."""
+    steps after a 5-step warm-up, on the session's Ray; then with a reference (KL in the loss: its log-probs are
+    masked on the driver, in numpy) and two optimizer steps (old log-probs, a seeded shuffle). The driver
+    process reports whether torch came in."""
     args = [
         str(ROOT / "examples" / "quickstart.yaml"), f"output_dir={tmp_path}", "max_steps=2", "warmup.steps=5",
         "eval_every=2", "validation.num_prompts=16", "plot=false", "tracking.progress=false",
-        f"ray.address={ray_local.address}", "ray.num_cpus=null",
+        f"ray.address={ray_local.address}", "ray.num_cpus=null", *extra,
     ]  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, timeout=600, check=False
@@ -81,3 +90,24 @@ def test_a_quickstart_shaped_run_never_imports_torch_in_the_driver(ray_local: An
     assert list(tmp_path.glob("tensorboard/**/events.out.tfevents*")) or list(
         tmp_path.glob("**/events.out.*")
     )
+
+
+def test_response_masking_is_the_same_bits_in_numpy_and_torch() -> None:
+    """What the driver does to reference/old log-probs without torch: ``logp * float32(mask)``, equal to torch's
+    ``logp * mask.float()`` bit for bit (signed zeros included)."""
+    import numpy as np
+    import torch
+
+    from roll.core import columns as C
+    from roll.core.batch import Batch
+    from roll.pipelines.policy.group import on_response
+
+    logp = torch.tensor([[-0.5, -1.25, -3.0e-8], [-2.0, -0.0, -7.5]])
+    batch = Batch({C.RESPONSE_MASK: torch.tensor([[0, 1, 1], [1, 1, 0]])})
+    in_torch = on_response(logp, batch)
+    in_numpy = on_response(logp.numpy(), batch.to_numpy())  # type: ignore[arg-type]
+    assert isinstance(in_numpy, np.ndarray) and in_numpy.dtype == np.float32
+    assert in_numpy.tobytes() == in_torch.numpy().tobytes()
+    numpy_batch = batch.to_numpy()
+    numpy_batch[C.REF_LOGP] = in_numpy  # a numpy batch takes a numeric array as a tensor column
+    assert C.REF_LOGP in numpy_batch.tensors

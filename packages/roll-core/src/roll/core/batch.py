@@ -102,17 +102,18 @@ class Batch:
         raise MissingColumnError(f"batch has no column {name!r}; columns: {self._column_list()}", column=name)
 
     def __setitem__(self, name: str, values: torch.Tensor | Sequence[Any] | np.ndarray) -> None:
-        """Add or replace a column. A torch tensor becomes a tensor column; anything else a non-tensor column,
-        numpy arrays included (set ``batch.tensors[name]`` or build the batch with ``tensors=`` for a numpy tensor
-        column).
+        """Add or replace a column. A torch tensor becomes a tensor column, and so does a numeric numpy array when
+        the batch's tensor columns are numpy (a batch in a process without torch); anything else is a non-tensor
+        column.
 
         The column must have ``len(self)`` rows, unless the batch has no columns yet (it then sets ``B``).
         """
-        column: Any = values if _is_torch(values) else _as_object_column(name, values)  # type: ignore[arg-type]
+        array = _is_torch(values) or (self._holds_numpy() and _is_numeric(values))
+        column: Any = values if array else _as_object_column(name, values)  # type: ignore[arg-type]
         length = _column_length(name, column)
         if any(key != name for key in self.keys()) and length != self._size:
             raise DataError(f"column {name!r} has {length} rows, but the batch has {self._size}", column=name)
-        if _is_torch(column):
+        if array:
             self.non_tensors.pop(name, None)
             self.tensors[name] = column
         else:
@@ -352,6 +353,9 @@ class Batch:
         if out_of_range.size:
             raise DataError(f"index {int(out_of_range[0])} is out of range for a batch of {self._size} rows")
         return index_B.astype(np.int64) % max(self._size, 1)
+
+    def _holds_numpy(self) -> bool:
+        return bool(self.tensors) and not any(_is_torch(v) for v in self.tensors.values())
 
     def _torch(self) -> Any:
         """torch when this batch's new tensor columns should be torch tensors: it has a torch column, or it has no

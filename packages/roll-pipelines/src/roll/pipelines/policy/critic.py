@@ -44,13 +44,14 @@ class Critic:
         self.cluster, self.loss = cluster, loss
         self._pending: list[PendingCall] = []
 
-    def values(self, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
-        """``V_BT`` of the state before each response token (0 elsewhere), from the current critic. Tensor work
-        on the driver: a critic run imports torch there."""
-        from roll.pipelines.algorithms.value_loss import action_values
-
+    def values(self, batch: Batch) -> torch.Tensor:
+        """``V_BT`` of the state before each response token (0 elsewhere), from the current critic; the shift
+        and mask run on the critic (:func:`response_values`), where torch is."""
         seqs = training_view(batch, (C.INPUT_IDS, C.ATTENTION_MASK))
-        return action_values(self.cluster.compute_values(seqs)[C.VALUES]) * mask_BT
+        values = self.cluster.compute_values(seqs)
+        mask = Batch({C.RESPONSE_MASK: batch.tensors[C.RESPONSE_MASK]})
+        out: torch.Tensor = self.cluster.apply(response_values, values, mask)
+        return out
 
     def train(self, parts: Sequence[Batch]) -> None:
         """Queue one optimizer step per mini-batch (``old_values_BT`` and ``returns_BT`` set); returns at once."""
@@ -68,6 +69,14 @@ class Critic:
         out = {k: v for k, v in m.items() if k.startswith("critic/")}
         out.update({"critic/value_loss": m["loss"], "critic/grad_norm": m["grad_norm"], "critic/lr": m["lr"]})
         return out
+
+
+def response_values(values: Batch, mask: Batch) -> torch.Tensor:
+    """:func:`~roll.pipelines.algorithms.value_loss.action_values` of ``values_BT``, 0 off the response."""
+    from roll.pipelines.algorithms.value_loss import action_values
+
+    values_BT, mask_BT = values.to_torch().tensors[C.VALUES], mask.to_torch().tensors[C.RESPONSE_MASK]
+    return action_values(values_BT) * mask_BT.float()
 
 
 def batch_metrics(batch: Batch, mask_BT: torch.Tensor) -> dict[str, float]:

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster, Mesh, Worker, WorkerRef
@@ -244,18 +246,18 @@ class PolicyGroup:
     def old_logp(self, batch: Batch) -> torch.Tensor:
         """``old_logp_BT``: the trainer's log-probs of the rollout before this step trains (0 off the response)."""
         logp_BT: torch.Tensor = self.actor.compute_logprobs(training_view(batch, SEQUENCE_COLUMNS))[C.LOGP]
-        return logp_BT * batch.tensors[C.RESPONSE_MASK].float()
+        return on_response(logp_BT, batch)
 
     def ref_logp(self, batch: Batch) -> torch.Tensor:
         """``ref_logp_BT`` from the frozen reference (0 off the response)."""
         assert self.reference is not None, "ref_logp needs a reference role"
         ref_BT: torch.Tensor = self.reference.compute_logprobs(training_view(batch, SEQUENCE_COLUMNS))[C.LOGP]
-        return ref_BT * batch.tensors[C.RESPONSE_MASK].float()
+        return on_response(ref_BT, batch)
 
     def values(self, batch: Batch) -> torch.Tensor:
         """``old_values_BT`` from the critic, before it trains on this batch."""
         assert self.critic is not None, "values needs a critic role"
-        return self.critic.values(batch, batch.tensors[C.RESPONSE_MASK].float())
+        return self.critic.values(batch)
 
     # ------------------------------------------------------------------------------------------ training
 
@@ -444,6 +446,16 @@ def phase_cost_metrics(role: str, kind: str, per_rank: list[dict[str, float]]) -
     if kind == "offload":
         out[f"colocate/{role}_freed_mib"] = sum(r["freed_bytes"] for r in per_rank) / 2**20
     return out
+
+
+def on_response(values_BT: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """``values_BT`` times the float32 response mask (0 off the response), in torch or numpy, whichever the
+    columns are (a driver without torch holds numpy; the products are the same bits)."""
+    mask_BT = batch.tensors[C.RESPONSE_MASK]
+    if isinstance(values_BT, np.ndarray):
+        masked: Any = values_BT * np.asarray(mask_BT).astype(np.float32)
+        return masked
+    return values_BT * mask_BT.float()
 
 
 def _near_equal_parts(batch: Batch, parts: int) -> list[Batch]:

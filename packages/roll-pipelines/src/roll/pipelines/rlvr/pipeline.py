@@ -172,7 +172,7 @@ class RLVRPipeline(BasePipeline):
 
         a = self.config.algorithm
         result = dynamic_sampling_filter(
-            scored.tensors[C.SCORES].reshape(-1, group_size),
+            scored.to_torch().tensors[C.SCORES].reshape(-1, group_size),
             min_std=a.dynamic_sampling_min_std,
             max_std=a.dynamic_sampling_max_std if a.dynamic_sampling_max_std is not None else math.inf,
         )
