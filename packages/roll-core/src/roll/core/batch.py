@@ -2,7 +2,8 @@
 
 A :class:`Batch` holds three things:
 
-- ``tensors``: torch tensors that all share the leading batch dimension ``B`` (``input_ids_BT``, ``rewards_B``).
+- ``tensors``: arrays that all share the leading batch dimension ``B`` (``input_ids_BT``, ``rewards_B``): torch
+  tensors, or numeric numpy arrays in a process that never imported torch (see below).
 - ``non_tensors``: per-row Python objects (prompts, ground truths, tags, dicts) as 1-D numpy arrays of length
   ``B``; lists are converted to ``object`` arrays so indexing works the same for every column.
 - ``meta``: batch-wide facts (``step``, ``policy_version``, ...) that are not per row.
@@ -16,32 +17,42 @@ as ``bfloat16``, travel as a same-width integer view), because Ray stores numpy 
 back without a copy, while a pickled torch tensor is copied into the pickle stream and again out of it. Tensors
 travel on the CPU; call :meth:`Batch.to` after receiving. A batch fetched with ``ray.get`` shares the object
 store's memory, which Ray marks read-only: call :meth:`Batch.clone` before writing into its tensors in place.
+
+A process without torch (a driver, a reward worker) keeps the wire's numpy arrays as its tensor columns: unpickling
+builds torch tensors only where torch is already imported, so a batch that passes through the driver never pulls
+torch (~550 MB resident) into it, and an actor, which imports torch to run a model, gets torch tensors as before
+(``torch.from_numpy``, no copy). Every operation here works on either kind; :meth:`Batch.to_torch` and
+:meth:`Batch.to_numpy` convert explicitly. The one exception: a dtype numpy lacks (``bfloat16``) cannot be held
+without torch, so unpickling one imports torch, with a warning that names the column.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
+import sys
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
-import torch
 
 from roll.core.errors import DataError
+
+if TYPE_CHECKING:
+    import torch
 
 PAD_COLUMN = "is_pad_B"
 """Bool tensor column that :meth:`Batch.pad_to_multiple` adds: True on the rows it appended."""
 
-Column: TypeAlias = torch.Tensor | np.ndarray
-Indices: TypeAlias = torch.Tensor | Sequence[int] | np.ndarray
+Column: TypeAlias = "torch.Tensor | np.ndarray"
+Array: TypeAlias = "torch.Tensor | np.ndarray"
+"""A tensor column: a torch tensor, or a numeric numpy array where torch is not imported."""
+Indices: TypeAlias = "torch.Tensor | Sequence[int] | np.ndarray"
 
 # Dtypes without a numpy counterpart travel as an integer view of the same width.
-_NUMPY_VIEW: dict[torch.dtype, torch.dtype] = {
-    torch.bfloat16: torch.int16,
-    torch.float8_e4m3fn: torch.uint8,
-    torch.float8_e5m2: torch.uint8,
-}
+_NUMPY_VIEW: dict[str, str] = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
+logger = logging.getLogger(__name__)
 
 
 class MissingColumnError(DataError, KeyError):
@@ -60,11 +71,15 @@ class Batch:
 
     def __init__(
         self,
-        tensors: Mapping[str, torch.Tensor] | None = None,
+        tensors: Mapping[str, Array] | None = None,
         non_tensors: Mapping[str, Sequence[Any] | np.ndarray] | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> None:
-        self.tensors: dict[str, torch.Tensor] = dict(tensors or {})
+        # Typed as torch tensors, what code in a torch process sees; a process without torch holds numpy arrays
+        # here (see the module docstring), and code that runs there reads them with numpy.
+        self.tensors: dict[str, torch.Tensor] = dict(tensors or {})  # type: ignore[arg-type]
+        for name, array in self.tensors.items():
+            _check_array(name, array)
         self.non_tensors: dict[str, np.ndarray] = {
             name: _as_object_column(name, values) for name, values in (non_tensors or {}).items()
         }
@@ -87,15 +102,18 @@ class Batch:
         raise MissingColumnError(f"batch has no column {name!r}; columns: {self._column_list()}", column=name)
 
     def __setitem__(self, name: str, values: torch.Tensor | Sequence[Any] | np.ndarray) -> None:
-        """Add or replace a column. A tensor becomes a tensor column; anything else a non-tensor column.
+        """Add or replace a column. A torch tensor becomes a tensor column, and so does a numeric numpy array when
+        the batch's tensor columns are numpy (a batch in a process without torch); anything else is a non-tensor
+        column.
 
         The column must have ``len(self)`` rows, unless the batch has no columns yet (it then sets ``B``).
         """
-        column = values if isinstance(values, torch.Tensor) else _as_object_column(name, values)
+        array = _is_torch(values) or (self._holds_numpy() and _is_numeric(values))
+        column: Any = values if array else _as_object_column(name, values)  # type: ignore[arg-type]
         length = _column_length(name, column)
         if any(key != name for key in self.keys()) and length != self._size:
             raise DataError(f"column {name!r} has {length} rows, but the batch has {self._size}", column=name)
-        if isinstance(column, torch.Tensor):
+        if array:
             self.non_tensors.pop(name, None)
             self.tensors[name] = column
         else:
@@ -123,10 +141,9 @@ class Batch:
         ``indices`` is a 1-D integer tensor, numpy array or sequence; negative indices count from the end.
         """
         index_B = self._check_indices(indices)
-        index_np = index_B.numpy()
         return self._build(
-            {k: v[index_B.to(v.device)] for k, v in self.tensors.items()},
-            {k: v[index_np] for k, v in self.non_tensors.items()},
+            {k: _take(v, index_B) for k, v in self.tensors.items()},
+            {k: v[index_B] for k, v in self.non_tensors.items()},
         )
 
     def slice(self, start: int, stop: int | None = None) -> Batch:
@@ -168,8 +185,8 @@ class Batch:
         group-relative advantages expect); ``interleave=False`` gives a,b,a,b."""
         if n < 1:
             raise DataError(f"repeat count must be >= 1, got {n}")
-        rows = torch.arange(self._size)
-        index_B = rows.repeat_interleave(n) if interleave else rows.repeat(n)
+        rows = np.arange(self._size)
+        index_B = np.repeat(rows, n) if interleave else np.tile(rows, n)
         return self.select(index_B)
 
     def pad_to_multiple(self, k: int) -> tuple[Batch, int]:
@@ -183,12 +200,17 @@ class Batch:
         if k < 1:
             raise DataError(f"pad multiple must be >= 1, got {k}")
         pad = -self._size % k
-        device = next(iter(self.tensors.values())).device if self.tensors else torch.device("cpu")
-        is_pad_B = self.tensors.get(PAD_COLUMN, torch.zeros(self._size, dtype=torch.bool, device=device))
-        rows = torch.cat([torch.arange(self._size), (torch.arange(pad) - pad) % self._size])
+        rows = np.concatenate([np.arange(self._size), (np.arange(pad) - pad) % max(self._size, 1)])
         padded = self.select(rows)
-        pad_B = torch.ones(pad, dtype=torch.bool, device=is_pad_B.device)
-        padded[PAD_COLUMN] = torch.cat([is_pad_B, pad_B])
+        is_pad_B = np.concatenate([np.zeros(self._size, dtype=bool), np.ones(pad, dtype=bool)])
+        if PAD_COLUMN in self.tensors:
+            is_pad_B[: self._size] = _to_numpy(self.tensors[PAD_COLUMN])
+        torch = self._torch()
+        if torch is None:
+            padded.tensors[PAD_COLUMN] = is_pad_B  # type: ignore[assignment]
+        else:
+            device = next(iter(self.tensors.values())).device if self.tensors else torch.device("cpu")
+            padded.tensors[PAD_COLUMN] = torch.from_numpy(is_pad_B).to(device)
         return padded, pad
 
     def unpad(self, n: int) -> Batch:
@@ -222,7 +244,7 @@ class Batch:
         for i, other in enumerate(batches[1:], start=1):
             _check_same_columns(first, other, i)
         meta = _merge_meta([b.meta for b in batches])
-        tensors = {k: torch.cat([b.tensors[k] for b in batches]) for k in first.tensors}
+        tensors = {k: _cat([b.tensors[k] for b in batches]) for k in first.tensors}
         objects = {k: np.concatenate([b.non_tensors[k] for b in batches]) for k in first.non_tensors}
         return cls(tensors, objects, meta)
 
@@ -240,13 +262,26 @@ class Batch:
     # ---------------------------------------------------------------------------------------------- columns
 
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
-        """A batch whose tensors live on ``device``; non-tensor columns and meta are shared, not copied."""
-        moved = {k: v.to(device, non_blocking=non_blocking) for k, v in self.tensors.items()}
+        """A batch whose tensors are torch tensors on ``device`` (numpy columns convert without a copy); non-tensor
+        columns and meta are shared, not copied."""
+        moved: dict[str, Array] = {
+            k: v.to(device, non_blocking=non_blocking) for k, v in self.to_torch().tensors.items()
+        }
         return self._build(moved, dict(self.non_tensors))
+
+    def to_torch(self) -> Batch:
+        """The same batch with every tensor column a torch tensor (numpy arrays via ``torch.from_numpy``, sharing
+        memory). Imports torch."""
+        return self._build({k: _as_torch(v) for k, v in self.tensors.items()}, dict(self.non_tensors))
+
+    def to_numpy(self) -> Batch:
+        """The same batch with every tensor column a numpy array (CPU tensors share memory; ``bfloat16`` and the
+        other dtypes numpy lacks raise :class:`DataError`)."""
+        return self._build({k: _to_numpy(v, k) for k, v in self.tensors.items()}, dict(self.non_tensors))
 
     def clone(self) -> Batch:
         """A deep copy whose tensors own writable memory (see the module docstring on ``ray.get``)."""
-        cloned = self._build({k: v.clone() for k, v in self.tensors.items()}, copy.deepcopy(self.non_tensors))
+        cloned = self._build({k: _clone(v) for k, v in self.tensors.items()}, copy.deepcopy(self.non_tensors))
         cloned.meta = copy.deepcopy(self.meta)
         return cloned
 
@@ -292,7 +327,7 @@ class Batch:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._size = state["size"]
-        self.tensors = {name: _tensor_from_wire(*wire) for name, wire in state["tensors"].items()}
+        self.tensors = {name: _tensor_from_wire(name, *wire) for name, wire in state["tensors"].items()}  # type: ignore[misc]
         self.non_tensors = state["non_tensors"]
         self.meta = state["meta"]
 
@@ -301,22 +336,33 @@ class Batch:
 
     # ---------------------------------------------------------------------------------------------- helpers
 
-    def _build(self, tensors: dict[str, torch.Tensor], non_tensors: dict[str, np.ndarray]) -> Batch:
+    def _build(self, tensors: dict[str, Array], non_tensors: dict[str, np.ndarray]) -> Batch:
         """A batch from already validated columns, keeping ``meta`` (copied, so edits do not leak back)."""
         built = _empty_batch()
-        built.tensors, built.non_tensors, built.meta = tensors, non_tensors, dict(self.meta)
+        built.tensors, built.non_tensors, built.meta = tensors, non_tensors, dict(self.meta)  # type: ignore[assignment]
         built._size = _common_length(tensors, non_tensors) if tensors or non_tensors else 0
         return built
 
-    def _check_indices(self, indices: Indices) -> torch.Tensor:
-        index_B = torch.as_tensor(np.asarray(indices) if not isinstance(indices, torch.Tensor) else indices)
-        index_B = index_B.reshape(-1).cpu() if index_B.numel() else torch.zeros(0, dtype=torch.long)
-        if index_B.is_floating_point() or index_B.dtype == torch.bool:
+    def _check_indices(self, indices: Indices) -> np.ndarray:
+        """``indices`` as a 1-D int64 numpy array of non-negative row numbers."""
+        index_B = _to_numpy(indices) if _is_torch(indices) else np.asarray(indices)
+        index_B = index_B.reshape(-1) if index_B.size else np.zeros(0, dtype=np.int64)
+        if not np.issubdtype(index_B.dtype, np.integer):
             raise DataError(f"select needs integer indices, got dtype {_dtype_name(index_B.dtype)}")
         out_of_range = index_B[(index_B >= self._size) | (index_B < -self._size)]
-        if out_of_range.numel():
+        if out_of_range.size:
             raise DataError(f"index {int(out_of_range[0])} is out of range for a batch of {self._size} rows")
-        return index_B.long() % max(self._size, 1)
+        return index_B.astype(np.int64) % max(self._size, 1)
+
+    def _holds_numpy(self) -> bool:
+        return bool(self.tensors) and not any(_is_torch(v) for v in self.tensors.values())
+
+    def _torch(self) -> Any:
+        """torch when this batch's new tensor columns should be torch tensors: it has a torch column, or it has no
+        tensor column and torch is imported. ``None``: numpy."""
+        if any(_is_torch(v) for v in self.tensors.values()):
+            return sys.modules["torch"]
+        return None if self.tensors else sys.modules.get("torch")
 
     def _column_list(self) -> str:
         return ", ".join(self.keys()) or "(none)"
@@ -353,7 +399,7 @@ def _column_length(name: str, column: Column) -> int:
     return int(column.shape[0])
 
 
-def _common_length(tensors: Mapping[str, torch.Tensor], non_tensors: Mapping[str, np.ndarray]) -> int:
+def _common_length(tensors: Mapping[str, Array], non_tensors: Mapping[str, np.ndarray]) -> int:
     """The shared row count, or a DataError naming the first column that disagrees with the first column."""
     duplicated = sorted(set(tensors) & set(non_tensors))
     if duplicated:
@@ -381,7 +427,7 @@ def _check_same_columns(first: Batch, other: Batch, position: int) -> None:
         )
     for name, tensor in first.tensors.items():
         theirs = other.tensors[name]
-        if theirs.dtype != tensor.dtype or theirs.shape[1:] != tensor.shape[1:]:
+        if _dtype_name(theirs.dtype) != _dtype_name(tensor.dtype) or theirs.shape[1:] != tensor.shape[1:]:
             raise DataError(
                 f"cannot concat column {name!r}: batch 0 has {_dtype_name(tensor.dtype)}"
                 f"[B, {', '.join(map(str, tensor.shape[1:]))}], batch {position} has "
@@ -400,7 +446,7 @@ def _merge_meta(metas: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _values_equal(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor | np.ndarray) or isinstance(b, torch.Tensor | np.ndarray):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or _is_torch(a) or _is_torch(b):
         return _columns_equal(a, b)
     try:
         return bool(a == b)
@@ -409,34 +455,118 @@ def _values_equal(a: Any, b: Any) -> bool:
 
 
 def _columns_equal(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.cpu(), b.cpu())
+    if _is_torch(a) and _is_torch(b):
+        return bool(
+            a.dtype == b.dtype and a.shape == b.shape and sys.modules["torch"].equal(a.cpu(), b.cpu())
+        )
+    if _is_torch(a) != _is_torch(b) and _is_numeric(a) and _is_numeric(b):  # one side torch, one numpy
+        a, b = _to_numpy(a), _to_numpy(b)
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return a.shape == b.shape and all(_values_equal(x, y) for x, y in zip(a.tolist(), b.tolist()))
     return False
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def _dtype_name(dtype: Any) -> str:
+    """``float32``, ``int64``, ``bool``, ``bfloat16``: one name for a torch and a numpy dtype alike."""
     return str(dtype).removeprefix("torch.")
 
 
-def _tensor_to_wire(tensor: torch.Tensor) -> tuple[np.ndarray, str, tuple[int, ...]]:
-    """A contiguous CPU numpy array with the tensor's bytes, plus what it takes to rebuild the tensor."""
-    flat = tensor.detach().cpu().contiguous()
-    view_dtype = _NUMPY_VIEW.get(flat.dtype)
-    array = (flat.view(view_dtype) if view_dtype is not None else flat).numpy()
-    return array, _dtype_name(tensor.dtype), tuple(tensor.shape)
+# ------------------------------------------------------------------------------------- torch or numpy columns
 
 
-def _tensor_from_wire(array: np.ndarray, dtype_name: str, shape: tuple[int, ...]) -> torch.Tensor:
-    dtype = getattr(torch, dtype_name)
+def _is_torch(value: object) -> bool:
+    """Whether ``value`` is a torch tensor, without importing torch (a process without torch has none)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _is_numeric(value: object) -> bool:
+    return _is_torch(value) or (isinstance(value, np.ndarray) and value.dtype.kind in "biuf")
+
+
+def _check_array(name: str, array: object) -> None:
+    if not _is_numeric(array):
+        kind = (
+            f"numpy array of dtype {array.dtype}" if isinstance(array, np.ndarray) else type(array).__name__
+        )
+        raise DataError(
+            f"tensor column {name!r} must be a torch tensor or a numeric numpy array, got a {kind}; "
+            "put per-row Python objects in non_tensors",
+            column=name,
+        )
+
+
+def _take(array: Array, index_B: np.ndarray) -> Array:
+    if _is_torch(array):
+        return array[sys.modules["torch"].from_numpy(index_B).to(array.device)]
+    return array[index_B]
+
+
+def _cat(arrays: list[Array]) -> Array:
+    """Concatenate along rows; a column that is torch in any part comes out torch."""
+    if any(_is_torch(a) for a in arrays):
+        cat: torch.Tensor = sys.modules["torch"].cat([_as_torch(a) for a in arrays])
+        return cat
+    return np.concatenate(arrays)
+
+
+def _clone(array: Array) -> Array:
+    return array.clone() if _is_torch(array) else np.array(array, copy=True)  # type: ignore[union-attr]
+
+
+def _as_torch(array: Array) -> torch.Tensor:
+    import torch
+
+    if isinstance(array, torch.Tensor):
+        return array
     with warnings.catch_warnings():
         # Ray hands back read-only arrays; sharing them is the point (see the module docstring).
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        tensor = torch.from_numpy(array)
+        return torch.from_numpy(array)
+
+
+def _to_numpy(array: Any, name: str = "") -> np.ndarray:
+    if not _is_torch(array):
+        return np.asarray(array)
+    if _dtype_name(array.dtype) in _NUMPY_VIEW:
+        raise DataError(f"column {name!r} is {_dtype_name(array.dtype)}, which numpy lacks; keep it in torch")
+    return np.asarray(array.detach().cpu().numpy())
+
+
+def _tensor_to_wire(array: Array) -> tuple[np.ndarray, str, tuple[int, ...]]:
+    """A contiguous CPU numpy array with the column's bytes, plus what it takes to rebuild it."""
+    if not _is_torch(array):
+        return np.ascontiguousarray(array), _dtype_name(array.dtype), tuple(array.shape)
+    torch = sys.modules["torch"]
+    flat = array.detach().cpu().contiguous()  # type: ignore[union-attr]
+    view_dtype = _NUMPY_VIEW.get(_dtype_name(flat.dtype))
+    wire = (flat.view(getattr(torch, view_dtype)) if view_dtype is not None else flat).numpy()
+    return wire, _dtype_name(array.dtype), tuple(array.shape)
+
+
+def _tensor_from_wire(name: str, array: np.ndarray, dtype_name: str, shape: tuple[int, ...]) -> Array:
+    """A torch tensor where torch is imported, else the numpy array itself (see the module docstring)."""
+    if "torch" not in sys.modules:
+        if dtype_name not in _NUMPY_VIEW:
+            return array.reshape(shape)
+        logger.warning("column %r is %s, which numpy lacks: importing torch to hold it", name, dtype_name)
+    import torch
+
+    tensor = _as_torch(array)
+    dtype = getattr(torch, dtype_name)
     if tensor.dtype != dtype:
         tensor = tensor.view(dtype)
     return tensor.reshape(shape)
 
 
-__all__ = ["PAD_COLUMN", "Batch", "Column", "Indices", "MissingColumnError"]
+def as_column(values: Any, dtype: str) -> Array:
+    """A new tensor column of ``dtype`` (``"float32"``, ``"int64"``, ``"bool"``) from a list or array, of this
+    process's kind: a torch tensor where torch is imported, else a numpy array (see the module docstring). The
+    values convert through numpy in both cases, so they round alike."""
+    array = np.asarray(values, dtype=dtype)
+    torch = sys.modules.get("torch")
+    return array if torch is None else torch.from_numpy(array)
+
+
+__all__ = ["PAD_COLUMN", "Array", "Batch", "Column", "Indices", "MissingColumnError", "as_column"]

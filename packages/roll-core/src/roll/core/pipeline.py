@@ -32,7 +32,7 @@ from typing import Any
 
 from roll.core import plugins, rundir
 from roll.core.checkpoint import CheckpointManager, PipelineState, read_manifest, restore_rng_state
-from roll.core.cluster import Cluster, RayHandle, ResourceManager, Worker, init_ray, shutdown_ray
+from roll.core.cluster import Cluster, RayHandle, ResourceManager, Worker, WorkerRef, init_ray, shutdown_ray
 from roll.core.config.loader import dump_yaml
 from roll.core.config.sections import RoleConfig, RunConfig
 from roll.core.errors import ConfigError
@@ -127,7 +127,7 @@ class BasePipeline(ABC):
 
     # ------------------------------------------------------------------------------------------ helpers
 
-    def make_cluster(self, role: str, worker_cls: type[Worker], **kwargs: Any) -> Cluster:
+    def make_cluster(self, role: str, worker_cls: type[Worker] | WorkerRef, **kwargs: Any) -> Cluster:
         """A :class:`Cluster` for ``role`` on the resources reserved for it; shut down with the pipeline.
 
         Its actors are launched, not waited for (``wait=False``): the first call waits, so the roles a ``setup``

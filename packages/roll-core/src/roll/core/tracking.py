@@ -195,30 +195,58 @@ def _step_of(line: str) -> int | None:
 class TensorboardTracker:
     """Scalars in TensorBoard event files under ``log_dir``, flushed after every step.
 
-    ``torch.utils.tensorboard`` is imported here, not at module import, because it pulls in torch.
+    Written with the ``tensorboard`` package's own event writer and protos, the ones
+    ``torch.utils.tensorboard.SummaryWriter`` wraps: that wrapper imports torch (~550 MB resident), which a driver
+    that holds no model must not carry. Scalars are ``simple_value`` summaries and text goes to
+    ``<tag>/text_summary`` under the text plugin, as the wrapper writes them.
     """
 
     def __init__(self, log_dir: Path, run_config: Mapping[str, Any] | None = None) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self.log_dir = log_dir
-        self._writer = SummaryWriter(log_dir=str(log_dir))
+        self._writer = EventFileWriter(str(log_dir))
         if run_config is not None:
             text = json.dumps(run_config, indent=2, sort_keys=True, default=str)
-            self._writer.add_text("config", f"```\n{text}\n```", global_step=0)
+            self._add_text("config", f"```\n{text}\n```", 0)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        for name, value in metrics.items():
-            self._writer.add_scalar(name, float(value), global_step=step)
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        values = [Summary.Value(tag=name, simple_value=float(value)) for name, value in metrics.items()]
+        self._add(Summary(value=values), step)
         self._writer.flush()
 
     def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int, kind: str) -> None:
         """The rows as one markdown table under the text tag ``samples/<kind>`` (TensorBoard's Text tab)."""
-        self._writer.add_text(f"samples/{kind}", markdown_table(rows), global_step=step)
+        self._add_text(f"samples/{kind}", markdown_table(rows), step)
         self._writer.flush()
 
     def close(self) -> None:
         self._writer.close()
+
+    def _add(self, summary: Any, step: int) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+
+        self._writer.add_event(Event(summary=summary, step=int(step), wall_time=time.time()))
+
+    def _add_text(self, tag: str, text: str, step: int) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+        from tensorboard.compat.proto.tensor_pb2 import TensorProto
+        from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+        from tensorboard.plugins.text.plugin_data_pb2 import TextPluginData
+
+        plugin = SummaryMetadata.PluginData(
+            plugin_name="text", content=TextPluginData(version=0).SerializeToString()
+        )
+        tensor = TensorProto(
+            dtype="DT_STRING", string_val=[text.encode("utf-8")],
+            tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]),
+        )  # fmt: skip
+        value = Summary.Value(
+            tag=f"{tag}/text_summary", metadata=SummaryMetadata(plugin_data=plugin), tensor=tensor
+        )
+        self._add(Summary(value=[value]), step)
 
 
 class WandbTracker:

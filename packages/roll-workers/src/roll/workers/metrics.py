@@ -12,10 +12,12 @@ or a rank with only padding rows) add nothing. Across ranks the pipeline reduces
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-import torch
+from typing import TYPE_CHECKING
 
 from roll.core.tracking import reduction_for
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["LossMetrics", "UnitWeightedMeans"]
 

@@ -13,7 +13,7 @@ from roll.core.cluster.cluster import Cluster, ClusterMethod
 from roll.core.cluster.dispatch import Dispatch, Mesh, register
 from roll.core.cluster.resources import ResourceManager, RolePlacement
 from roll.core.cluster.runtime import RayHandle, init_ray, shutdown_ray
-from roll.core.cluster.worker import Worker, WorkerContext, WorkerInfo
+from roll.core.cluster.worker import Worker, WorkerContext, WorkerInfo, WorkerRef
 
 __all__ = [
     "Cluster",
@@ -27,6 +27,7 @@ __all__ = [
     "Worker",
     "WorkerContext",
     "WorkerInfo",
+    "WorkerRef",
     "init_ray",
     "register",
     "shutdown_ray",

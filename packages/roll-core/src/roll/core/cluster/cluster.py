@@ -31,6 +31,11 @@ wait for their ``__init__`` and the rendezvous happen on the first call (or :met
 the same errors. A worker's ``__init__`` usually imports torch and a model library (10-18 s on a small CPU box),
 so a pipeline that launches all its roles before waiting on any pays that once, not once per role
 (``BasePipeline.make_cluster`` does).
+
+A driver that must not import torch names the worker class with a :class:`~roll.core.cluster.worker.WorkerRef`
+(its module is imported in the actors only, see :class:`~roll.core.cluster.worker.DeferredWorker`): the methods of
+the base :class:`Worker` are known at once, the role's own ones when the first of them is looked up (which waits
+for rank 0 to be up and asks it).
 """
 
 from __future__ import annotations
@@ -42,12 +47,20 @@ from typing import Any
 import ray
 
 from roll.core.cluster.calls import CallTarget, PendingCall
-from roll.core.cluster.dispatch import RULES, CallPlan, Dispatch, Mesh, MethodSpec, get_spec
+from roll.core.cluster.dispatch import (
+    RULES,
+    CallPlan,
+    Dispatch,
+    Mesh,
+    MethodSpec,
+    get_spec,
+    registered_methods,
+)
 from roll.core.cluster.resources import ResourceManager, RolePlacement
-from roll.core.cluster.worker import Worker, WorkerContext, WorkerInfo
+from roll.core.cluster.worker import DeferredWorker, Worker, WorkerContext, WorkerInfo, WorkerRef
 from roll.core.config.sections import RoleConfig
 
-__all__ = ["Cluster", "ClusterMethod"]
+__all__ = ["Cluster", "ClusterMethod", "registered_methods"]
 
 
 class ClusterMethod:
@@ -88,7 +101,7 @@ class Cluster:
     def __init__(
         self,
         role: str,
-        worker_cls: type[Worker],
+        worker_cls: type[Worker] | WorkerRef,
         role_cfg: RoleConfig,
         resources: ResourceManager | RolePlacement | None = None,
         *,
@@ -100,8 +113,12 @@ class Cluster:
         mesh: Mesh | None = None,
         wait: bool = True,
     ) -> None:
-        if not (isinstance(worker_cls, type) and issubclass(worker_cls, Worker)):
-            raise TypeError(f"Cluster({role!r}, ...) needs a Worker subclass, got {worker_cls!r}")
+        deferred = isinstance(worker_cls, WorkerRef)
+        if not deferred and not (isinstance(worker_cls, type) and issubclass(worker_cls, Worker)):
+            raise TypeError(
+                f"Cluster({role!r}, ...) needs a Worker subclass or a WorkerRef, got {worker_cls!r}"
+            )
+        self._ref = worker_cls if isinstance(worker_cls, WorkerRef) else None
         self.role = role
         self.role_cfg = role_cfg
         self.world_size = role_cfg.num_workers
@@ -111,9 +128,8 @@ class Cluster:
                 f"Cluster({role!r}): mesh of {self.mesh.world_size} ranks for {role}.num_workers = {self.world_size}"
             )
         self._default_timeout = role_cfg.call_timeout_s or call_timeout_s
-        self._methods = {
-            name: self._bind(name, spec) for name, spec in registered_methods(worker_cls).items()
-        }
+        known = registered_methods(Worker if isinstance(worker_cls, WorkerRef) else worker_cls)
+        self._methods = {name: self._bind(name, spec) for name, spec in known.items()}
         self._owned_rm: ResourceManager | None = None
         self._placement = self._resolve_placement(resources)
         self.actors: list[Any] = []
@@ -150,17 +166,37 @@ class Cluster:
     @property
     def methods(self) -> Mapping[str, ClusterMethod]:
         """Every registered method of the worker class, by name."""
+        self._learn_methods()
         return dict(self._methods)
 
     def method(self, fn: Callable[..., Any]) -> ClusterMethod:
         """The cluster method for a function reference: ``cluster.method(MyWorker.train_step)``."""
         name = getattr(fn, "__name__", "")
+        self._learn_methods()
         if get_spec(fn) is None or name not in self._methods:
             raise AttributeError(f"{fn!r} is not a registered method of {self.role}'s worker class")
         return self._methods[name]
 
+    def remote_method(self, rank: int, name: str) -> Any:
+        """Rank ``rank``'s Ray method ``name`` (``.remote(...)`` it), through the forwarder of a deferred worker."""
+        actor = self.actors[rank]
+        if self._ref is None:
+            return getattr(actor, name)
+        return _Forwarded(actor, name)
+
+    def _learn_methods(self) -> None:
+        """A :class:`WorkerRef` cluster: ask rank 0 for its worker's registered methods, once."""
+        if self.__dict__.get("_ref") is None or self.__dict__.get("_learned"):
+            return
+        self.ready()
+        specs: dict[str, MethodSpec] = self._call_one(0, "roll_methods", (), self._start_timeout_s)
+        self._methods.update({name: self._bind(name, spec) for name, spec in specs.items()})
+        self._learned = True
+
     def __getattr__(self, name: str) -> ClusterMethod:
         methods: dict[str, ClusterMethod] | None = self.__dict__.get("_methods")
+        if methods is not None and name not in methods and not name.startswith("__"):
+            self._learn_methods()
         if methods is not None and name in methods:
             return methods[name]
         known = ", ".join(sorted(methods or {}))
@@ -226,12 +262,16 @@ class Cluster:
 
     def _start(
         self,
-        worker_cls: type[Worker],
+        worker_cls: type[Worker] | WorkerRef,
         init_args: tuple[Any, ...],
         init_kwargs: dict[str, Any],
         runtime_env: Mapping[str, Any] | None,
     ) -> None:
-        self._remote_cls = remote_cls = ray.remote(worker_cls)
+        if isinstance(worker_cls, WorkerRef):
+            init_args = (worker_cls, *init_args)
+        self._remote_cls = remote_cls = ray.remote(
+            DeferredWorker.named(worker_cls) if isinstance(worker_cls, WorkerRef) else worker_cls
+        )
         self._extra_options = extra = {"runtime_env": dict(runtime_env)} if runtime_env else {}
         self._init_args, self._init_kwargs = init_args, init_kwargs  # kept for restart_rank
         for rank in range(self.world_size):
@@ -285,20 +325,20 @@ class Cluster:
         elif method.spec.mode is Dispatch.MP_SPLIT and self.mesh.dp < self.world_size:
             plan = _share_shards(plan)
         refs = [
-            getattr(self.actors[rank], method.name).remote(*a, **kw)
+            self.remote_method(rank, method.name).remote(*a, **kw)
             for rank, (a, kw) in zip(plan.ranks, plan.args)
         ]
         return PendingCall(CallTarget(self.role, method.name, method.timeout_s), plan, rule, refs)
 
 
-def registered_methods(worker_cls: type[Worker]) -> dict[str, MethodSpec]:
-    """Every method of ``worker_cls`` (inherited ones included) that carries a :func:`register` marker."""
-    found: dict[str, MethodSpec] = {}
-    for name in dir(worker_cls):
-        spec = get_spec(getattr(worker_cls, name, None))
-        if spec is not None:
-            found[name] = spec
-    return found
+class _Forwarded:
+    """``actor.roll_call.remote(name, ...)`` spelled ``_Forwarded(actor, name).remote(...)``."""
+
+    def __init__(self, actor: Any, name: str) -> None:
+        self._actor, self._name = actor, name
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._actor.roll_call.remote(self._name, *args, **kwargs)
 
 
 def _local_world(infos: list[WorkerInfo], node_id: str) -> int:

@@ -309,6 +309,16 @@ def _unpad(joined: Any, plan: CallPlan, drop_last: Callable[[int], Any]) -> Any:
     return drop_last(plan.pad)
 
 
+def registered_methods(worker_cls: type) -> dict[str, MethodSpec]:
+    """Every method of ``worker_cls`` (inherited ones included) that carries a :func:`register` marker."""
+    found: dict[str, MethodSpec] = {}
+    for name in dir(worker_cls):
+        spec = get_spec(getattr(worker_cls, name, None))
+        if spec is not None:
+            found[name] = spec
+    return found
+
+
 RULES: dict[Dispatch, DispatchRule] = {
     Dispatch.ONE_TO_ALL: DispatchRule(_split_all, _collect_list),
     Dispatch.DP_SPLIT: DispatchRule(_split_dp, _collect_dp),

@@ -10,21 +10,31 @@ rank 0's address is only known once it runs), so call :meth:`Worker.init_process
 typically the cluster-wide ``cluster.init_process_group()``, not from ``__init__``.
 
 This module imports no torch; :meth:`Worker.init_process_group` imports it when called.
+
+A role whose module imports torch (every model role) can still be run from a driver that never imports it: name
+the class with a :class:`WorkerRef` instead of importing it, and the Cluster starts :class:`DeferredWorker` actors
+that import the module in their own process, build the worker there and forward every call to it (the driver
+learns the registered methods from the actor). :meth:`Worker.apply` runs a function in an actor's process, for work
+that needs what the actor has imported and the driver has not.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import ray
 
-from roll.core.cluster.dispatch import Dispatch, register
+from roll.core.cluster.dispatch import Dispatch, MethodSpec, register, registered_methods
 
-__all__ = ["Worker", "WorkerContext", "WorkerInfo"]
+__all__ = ["DeferredWorker", "Worker", "WorkerContext", "WorkerInfo", "WorkerRef"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,13 @@ class Worker:
             gpu_ids=_gpu_ids(),
         )
 
+    @register(Dispatch.RANK_ZERO)
+    def apply(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` run in rank 0's process, its result sent back. For work that needs what the
+        actor has imported (torch) and the driver has not: ``fn`` is pickled by reference, so it must live in a
+        module the driver can import cheaply, and import its heavy dependencies in its body."""
+        return fn(*args, **kwargs)
+
     @register(Dispatch.ONE_TO_ALL)
     def init_process_group(self, backend: str | None = None, timeout_s: float = 300.0) -> str:
         """Join this role's ``torch.distributed`` default group; returns the backend used.
@@ -167,6 +184,61 @@ class Worker:
             LOCAL_RANK=str(local_rank),
             LOCAL_WORLD_SIZE=str(local_world_size),
         )
+
+
+@dataclass(frozen=True)
+class WorkerRef:
+    """A :class:`Worker` subclass named by its module and class name, imported only where it runs (see the module
+    docstring): ``WorkerRef("roll.workers.roles.actor", "ActorTrainWorker")``."""
+
+    module: str
+    name: str
+
+    def load(self) -> type[Worker]:
+        """Import the class; a name that is not a Worker subclass raises, naming it."""
+        cls = getattr(importlib.import_module(self.module), self.name, None)
+        if not (isinstance(cls, type) and issubclass(cls, Worker)):
+            raise TypeError(f"{self} is not a Worker subclass (got {cls!r})")
+        return cls
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.name}"
+
+
+class DeferredWorker:
+    """The Ray actor of a Cluster built from a :class:`WorkerRef`: builds the named worker in this process and
+    forwards to it. The Cluster calls registered methods through :meth:`roll_call`; the rendezvous side channel
+    and :meth:`get_info` reach the worker as they would a plain actor."""
+
+    def __init__(self, ctx: WorkerContext, ref: WorkerRef, *args: Any, **kwargs: Any) -> None:
+        self._worker = ref.load()(ctx, *args, **kwargs)
+
+    @classmethod
+    def named(cls, ref: WorkerRef) -> type[DeferredWorker]:
+        """A subclass named like the worker it builds, so that Ray's process titles and log prefixes say
+        ``HybridActorWorker``, not ``DeferredWorker`` (Ray pickles it by value: nothing to import)."""
+        return type(ref.name, (cls,), {"__qualname__": ref.name, "__doc__": f"{ref}, built in the actor"})
+
+    def roll_methods(self) -> dict[str, MethodSpec]:
+        """The worker's registered methods, for the driver that never imported its class."""
+        return registered_methods(type(self._worker))
+
+    def roll_call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._worker, name)(*args, **kwargs)
+
+    def ping(self) -> int:
+        return self._worker.ping()
+
+    def get_info(self) -> WorkerInfo:
+        return self._worker.get_info()
+
+    def roll_master_endpoint(self) -> tuple[str, int]:
+        return self._worker.roll_master_endpoint()
+
+    def roll_set_rendezvous(
+        self, master_addr: str, master_port: int, local_rank: int, local_world_size: int
+    ) -> None:
+        self._worker.roll_set_rendezvous(master_addr, master_port, local_rank, local_world_size)
 
 
 def _node_id() -> str:

@@ -67,11 +67,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import ray
-import torch
 
 from roll.core import columns as C
-from roll.core.batch import Batch
+from roll.core.batch import Array, Batch, as_column
 from roll.core.cluster import Cluster
 from roll.core.errors import DataError, RollError
 from roll.core.scheduler.partial import GroupKey, PartialRollouts
@@ -92,7 +92,7 @@ log = logging.getLogger(__name__)
 PromptSource = Callable[[int], Batch]
 """``source(n)`` returns the next ``n`` prompts as a Batch (one row per prompt)."""
 
-GroupFilter = Callable[[Batch, int], tuple[torch.Tensor, Mapping[str, float]]]
+GroupFilter = Callable[[Batch, int], tuple[Array, Mapping[str, float]]]
 """``filter(scored, G)`` gets ``P * G`` scored rows and returns ``keep_P`` (bool) and counts to log."""
 
 
@@ -536,14 +536,14 @@ class GenerateScheduler:
         if self.options.seed is None or C.PROMPT_SEED in prompts:
             return prompts
         seeds = [derive_seed(self.options.seed, stream, first + i) for i in range(len(prompts))]
-        return prompts.union(Batch({C.PROMPT_SEED: torch.tensor(seeds, dtype=torch.long)}))
+        return prompts.union(Batch({C.PROMPT_SEED: as_column(seeds, "int64")}))
 
     def _carry(self, prompts: Batch, samples: Batch) -> Batch:
         missing = [c for c in self.options.carry_columns if c not in samples]
         if not missing:
             return samples
         per_prompt = len(samples) // max(len(prompts), 1)
-        extra = prompts.select(torch.arange(len(prompts)).repeat_interleave(per_prompt))
+        extra = prompts.select(np.repeat(np.arange(len(prompts)), per_prompt))
         return samples.union(Batch({}, {c: extra.non_tensors[c] for c in missing}))
 
     def _busy(self) -> bool:
@@ -615,16 +615,16 @@ class GenerateScheduler:
                 self._counters.filter_stats[name] = self._counters.filter_stats.get(name, 0.0) + float(value)
             self._lock.notify_all()
 
-    def _filter(self, scored: Batch, num_groups: int) -> tuple[torch.Tensor, Mapping[str, float]]:
+    def _filter(self, scored: Batch, num_groups: int) -> tuple[np.ndarray, Mapping[str, float]]:
         if self.group_filter is None:
-            return torch.ones(num_groups, dtype=torch.bool), {}
+            return np.ones(num_groups, dtype=bool), {}
         keep_P, stats = self.group_filter(scored, self.options.group_size)
-        return keep_P.bool().reshape(-1), stats
+        return np.asarray(keep_P).astype(bool).reshape(-1), stats
 
     def _version(self, group: Batch) -> int:
         column = self.options.version_column
         if column in group:
-            return int(torch.as_tensor(group[column]).min())
+            return int(np.min(np.asarray(group[column])))
         return int(group.meta.get("policy_version", 0))
 
     def _evict_stale(self, trainer_version: int) -> None:

@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-import torch
+import numpy as np
 
 from roll.core import columns as C
-from roll.core.batch import Batch
+from roll.core.batch import Batch, as_column
 from roll.core.errors import DataError
 
 __all__ = ["GroupKey", "PartialRollouts"]
@@ -98,7 +98,7 @@ class PartialRollouts:
 
     def _with_segment(self, rows: Batch) -> Batch:
         out = Batch(dict(rows.tensors), dict(rows.non_tensors), rows.meta)
-        out[C.SEGMENT_TOKENS] = torch.full((len(rows),), self.segment, dtype=torch.long)
+        out.tensors[C.SEGMENT_TOKENS] = as_column(np.full(len(rows), self.segment), "int64")  # type: ignore[assignment]
         return out
 
     # --------------------------------------------------------------------------------------- results

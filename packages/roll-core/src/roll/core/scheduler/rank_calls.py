@@ -63,7 +63,7 @@ def submit_to_rank(
         raise AttributeError(
             f"{cluster.role}: {method!r} is not a registered method; see {sorted(cluster.methods)}"
         )
-    ref = getattr(cluster.actors[rank], method).remote(*args, **kwargs)
+    ref = cluster.remote_method(rank, method).remote(*args, **kwargs)
     plan = CallPlan((rank,), ((args, kwargs),))
     timeout = timeout_s if timeout_s is not None else bound.timeout_s
     target = CallTarget(cluster.role, method, timeout)

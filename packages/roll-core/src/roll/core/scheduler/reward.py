@@ -10,9 +10,9 @@ returned columns back next to the input rows, in the input order.
 
 Light workers: with ``columns`` set, a worker gets plain ``{name: [value per row]}`` of those columns instead of
 a Batch, and may answer ``{name: [value per row]}``: columns whose name ends in axes (``scores_B``) become
-float32 tensor columns here, the others (``reward_error_report``) stay per-row Python values. A Batch holds torch
-tensors, so unpickling one imports torch (~550 MB resident, 4-15 s); a reward worker that scores text needs
-neither, and this way never imports it.
+float32 tensor columns here, the others (``reward_error_report``) stay per-row Python values. Unpickling a Batch
+costs little more (its columns stay numpy in a process without torch, see :mod:`roll.core.batch`), but plain
+lists keep a worker's code free of the container.
 
 Deadlines: each share of rows sent to a rank must be answered within the reward role's call timeout
 (``RoleConfig.call_timeout_s``, else ``ray.call_timeout_s``; the role's ``@register(timeout_s=...)`` wins). A share
@@ -37,10 +37,9 @@ from typing import Any
 
 import numpy as np
 import ray
-import torch
 
 from roll.core import columns as C
-from roll.core.batch import Batch
+from roll.core.batch import Batch, as_column
 from roll.core.cluster import Cluster
 from roll.core.errors import DataError, WorkerError, WorkerTimeoutError
 from roll.core.scheduler.rank_calls import RankCall, submit_to_rank
@@ -100,7 +99,7 @@ class RewardJob:
         joined = Batch.concat(scored)
         if len(joined) != len(index_B):
             raise DataError(f"reward workers returned {len(joined)} rows for {len(index_B)} rows sent")
-        order_B = torch.from_numpy(np.argsort(index_B, kind="stable"))
+        order_B = np.argsort(index_B, kind="stable")
         columns = joined.select(order_B)
         overlap = [name for name in columns if name in self.batch]
         if overlap:  # columns the workers echoed back: the input's copy is kept
@@ -245,20 +244,20 @@ class RewardScheduler:
 
     def _payload(self, batch: Batch, rows: np.ndarray) -> Batch | dict[str, list[Any]]:
         """What a worker gets for ``rows``: a Batch, or plain lists of ``columns`` (see the module docstring)."""
-        sub = batch.select(torch.from_numpy(rows))
+        sub = batch.select(rows)
         if self.columns is None:
             return sub
-        return {name: _as_list(sub[name]) for name in self.columns if name in sub}
+        return {name: _as_list(sub, name) for name in self.columns if name in sub}
 
 
-def _as_list(column: Any) -> list[Any]:
-    return column.tolist() if isinstance(column, torch.Tensor) else list(column)
+def _as_list(batch: Batch, name: str) -> list[Any]:
+    return batch.tensors[name].tolist() if name in batch.tensors else list(batch.non_tensors[name])
 
 
 def _as_batch(scored: Batch | Mapping[str, Any]) -> Batch:
     if isinstance(scored, Batch):
         return scored
-    tensors = {n: torch.tensor(v, dtype=torch.float32) for n, v in scored.items() if _has_axes(n)}
+    tensors = {n: as_column(v, "float32") for n, v in scored.items() if _has_axes(n)}
     return Batch(tensors, {n: v for n, v in scored.items() if not _has_axes(n)})
 
 

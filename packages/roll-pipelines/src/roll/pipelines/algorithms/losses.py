@@ -16,36 +16,35 @@ units and the worker returns them next to its own.
 Batch columns read (names from :mod:`roll.core.columns`): ``response_mask_BT``, ``advantages_BT``, and as the
 algorithm asks ``old_logp_BT`` (several optimizer steps per rollout), ``ref_logp_BT`` (KL in the loss),
 ``infer_logp_BT`` (mismatch metrics, TIS/MIS/IcePop), ``old_values_BT`` and ``returns_BT`` (the critic), ``labels_BT`` (the NLL).
+
+A driver builds these objects and sends them to the trainers, and a driver should not carry torch: this module
+imports the torch-side algorithm modules inside the methods that compute, which run in the trainers only.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any, Literal
 
 from roll.core import columns as C
 from roll.core.errors import DataError
-from roll.pipelines.algorithms.aggregate import Aggregation, masked_mean
 from roll.pipelines.algorithms.choices import LossAggMode
-from roll.pipelines.algorithms.covariance import clip_cov_policy_loss, kl_cov_policy_loss
-from roll.pipelines.algorithms.kl import kl_loss
-from roll.pipelines.algorithms.mismatch import mismatch_metrics
-from roll.pipelines.algorithms.policy_loss import (
-    cispo_policy_loss,
-    entropy_bonus,
-    gmpo_policy_loss,
-    gspo_policy_loss,
-    ppo_policy_loss,
-    sapo_policy_loss,
-    topr_policy_loss,
-)
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.pipelines.algorithms.registry import MISMATCH_CORRECTIONS, POLICY_LOSSES
-from roll.pipelines.algorithms.value_loss import action_values, clipped_value_loss
 from roll.workers.metrics import LossMetrics
 from roll.workers.types import ForwardOutput, MicroBatch
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from roll.pipelines.algorithms.aggregate import Aggregation
+
+
+def _aggregation(mode: LossAggMode, norm_len: int) -> Aggregation:
+    """``Aggregation(mode)`` with its global counts bound to 1 (see the module docstring)."""
+    from roll.pipelines.algorithms.aggregate import Aggregation
+
+    return Aggregation(mode, num_global_tokens=1.0, num_global_seqs=1.0, norm_len=norm_len)
 
 
 def _units(micro_batch: MicroBatch, mode: LossAggMode) -> float:
@@ -83,12 +82,11 @@ class PolicyLoss:
         self.kl_coef = kl_coef
         self.use_old_logp = use_old_logp
         self.needs_entropy = True  # logged every step; cheap next to the forward pass
-        self.agg = Aggregation(
-            algo.loss_agg_mode,
-            num_global_tokens=1.0,
-            num_global_seqs=1.0,
-            norm_len=algo.loss_agg_norm_len or norm_len,
-        )
+        self.norm_len = algo.loss_agg_norm_len or norm_len
+
+    @property
+    def agg(self) -> Aggregation:
+        return _aggregation(self.algo.loss_agg_mode, self.norm_len)
 
     def count_units(self, micro_batch: MicroBatch) -> float:
         """Response tokens (``token-mean``) or sequences (rows, or their :data:`~roll.core.columns.SEQ_UNITS`
@@ -123,6 +121,9 @@ class PolicyLoss:
         return micro_batch[C.RESPONSE_MASK].bool()
 
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
+        from roll.pipelines.algorithms.kl import kl_loss
+        from roll.pipelines.algorithms.policy_loss import entropy_bonus
+
         logp_BT = output.logp_BT
         mask_BT = micro_batch[C.RESPONSE_MASK].to(logp_BT.dtype)
         old_BT = micro_batch[C.OLD_LOGP].to(logp_BT) if self.use_old_logp else logp_BT.detach()
@@ -151,6 +152,8 @@ class PolicyLoss:
         """The rollout-vs-trainer metrics whenever the batch carries the sampler's log-probs, and the weight of
         the configured correction (None without one). ``old_BT`` is the trainer's log-prob of the policy that
         sampled (``old_logp_BT``, or this forward's own when one optimizer step trains on the rollout)."""
+        from roll.pipelines.algorithms.mismatch import mismatch_metrics
+
         if C.INFER_LOGP not in micro_batch:
             return None, {}
         infer_BT = micro_batch[C.INFER_LOGP].to(old_BT)
@@ -184,6 +187,8 @@ class PolicyLoss:
 
 @POLICY_LOSSES.bind("ppo")
 def _ppo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    from roll.pipelines.algorithms.policy_loss import ppo_policy_loss
+
     return ppo_policy_loss(
         logp_BT, old_BT, adv_BT, mask_BT,
         clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip_c=algo.dual_clip_c, **kw,
@@ -192,6 +197,8 @@ def _ppo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, al
 
 @POLICY_LOSSES.bind("gspo")
 def _gspo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    from roll.pipelines.algorithms.policy_loss import gspo_policy_loss
+
     return gspo_policy_loss(
         logp_BT, old_BT, adv_BT, mask_BT, clip_low=algo.clip_low, clip_high=algo.clip_high, **kw
     )
@@ -199,6 +206,8 @@ def _gspo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, a
 
 @POLICY_LOSSES.bind("cispo")
 def _cispo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    from roll.pipelines.algorithms.policy_loss import cispo_policy_loss
+
     return cispo_policy_loss(
         logp_BT, old_BT, adv_BT, mask_BT, clip_low=algo.clip_low, clip_high=algo.clip_high, **kw
     )
@@ -206,11 +215,15 @@ def _cispo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, 
 
 @POLICY_LOSSES.bind("topr")
 def _topr(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    from roll.pipelines.algorithms.policy_loss import topr_policy_loss
+
     return topr_policy_loss(logp_BT, old_BT, adv_BT, mask_BT, level=algo.topr_level, **kw)
 
 
 @POLICY_LOSSES.bind("sapo")
 def _sapo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    from roll.pipelines.algorithms.policy_loss import sapo_policy_loss
+
     return sapo_policy_loss(
         logp_BT, old_BT, adv_BT, mask_BT, tau_pos=algo.sapo_tau_pos, tau_neg=algo.sapo_tau_neg, **kw
     )
@@ -218,6 +231,8 @@ def _sapo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, a
 
 @POLICY_LOSSES.bind("gmpo")
 def _gmpo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    from roll.pipelines.algorithms.policy_loss import gmpo_policy_loss
+
     return gmpo_policy_loss(
         logp_BT, old_BT, adv_BT, mask_BT, clip_low=algo.clip_low, clip_high=algo.clip_high, **kw
     )
@@ -227,6 +242,8 @@ def _gmpo(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, a
 def _clip_cov(
     logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any
 ) -> Any:
+    from roll.pipelines.algorithms.covariance import clip_cov_policy_loss
+
     return clip_cov_policy_loss(
         logp_BT, old_BT, adv_BT, mask_BT, clip_low=algo.clip_low, clip_high=algo.clip_high,
         ratio=algo.cov_ratio, cov_lb=algo.clip_cov_lb, cov_ub=algo.clip_cov_ub, **kw,
@@ -235,6 +252,8 @@ def _clip_cov(
 
 @POLICY_LOSSES.bind("kl_cov")
 def _kl_cov(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *, algo: Any, **kw: Any) -> Any:
+    from roll.pipelines.algorithms.covariance import kl_cov_policy_loss
+
     return kl_cov_policy_loss(
         logp_BT, old_BT, adv_BT, mask_BT, ratio=algo.cov_ratio, coef=algo.kl_cov_coef, **kw
     )
@@ -255,12 +274,19 @@ class ValueLoss:
 
     def __init__(self, *, clip_range: float | None, agg_mode: LossAggMode, norm_len: int) -> None:
         self.clip_range = clip_range
-        self.agg = Aggregation(agg_mode, num_global_tokens=1.0, num_global_seqs=1.0, norm_len=norm_len)
+        self.agg_mode, self.norm_len = agg_mode, norm_len
+
+    @property
+    def agg(self) -> Aggregation:
+        return _aggregation(self.agg_mode, self.norm_len)
 
     def count_units(self, micro_batch: MicroBatch) -> float:
-        return _units(micro_batch, self.agg.mode)
+        return _units(micro_batch, self.agg_mode)
 
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
+        from roll.pipelines.algorithms.aggregate import masked_mean
+        from roll.pipelines.algorithms.value_loss import action_values, clipped_value_loss
+
         if output.values_BT is None:
             raise DataError("ValueLoss needs a value head (ForwardOutput.values_BT); train it on the critic")
         values_BT = action_values(output.values_BT)
@@ -298,3 +324,32 @@ class MaskedNLLLoss:
         mask_BT = self._mask_BT(micro_batch).to(output.logp_BT)
         nll_sum = -(output.logp_BT * mask_BT).sum()
         return nll_sum, {"nll": nll_sum.detach() / mask_BT.sum().clamp(min=1)}
+
+
+_REEXPORTED = {
+    "Aggregation": "aggregate",
+    "masked_mean": "aggregate",
+    "clip_cov_policy_loss": "covariance",
+    "kl_cov_policy_loss": "covariance",
+    "kl_loss": "kl",
+    "mismatch_metrics": "mismatch",
+    "cispo_policy_loss": "policy_loss",
+    "entropy_bonus": "policy_loss",
+    "gmpo_policy_loss": "policy_loss",
+    "gspo_policy_loss": "policy_loss",
+    "ppo_policy_loss": "policy_loss",
+    "sapo_policy_loss": "policy_loss",
+    "topr_policy_loss": "policy_loss",
+    "action_values": "value_loss",
+    "clipped_value_loss": "value_loss",
+}
+"""Names this module imported at its top before it stopped importing torch there; still importable from here."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _REEXPORTED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"roll.pipelines.algorithms.{module}"), name)

@@ -17,22 +17,26 @@ Batch layouts (column names carry their axes; ``labels_BT`` is unshifted, ``-100
 from __future__ import annotations
 
 import logging
+import pickle
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datasets
-import torch
 
 from roll.core.batch import Batch
 from roll.core.columns import ATTENTION_MASK, DESIRABLE, INPUT_IDS, LABELS
 from roll.core.errors import DataError
-from roll.data.collate import collate_sft
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.data.loading import AnyDataset, column_names, load_data
 from roll.data.tokenize import IGNORE_INDEX, Kind, LengthReport, tokenize_dataset
 from roll.data.video import row_videos
 from roll.data.vision import IMAGE_PAD, VIDEO_PAD, attach_vision, row_images, vision_columns
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +54,25 @@ class PreparedData:
 
 
 def load_tokenizer(model_path: str) -> Any:
-    """The tokenizer saved with the model (a tiny preset's folder holds the offline tokenizer)."""
+    """The tokenizer saved with the model (a tiny preset's folder holds the offline tokenizer).
+
+    In a process without torch (an RL driver) it loads in a short-lived child process and comes back pickled:
+    transformers' ``AutoTokenizer`` imports torch (its config classes do), the tokenizer itself does not, and
+    the child's torch is gone before the run's actors load theirs."""
+    if "torch" in sys.modules:
+        return _load_tokenizer(model_path)
+    code = (
+        "import pickle, sys; from roll.pipelines.common.data import _load_tokenizer; "
+        "sys.stdout.buffer.write(pickle.dumps(_load_tokenizer(sys.argv[1])))"
+    )
+    child = subprocess.run([sys.executable, "-c", code, model_path], capture_output=True, check=False)
+    if child.returncode != 0:
+        tail = child.stderr.decode(errors="replace")[-2000:]
+        raise DataError(f"could not load the tokenizer of {model_path!r} (in a child process):\n{tail}")
+    return pickle.loads(child.stdout)  # written just now by our own child process
+
+
+def _load_tokenizer(model_path: str) -> Any:
     from transformers import AutoTokenizer
 
     from roll.data.tiny import resolve_model_path
@@ -162,6 +184,8 @@ def drop_identical_pairs(rows: Sequence[Row], *, split: str) -> tuple[list[Row],
 
 def sft_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
     """Right-padded SFT batch (see the module docstring)."""
+    from roll.data.collate import collate_sft  # torch: imported where batches are built, not on import
+
     tensors = collate_sft(rows, pad_id=pad_id)
     return Batch(
         {
@@ -203,6 +227,8 @@ def unpaired_batch(rows: Sequence[Row], *, pad_id: int, completions: Sequence[Ro
     """Right-padded batch of ``prompt + completion`` per row, with :data:`LABELS` on the completion and the
     rows' :data:`DESIRABLE` labels. ``completions`` (as many rows) supplies the completions instead: KTO's
     mismatched pairs ``(x_i, y_j)``."""
+    import torch
+
     donors = rows if completions is None else completions
     seqs = [list(r["prompt_ids"]) + list(d["completion_ids"]) for r, d in zip(rows, donors, strict=True)]
     labels = [[IGNORE_INDEX] * len(r["prompt_ids"]) + list(d["completion_ids"]) for r, d in zip(rows, donors)]
@@ -218,6 +244,8 @@ def unpaired_batch(rows: Sequence[Row], *, pad_id: int, completions: Sequence[Ro
 
 
 def _pad(seqs: Sequence[Sequence[int]], value: int, width: int) -> torch.Tensor:
+    import torch
+
     out = torch.full((len(seqs), width), value, dtype=torch.long)
     for i, s in enumerate(seqs):
         out[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)

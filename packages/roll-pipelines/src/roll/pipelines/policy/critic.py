@@ -9,17 +9,17 @@ the actor, its calls queued on its own actors so that it trains while the actor 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import torch
+from typing import TYPE_CHECKING
 
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster, PendingCall
 from roll.core.tracking import reduce_metrics
-from roll.pipelines.algorithms.aggregate import masked_mean, masked_var
-from roll.pipelines.algorithms.value_loss import action_values
 from roll.pipelines.policy.views import training_view
 from roll.workers.types import LossFn
+
+if TYPE_CHECKING:
+    import torch
 
 CRITIC_COLUMNS = (
     C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.OLD_VALUES, C.RETURNS, C.SEQ_UNITS, C.SEQ_TOKENS,
@@ -29,6 +29,8 @@ CRITIC_COLUMNS = (
 def explained_variance(values_BT: torch.Tensor, returns_BT: torch.Tensor, mask_BT: torch.Tensor) -> float:
     """``1 - Var[R - V] / Var[R]`` over the masked tokens: 1 is a perfect critic, 0 no better than a constant,
     below 0 worse than one. ``nan`` when the returns do not vary."""
+    from roll.pipelines.algorithms.aggregate import masked_var
+
     var_returns = masked_var(returns_BT, mask_BT)
     if float(var_returns) <= 0:
         return float("nan")
@@ -42,10 +44,14 @@ class Critic:
         self.cluster, self.loss = cluster, loss
         self._pending: list[PendingCall] = []
 
-    def values(self, batch: Batch, mask_BT: torch.Tensor) -> torch.Tensor:
-        """``V_BT`` of the state before each response token (0 elsewhere), from the current critic."""
+    def values(self, batch: Batch) -> torch.Tensor:
+        """``V_BT`` of the state before each response token (0 elsewhere), from the current critic; the shift
+        and mask run on the critic (:func:`response_values`), where torch is."""
         seqs = training_view(batch, (C.INPUT_IDS, C.ATTENTION_MASK))
-        return action_values(self.cluster.compute_values(seqs)[C.VALUES]) * mask_BT
+        values = self.cluster.compute_values(seqs)
+        mask = Batch({C.RESPONSE_MASK: batch.tensors[C.RESPONSE_MASK]})
+        out: torch.Tensor = self.cluster.apply(response_values, values, mask)
+        return out
 
     def train(self, parts: Sequence[Batch]) -> None:
         """Queue one optimizer step per mini-batch (``old_values_BT`` and ``returns_BT`` set); returns at once."""
@@ -65,8 +71,18 @@ class Critic:
         return out
 
 
+def response_values(values: Batch, mask: Batch) -> torch.Tensor:
+    """:func:`~roll.pipelines.algorithms.value_loss.action_values` of ``values_BT``, 0 off the response."""
+    from roll.pipelines.algorithms.value_loss import action_values
+
+    values_BT, mask_BT = values.to_torch().tensors[C.VALUES], mask.to_torch().tensors[C.RESPONSE_MASK]
+    return action_values(values_BT) * mask_BT.float()
+
+
 def batch_metrics(batch: Batch, mask_BT: torch.Tensor) -> dict[str, float]:
     """What the critic predicted for this batch, before training on it: values, returns, explained variance."""
+    from roll.pipelines.algorithms.aggregate import masked_mean
+
     values_BT, returns_BT = batch.tensors[C.OLD_VALUES], batch.tensors[C.RETURNS]
     return {
         "critic/values_mean": float(masked_mean(values_BT, mask_BT)),

@@ -29,13 +29,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
+import numpy as np
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.core.cluster import Cluster, Mesh, Worker
+from roll.core.cluster import Cluster, Mesh, Worker, WorkerRef
 from roll.core.config.batch import BatchConfig
 from roll.core.failures import RunStopped
 from roll.core.tracking import reduce_metrics
@@ -44,13 +44,14 @@ from roll.pipelines.common.export import export_hf
 from roll.pipelines.policy.config import Placement, PolicyRunConfig, SyncCheckConfig
 from roll.pipelines.policy.critic import Critic
 from roll.pipelines.policy.sync_check import SyncCheck
-from roll.pipelines.policy.views import active_rows, training_view, without_inert_rows
-from roll.workers.model_update import ModelUpdateGroup
-from roll.workers.roles.actor import ActorTrainWorker
+from roll.pipelines.policy.views import permutation, split_inert, training_view
+from roll.workers.roles import role_ref
 from roll.workers.roles.config import InferRoleConfig, ModelConfig, TrainRoleConfig, with_micro_batches
-from roll.workers.roles.critic import CriticWorker
-from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.types import LossFn
+from roll.workers.update_group import ModelUpdateGroup
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -148,9 +149,17 @@ class PolicyGroup:
     def model(self) -> ModelConfig:
         return self.spec.actor.model
 
-    def start(self, *, actor_worker: type[Worker] = ActorTrainWorker, also: Iterable[Cluster] = ()) -> None:
+    def start(
+        self,
+        *,
+        actor_worker: type[Worker] | WorkerRef | None = None,
+        also: Iterable[Cluster] = (),
+    ) -> None:
         """Create the clusters and run every ``setup`` in parallel (``also``: the mode's other clusters, set up with
-        them when they have a ``setup``)."""
+        them when they have a ``setup``). The roles' classes are named (:func:`~roll.workers.roles.role_ref`), not
+        imported: their modules, and torch, load in the actors only. ``actor_worker``: the train role's class
+        (default ``ActorTrainWorker``)."""
+        actor_worker = actor_worker or role_ref("ActorTrainWorker")
         s = self.spec
         env = {"env_vars": {"OMP_NUM_THREADS": str(s.cpu_threads)}} if s.cpu_threads else None
         train_cfg = with_micro_batches(
@@ -158,8 +167,6 @@ class PolicyGroup:
         )
         threads = {"threads": s.cpu_threads}
         if s.placement == "hybrid":
-            from roll.workers.roles.hybrid import HybridActorWorker
-
             args = (
                 self.model,
                 train_cfg,
@@ -169,7 +176,11 @@ class PolicyGroup:
                 s.infer.strategy.type,
             )
             self.actor = self._make_cluster(
-                "actor_train", HybridActorWorker, init_args=args, init_kwargs=threads, runtime_env=env
+                "actor_train",
+                role_ref("HybridActorWorker"),
+                init_args=args,
+                init_kwargs=threads,
+                runtime_env=env,
             )
             self.infer = self.actor
         else:
@@ -194,7 +205,7 @@ class PolicyGroup:
 
     def _infer_cluster(self, role: str, cfg: InferRoleConfig, env: dict[str, Any] | None) -> Cluster:
         args = (cfg.model or self.model, cfg.strategy, cfg.strategy.type)
-        return self._make_cluster(role, ActorInferWorker, init_args=args, runtime_env=env)
+        return self._make_cluster(role, role_ref("ActorInferWorker"), init_args=args, runtime_env=env)
 
     def _critic_cluster(self, env: dict[str, Any] | None) -> Cluster:
         s = self.spec
@@ -204,7 +215,7 @@ class PolicyGroup:
         args = (s.critic.model or self.model, train_cfg, s.total_steps, train_cfg.type)
         return self._make_cluster(
             "critic",
-            CriticWorker,
+            role_ref("CriticWorker"),
             init_args=args,
             init_kwargs={"threads": s.cpu_threads},
             runtime_env=env,
@@ -235,18 +246,18 @@ class PolicyGroup:
     def old_logp(self, batch: Batch) -> torch.Tensor:
         """``old_logp_BT``: the trainer's log-probs of the rollout before this step trains (0 off the response)."""
         logp_BT: torch.Tensor = self.actor.compute_logprobs(training_view(batch, SEQUENCE_COLUMNS))[C.LOGP]
-        return logp_BT * batch.tensors[C.RESPONSE_MASK].float()
+        return on_response(logp_BT, batch)
 
     def ref_logp(self, batch: Batch) -> torch.Tensor:
         """``ref_logp_BT`` from the frozen reference (0 off the response)."""
         assert self.reference is not None, "ref_logp needs a reference role"
         ref_BT: torch.Tensor = self.reference.compute_logprobs(training_view(batch, SEQUENCE_COLUMNS))[C.LOGP]
-        return ref_BT * batch.tensors[C.RESPONSE_MASK].float()
+        return on_response(ref_BT, batch)
 
     def values(self, batch: Batch) -> torch.Tensor:
         """``old_values_BT`` from the critic, before it trains on this batch."""
         assert self.critic is not None, "values needs a critic role"
-        return self.critic.values(batch, batch.tensors[C.RESPONSE_MASK].float())
+        return self.critic.values(batch)
 
     # ------------------------------------------------------------------------------------------ training
 
@@ -272,7 +283,7 @@ class PolicyGroup:
         self.sync_check.remember(batch)
         parts = [batch]
         if optimizer_steps > 1:
-            order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(self.spec.seed + step))
+            order = self.actor.apply(permutation, len(batch), self.spec.seed + step)
             parts = _near_equal_parts(batch.select(order), optimizer_steps)
         if self.critic is not None:
             self.critic.train(parts)
@@ -281,9 +292,8 @@ class PolicyGroup:
             per_rank: list[dict[str, float]] = []
             view, skipped, updates = tuple(columns), 0, 0
             for part in parts:
-                part_view = training_view(part, view)
-                active = active_rows(part_view, loss)
-                trained, left_out = without_inert_rows(part_view, loss)
+                # which rows move the gradient: the loss's tensor test, run where torch is (the train actor)
+                trained, active, left_out = self.actor.apply(split_inert, training_view(part, view), loss)
                 ranks = self.actor.train_step(trained, loss, temperature)
                 finite = self._finite(self.actor.role, ranks, step)
                 updates += int(active > 0 and finite)
@@ -436,6 +446,16 @@ def phase_cost_metrics(role: str, kind: str, per_rank: list[dict[str, float]]) -
     if kind == "offload":
         out[f"colocate/{role}_freed_mib"] = sum(r["freed_bytes"] for r in per_rank) / 2**20
     return out
+
+
+def on_response(values_BT: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """``values_BT`` times the float32 response mask (0 off the response), in torch or numpy, whichever the
+    columns are (a driver without torch holds numpy; the products are the same bits)."""
+    mask_BT = batch.tensors[C.RESPONSE_MASK]
+    if isinstance(values_BT, np.ndarray):
+        masked: Any = values_BT * np.asarray(mask_BT).astype(np.float32)
+        return masked
+    return values_BT * mask_BT.float()
 
 
 def _near_equal_parts(batch: Batch, parts: int) -> list[Batch]:

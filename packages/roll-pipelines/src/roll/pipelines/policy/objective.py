@@ -18,23 +18,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.pipelines.algorithms.advantages import RunningMeanStd
 from roll.pipelines.algorithms.choices import RewardNorm
-from roll.pipelines.algorithms.estimators import (
-    AdvantageInputs,
-    EstimatorParams,
-    estimate_advantages,
-    normalize_rewards,
-)
-from roll.pipelines.algorithms.kl import build_kl_controller, kl_estimate
+from roll.pipelines.algorithms.kl_control import build_kl_controller
 from roll.pipelines.algorithms.losses import PolicyLoss
 from roll.pipelines.algorithms.presets import AlgorithmConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from roll.pipelines.algorithms.advantages import RunningMeanStd
 
 
 class PolicyObjective:
@@ -52,11 +48,23 @@ class PolicyObjective:
         self.estimator = estimator or a.adv_estimator
         self.reward_norm: RewardNorm = reward_norm or a.reward_norm
         self.kl = build_kl_controller(a.kl_coef, target=a.kl_target, horizon=a.kl_horizon)
-        self.running = RunningMeanStd() if self.reward_norm == "running" else None
+        self.running: RunningMeanStd | None = None
+        if self.reward_norm == "running":
+            from roll.pipelines.algorithms.advantages import RunningMeanStd
+
+            self.running = RunningMeanStd()
 
     def advantages(self, batch: Batch, rewards_B: torch.Tensor, **params: Any) -> Batch:
         """``advantages_BT`` (0 off ``response_mask_BT``) of ``batch`` for the per-row ``rewards_B``; ``params``
-        override :class:`EstimatorParams` (GiGPO's ``step_weight``, ``norm_by_std``)."""
+        override :class:`EstimatorParams` (GiGPO's ``step_weight``, ``norm_by_std``). Runs where the batch is
+        torch (rlvr: in the train actor, :mod:`roll.pipelines.rlvr.tensor_work`)."""
+        from roll.pipelines.algorithms.estimators import (
+            AdvantageInputs,
+            EstimatorParams,
+            estimate_advantages,
+            normalize_rewards,
+        )
+
         t = batch.tensors
         mask_BT = t[C.RESPONSE_MASK].float()
         normalized_B = normalize_rewards(
@@ -77,6 +85,8 @@ class PolicyObjective:
 
     def sampled_kl_BT(self, batch: Batch) -> torch.Tensor:
         """Per-token KL of the sampling policy to the reference (KL in the reward), 0 off the response."""
+        from roll.pipelines.algorithms.kl import kl_estimate
+
         t = batch.tensors
         logp_BT = t[C.OLD_LOGP] if C.OLD_LOGP in t else t[C.INFER_LOGP]
         kl_BT = kl_estimate(logp_BT, t[C.REF_LOGP], estimator=self.algorithm.kl_estimator)

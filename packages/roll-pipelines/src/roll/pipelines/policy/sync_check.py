@@ -24,7 +24,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import torch
+import numpy as np
 
 from roll.core import columns as C
 from roll.core.batch import Batch
@@ -32,7 +32,6 @@ from roll.core.cluster import Cluster
 from roll.pipelines.policy.config import SyncCheckConfig
 from roll.pipelines.policy.views import training_view
 from roll.workers.config import SamplingParams
-from roll.workers.roles.sequences import to_sequences
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +40,10 @@ def probe_prompt(batch: Batch) -> list[int] | None:
     """Row 0's prompt: its tokens before the first response token (None for a batch with images or videos)."""
     if any(c in batch.non_tensors for c in C.VISION_COLUMNS) or len(batch) == 0:
         return None
-    keep_T = batch.tensors[C.ATTENTION_MASK][0].bool()
-    ids_T = batch.tensors[C.INPUT_IDS][0][keep_T]
-    response_T = batch.tensors[C.RESPONSE_MASK][0][keep_T].bool()
-    first = int(response_T.nonzero()[0]) if bool(response_T.any()) else len(ids_T)
+    keep_T = np.asarray(batch.tensors[C.ATTENTION_MASK][0]).astype(bool)
+    ids_T = np.asarray(batch.tensors[C.INPUT_IDS][0])[keep_T]
+    response_T = np.asarray(batch.tensors[C.RESPONSE_MASK][0])[keep_T].astype(bool)
+    first = int(np.flatnonzero(response_T)[0]) if bool(response_T.any()) else len(ids_T)
     return [int(t) for t in ids_T[:first].tolist()] or None
 
 
@@ -54,10 +53,22 @@ def measure_gap(
     """Greedy-decode ``prompt_ids`` on ``infer``, score the tokens on ``actor``; the gap's mean and max."""
     params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, ignore_eos=True, seed=0)
     samples = infer.generate(Batch({}, {C.PROMPT_IDS: [prompt_ids]}), params)
-    seq = to_sequences(samples.slice(0, 1), pad_token_id=0)
-    trainer_BT: torch.Tensor = actor.compute_logprobs(training_view(seq, (C.INPUT_IDS, C.ATTENTION_MASK)))[
-        C.LOGP
-    ]
+    seq: Batch = actor.apply(probe_sequences, samples.slice(0, 1))
+    trainer = actor.compute_logprobs(training_view(seq, (C.INPUT_IDS, C.ATTENTION_MASK)))
+    gap: dict[str, float] = actor.apply(logp_gap, trainer, seq)
+    return gap
+
+
+def probe_sequences(samples: Batch) -> Batch:
+    """The probe's padded sequences (in the train actor: :func:`~roll.workers.roles.sequences.to_sequences`)."""
+    from roll.workers.roles.sequences import to_sequences
+
+    return to_sequences(samples.to_torch(), pad_token_id=0)
+
+
+def logp_gap(trainer: Batch, seq: Batch) -> dict[str, float]:
+    """Mean and max of ``|logp_trainer - logp_generator|`` over the probe's response tokens (in the train actor)."""
+    trainer_BT, seq = trainer.to_torch().tensors[C.LOGP], seq.to_torch()
     mask_BT = seq.tensors[C.RESPONSE_MASK].bool()
     gap_N = (trainer_BT.float()[mask_BT] - seq.tensors[C.INFER_LOGP][mask_BT]).abs()
     return {

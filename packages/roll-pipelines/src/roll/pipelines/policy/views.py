@@ -1,14 +1,19 @@
-"""Views of a batch: what goes to a worker is only the columns it reads, and only the rows that move its gradient."""
+"""Views of a batch: what goes to a worker is only the columns it reads, and only the rows that move its gradient.
+
+:func:`split_inert` and :func:`permutation` do tensor work: a driver runs them in the train actor
+(``actor.apply``), which has torch loaded; this module imports torch only inside them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from roll.core import columns as C
 from roll.core.batch import Batch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def training_view(batch: Batch, columns: Sequence[str]) -> Batch:
@@ -53,8 +58,27 @@ def active_rows(batch: Batch, loss: object) -> int:
     return len(batch) if inert_B is None else int((~inert_B).sum())
 
 
+def split_inert(batch: Batch, loss: object) -> tuple[Batch, int, int]:
+    """:func:`without_inert_rows` and :func:`active_rows` of ``batch`` in one call: the rows to train, how many
+    rows have a gradient, how many were left out."""
+    batch = batch.to_torch()
+    active = active_rows(batch, loss)
+    trained, left_out = without_inert_rows(batch, loss)
+    return trained, active, left_out
+
+
+def permutation(n: int, seed: int) -> list[int]:
+    """``torch.randperm(n)`` under a generator seeded with ``seed`` (the mini-batch shuffle)."""
+    import torch
+
+    order: list[int] = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    return order
+
+
 def _spread(units: float, rows: int) -> torch.Tensor:
     """``units`` over ``rows`` rows, summing to ``units`` exactly: whole units where ``units`` is whole."""
+    import torch
+
     if not units.is_integer():
         return torch.full((rows,), units / rows, dtype=torch.float64)
     base, extra = divmod(int(units), rows)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.data.collate import collate_sft
 from roll.data.vision import vision_columns
+
+if TYPE_CHECKING:
+    import torch
 
 Row = dict[str, Any]
 PROMPT_COLUMNS = (C.PROMPT, C.GROUND_TRUTH, C.TAG)
@@ -73,7 +73,10 @@ class PromptFeeder:
 
 
 def sft_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
-    """Right-padded warm-up batch: ``input_ids_BT``, ``attention_mask_BT``, ``labels_BT`` (-100 off target)."""
+    """Right-padded warm-up batch: ``input_ids_BT``, ``attention_mask_BT``, ``labels_BT`` (-100 off target).
+    Builds torch tensors: the collator imports torch (on first call, so that importing this module does not)."""
+    from roll.data.collate import collate_sft
+
     t = collate_sft(rows, pad_id=pad_id)
     tensors = {C.INPUT_IDS: t["input_ids"], C.ATTENTION_MASK: t["attention_mask"], C.LABELS: t["labels"]}
     return Batch(tensors, vision_columns(rows))

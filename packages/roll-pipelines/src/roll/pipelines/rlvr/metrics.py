@@ -1,6 +1,8 @@
 """Per-step RLVR metrics: rewards and accuracy per domain, lengths, truncation, policy-version lag, throughput.
 
-Pure functions of a rollout batch (after :func:`roll.workers.roles.sequences.to_sequences`) and timings; the
+They run where the batch is torch (the train actor, :mod:`.tensor_work`) and import torch on first call, so the
+driver that imports this module for :func:`throughput` and :func:`row_domains` does not. Pure functions of a
+rollout batch (after :func:`roll.workers.roles.sequences.to_sequences`) and timings; the
 pipeline merges them with the trainer's metrics (loss, clip fraction, KL, entropy, grad norm) and the
 scheduler's counts (dropped groups, stale groups, requests).
 """
@@ -8,12 +10,15 @@ scheduler's counts (dropped groups, stale groups, requests).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from roll.core import columns as C
 from roll.core.batch import Batch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def rollout_metrics(
@@ -22,6 +27,8 @@ def rollout_metrics(
     """Reward/accuracy (overall and ``reward/<domain>/...``), response length, truncation, version lag (the
     trainer's version minus the version that generated each sample), the trained sample count, and the shares of
     rows the reward could not score (``reward/errors``) and whose prompt was cut (``data/prompt_truncated``)."""
+    import torch
+
     scores_B = _t(batch, C.SCORES).float()
     lengths_B = _t(batch, C.RESPONSE_MASK).sum(-1).float()
     truncated_B = torch.tensor([r == "length" for r in batch[C.FINISH_REASON]], dtype=torch.float32)
@@ -66,6 +73,8 @@ def domain_metrics(
     """``<prefix>/<domain>/mean``, ``/std``, ``/accuracy``, ``/count`` for every domain present. A row no tag
     routes belongs to ``default`` (the domain that scored it), else to its own tag, else to ``untagged``: a
     metric name never holds an empty part (``reward//mean``)."""
+    import torch
+
     domains = np.array(row_domains(batch, domain_of, default=default), dtype=object)
     out: dict[str, float] = {}
     for domain in sorted(set(domains.tolist())):

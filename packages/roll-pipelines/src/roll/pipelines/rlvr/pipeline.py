@@ -30,34 +30,26 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler, RolloutBatch
 from roll.data.vision import has_vision
-from roll.pipelines.algorithms import advantages as adv
-from roll.pipelines.algorithms.dapo import dynamic_sampling_filter, overlong_filter, soft_overlong_penalty
-from roll.pipelines.algorithms.estimators import (
-    layout_group_ids,
-)
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
 from roll.pipelines.common.data import load_image_processor_for, load_tokenizer, prepare_data
 from roll.pipelines.common.sampled_eval import sampled_metrics, vote_key
 from roll.pipelines.curriculum import CurriculumFeeder, curriculum_feeder
-from roll.pipelines.policy.critic import batch_metrics
 from roll.pipelines.policy.group import PolicyGroup, policy_spec
 from roll.pipelines.policy.objective import PolicyObjective
 from roll.pipelines.policy.prefetch import StepAhead
 from roll.pipelines.rlvr import metrics as M
+from roll.pipelines.rlvr import tensor_work
 from roll.pipelines.rlvr.config import RLVRConfig, reward_routes
-from roll.pipelines.rlvr.data import CARRY_COLUMNS, IMAGE_COLUMNS, PromptFeeder, prompt_batch, sft_batch
+from roll.pipelines.rlvr.data import CARRY_COLUMNS, IMAGE_COLUMNS, PromptFeeder, prompt_batch
 from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker, timed_out_rows
 from roll.pipelines.rlvr.transform import AdvantageTransform
 from roll.workers.config import SamplingParams
-from roll.workers.roles.sequences import to_sequences
 
 logger = logging.getLogger(__name__)
 BUFFER_FILE = "rollout_buffer.pkl"
@@ -175,10 +167,12 @@ class RLVRPipeline(BasePipeline):
             max_new_tokens=max_new_tokens or r.max_new_tokens,
         )  # fmt: skip
 
-    def _group_filter(self, scored: Batch, group_size: int) -> tuple[torch.Tensor, dict[str, float]]:
+    def _group_filter(self, scored: Batch, group_size: int) -> tuple[Any, dict[str, float]]:
+        from roll.pipelines.algorithms.dapo import dynamic_sampling_filter  # torch: DAPO's filter runs here
+
         a = self.config.algorithm
         result = dynamic_sampling_filter(
-            scored.tensors[C.SCORES].reshape(-1, group_size),
+            scored.to_torch().tensors[C.SCORES].reshape(-1, group_size),
             min_std=a.dynamic_sampling_min_std,
             max_std=a.dynamic_sampling_max_std if a.dynamic_sampling_max_std is not None else math.inf,
         )
@@ -240,21 +234,12 @@ class RLVRPipeline(BasePipeline):
         return self.scheduler.get_batch(self.config.batch.prompts_per_step, self.policy.version)
 
     def score(self, rollout: RolloutBatch) -> Batch:
-        """Padded sequences, plus ``rewards_B``: the scores after overlong penalty and clipping."""
-        batch = to_sequences(rollout.batch, self.tokenizer.pad_token_id)
-        a = self.config.algorithm
-        rewards_B = batch.tensors[C.SCORES].float()
-        if a.overlong_penalty:
-            max_len = self.config.rollout.max_new_tokens
-            cache = a.overlong_cache_len or max(1, max_len // 5)
-            lengths_B = batch.tensors[C.RESPONSE_MASK].sum(-1)
-            rewards_B = rewards_B + soft_overlong_penalty(
-                lengths_B, max_len=max_len, cache_len=cache, penalty_factor=a.overlong_penalty_factor
-            )
-        if a.reward_clip is not None:
-            rewards_B = adv.clip_rewards(rewards_B, max_abs=a.reward_clip)
-        batch[C.REWARDS] = rewards_B
-        return batch
+        """Padded sequences, plus ``rewards_B``: the scores after overlong penalty and clipping (in the train
+        actor, :mod:`.tensor_work`)."""
+        return self.policy.actor.apply(  # type: ignore[no-any-return]
+            tensor_work.score, rollout.batch, pad_id=self.tokenizer.pad_token_id,
+            algorithm=self.config.algorithm, max_new_tokens=self.config.rollout.max_new_tokens,
+        )  # fmt: skip
 
     def show_errors(self, scored: Batch) -> None:
         """The first reward error of each kind, with its traceback, on the driver's terminal (the rest are
@@ -264,15 +249,12 @@ class RLVRPipeline(BasePipeline):
 
     def advantages(self, batch: Batch) -> Batch:
         """Reference and old log-probs as needed, then the preset's advantage estimator."""
-        a, G = self.config.algorithm, self.config.batch.samples_per_prompt
-        mask_BT = batch.tensors[C.RESPONSE_MASK].float()
-        if a.overlong_filter:
-            truncated_B = torch.tensor([r == "length" for r in batch[C.FINISH_REASON]])
-            mask_BT = overlong_filter(mask_BT, truncated_B)
-            batch[C.RESPONSE_MASK] = mask_BT.long()
+        if self.config.algorithm.overlong_filter:
+            batch = self.policy.actor.apply(tensor_work.filter_overlong, batch)
         self.policy.prepare(batch, old_logp=self._use_old_logp())
-        batch[C.GROUP_ID] = layout_group_ids(len(batch) // G, G)
-        batch = self.objective.advantages(batch, batch.tensors[C.REWARDS])
+        batch, self.objective = self.policy.actor.apply(
+            tensor_work.advantages, batch, self.objective, group_size=self.config.batch.samples_per_prompt
+        )
         return self.transform.advantages(batch) if self.transform is not None else batch
 
     def _use_old_logp(self) -> bool:
@@ -303,21 +285,18 @@ class RLVRPipeline(BasePipeline):
         self, rollout: RolloutBatch, batch: Batch, train: Mapping[str, float], timings: Mapping[str, float]
     ) -> dict[str, float]:
         out = {**rollout.metrics, **{f"actor/{k}" if "/" not in k else k: v for k, v in train.items()}}
-        out.update(
-            M.rollout_metrics(
-                batch, trainer_version=self.policy.version - 1, domain_of=self.domain_of,
-                default=self.default_domain,
-            )
+        rollout_metrics, critic_metrics, gen_tokens, all_tokens = self.policy.actor.apply(
+            tensor_work.step_metrics, batch, trainer_version=self.policy.version - 1,
+            domain_of=self.domain_of, default=self.default_domain, critic=self.policy.critic is not None,
         )  # fmt: skip
-        gen_tokens, all_tokens = M.generated_tokens(batch), M.total_tokens(batch)
+        out.update(rollout_metrics)
         out.update(M.throughput(gen_tokens, timings["generate"], "generate"))
         out.update(M.throughput(all_tokens, timings["train"], "train"))
         out.update(M.throughput(all_tokens, timings["advantages"], "advantages"))
         out.update(
             M.throughput(gen_tokens, rollout.metrics.get("time/reward_request_s", 0.0) or 1e-9, "reward")
         )
-        if self.policy.critic is not None:
-            out.update(batch_metrics(batch, batch.tensors[C.RESPONSE_MASK].float()))
+        out.update(critic_metrics)
         out["time/sync_s"] = timings["sync"]
         out["time/score_s"] = timings["score"]
         out["actor/kl_coef"] = self.objective.kl.value
@@ -349,15 +328,10 @@ class RLVRPipeline(BasePipeline):
             tokenizer=self.tokenizer,
             image_processor=self.image_processor,
         ).train
-        order = torch.randperm(len(sft), generator=torch.Generator().manual_seed(self.config.seed))
-        pad_id = self.tokenizer.pad_token_id
-        batches = (
-            sft_batch(
-                [sft[int(order[(i * wu.batch_size + j) % len(sft)])] for j in range(wu.batch_size)],
-                pad_id=pad_id,
-            )
-            for i in range(wu.steps)
-        )
+        batches = self.policy.actor.apply(
+            tensor_work.warmup_batches, [sft[i] for i in range(len(sft))], steps=wu.steps,
+            batch_size=wu.batch_size, seed=self.config.seed, pad_id=self.tokenizer.pad_token_id,
+        )  # fmt: skip
         metrics = self.policy.warmup_sft(batches, MaskedNLLLoss("labels"), lr=wu.lr, log=self.tracker.log)
         logger.info("warm-up: last nll %.3f", metrics.get("actor/nll", float("nan")))
         if self.transform is not None:
@@ -385,8 +359,9 @@ class RLVRPipeline(BasePipeline):
         self.log_eval_samples(
             self.samples.pick(scored)
         )  # a few answers beside the accuracy (roll.core.samples)
-        out = {"reward": float(scored[C.SCORES].mean()), "accuracy": float(scored[C.CORRECT].mean())}
-        out.update(M.domain_metrics(scored, self.domain_of, prefix="domain", default=self.default_domain))
+        out: dict[str, float] = self.policy.actor.apply(
+            tensor_work.eval_metrics, scored, domain_of=self.domain_of, default=self.default_domain
+        )
         if v.samples_per_prompt > 1:
             out.update(self._sampled_metrics(scored, v.samples_per_prompt))
         return out

@@ -50,13 +50,17 @@ DP = ``Dispatch.DP_SPLIT`` (rows split evenly, padding removed from the result),
 split by data-parallel rank, every TP/PP rank called, one result per DP group; the cluster's mesh comes from the
 strategy config, so with fsdp2 it is DP), ALL = ``Dispatch.ONE_TO_ALL``
 (result: list by rank). Importing this package is light: each name below is imported on first use (PEP 562),
-so config modules that import :mod:`roll.workers.roles.config` don't pull in torch and Ray.
+so config modules that import :mod:`roll.workers.roles.config` don't pull in torch and Ray. A driver that must not
+import torch at all builds its clusters from :func:`role_ref` (``Cluster(role, role_ref("ActorTrainWorker"), ...)``):
+the class is imported in the actors only.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from roll.core.cluster.worker import WorkerRef
 
 if TYPE_CHECKING:
     from roll.workers.roles.actor import ActorTrainWorker
@@ -86,6 +90,16 @@ _WHERE = {
 }
 
 
+def role_ref(name: str) -> WorkerRef:
+    """The role class ``name`` (``"ActorTrainWorker"``) as a :class:`~roll.core.cluster.WorkerRef`: a Cluster of
+    it imports the class's module (and torch) in its actors only, never in the driver."""
+    module = _WHERE.get(name)
+    if module is None or not name.endswith("Worker"):
+        known = sorted(n for n in _WHERE if n.endswith("Worker"))
+        raise AttributeError(f"no worker role {name!r} in {__name__}; known: {known}")
+    return WorkerRef(f"{__name__}.{module}", name)
+
+
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
@@ -105,5 +119,6 @@ __all__ = [
     "load_causal_lm",
     "load_model",
     "load_tokenizer",
+    "role_ref",
     "to_sequences",
 ]
