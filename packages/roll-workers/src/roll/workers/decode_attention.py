@@ -48,7 +48,7 @@ def decode_attention_forward(
         or kwargs.get("softcap") is not None
         or torch.is_grad_enabled()
     ):
-        return sdpa_attention_forward(  # type: ignore[no-any-return]
+        return sdpa_attention_forward(
             module,
             query,
             key,
@@ -81,11 +81,10 @@ def use_decode_attention(model: torch.nn.Module) -> bool:
     ``sdpa`` through the fallback).
     """
     config = getattr(model, "config", None)
-    if getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(
-        model, "set_attn_implementation"
-    ):
+    switch = getattr(model, "set_attn_implementation", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa" or not callable(switch):
         return False
     ALL_ATTENTION_FUNCTIONS.register(NAME, decode_attention_forward)
     ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
-    model.set_attn_implementation(NAME)
+    switch(NAME)
     return getattr(config, "_attn_implementation", None) == NAME
