@@ -24,6 +24,10 @@ Quote ratios only when the load column stays under 1.5 on 2 cores.
 
 Run: ``uv run python benchmarks/bench_gen_heavy_vs_trl.py [--steps 3] [--rounds 1]`` (about 8 min on a quiet box;
 ``--start-model DIR`` reuses the ``start-model`` folder an earlier run warmed, skipping the ~2 min warm-up).
+roll's fastest generator at this size is the ``hf`` one in bfloat16 (``bench_decode.py``): add
+``--roll-set actor_infer.strategy.dtype=bfloat16`` (the trainer stays fp32; the ``actor/mismatch/*`` metrics show
+the gap). TRL's fastest is its fp32 default: ``--trl-bf16`` (its ``bf16=True``, autocast) generates slower on this
+CPU, since autocast recasts every weight at every decode step.
 """
 
 from __future__ import annotations
@@ -119,7 +123,7 @@ def trl_main(args: argparse.Namespace) -> None:
     cfg = GRPOConfig(
         output_dir=args.out / "trl", per_device_train_batch_size=args.micro, num_generations=args.G,
         max_completion_length=args.max_new_tokens, learning_rate=args.lr, loss_type="dapo", beta=0.0,
-        temperature=1.0, max_steps=args.steps, logging_steps=1, report_to="none", use_cpu=True, bf16=False,
+        temperature=1.0, max_steps=args.steps, logging_steps=1, report_to="none", use_cpu=True, bf16=args.trl_bf16,
         seed=args.seed, max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0, save_strategy="no",
         gradient_accumulation_steps=args.P * args.G // args.micro, dataloader_num_workers=0, activation_checkpointing=False,
     )  # fmt: skip
@@ -249,6 +253,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="alternate the sides this many times")
     parser.add_argument("--placement", choices=["separate", "hybrid"], default="hybrid")
     parser.add_argument("--roll-set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--trl-bf16",
+        action="store_true",
+        help="TRL's bf16=True (CPU autocast: its generate and training in bf16); slower than fp32 at this size",
+    )
     parser.add_argument("--side", choices=["trl", "roll"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -284,7 +293,7 @@ def compare(args: argparse.Namespace) -> None:
             ("lr", args.lr), ("micro", args.micro), ("threads", args.threads), ("placement", args.placement), ("seed", args.seed),
         )
     ]  # fmt: skip
-    flags += [f"--roll-set={kv}" for kv in args.roll_set]
+    flags += [f"--roll-set={kv}" for kv in args.roll_set] + (["--trl-bf16"] if args.trl_bf16 else [])
     read = {"roll": _roll_rows, "trl": _trl_rows}
     rows: dict[str, list[dict[str, float]]] = {"roll": [], "trl": []}
     peak_rss = {"roll": 0, "trl": 0}

@@ -34,6 +34,7 @@ from transformers.cache_utils import DynamicLayer
 from roll.core.errors import DataError, WorkerError
 from roll.core.seeding import derive_seed
 from roll.workers.config import HFInferConfig, LoraConfig, SamplingParams
+from roll.workers.decode_attention import use_decode_attention
 from roll.workers.logprobs import forward_scores, left_pad, split_micro_batches, trim_padding, with_cache
 from roll.workers.lora import AdapterMerger
 from roll.workers.types import FinishReason, GeneratedSample, TokenScores
@@ -97,6 +98,10 @@ class HFInferStrategy:
         self.device = resolve_device(self.config.device)
         self.dtype = resolve_dtype(self.config.dtype, self.device)
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        if self.device.type == "cpu":
+            use_decode_attention(
+                self.model
+            )  # sdpa's one-token step is slow on CPU: roll.workers.decode_attention
         self.tokenizer = tokenizer
         self.eos_token_ids = list(eos_token_ids) if eos_token_ids is not None else _model_eos_ids(model)
         self.pad_token_id = _pad_id(model, tokenizer, self.eos_token_ids)
