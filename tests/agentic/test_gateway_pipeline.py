@@ -198,7 +198,9 @@ def test_example_warmup_file_is_its_generator_output_and_every_reading_copies_th
     convs = warmup_conversations(64, random.Random(0), tool_fraction=0.3, show_tools=False)
     assert text == "".join(json.dumps(c) + "\n" for c in convs)
     readings = [c["messages"] for c in convs if any(m["role"] == "tool" for m in c["messages"])]
-    assert readings and all(m[-2]["role"] == "tool" and m[-1]["content"] == m[-2]["content"] for m in readings)
+    assert readings and all(
+        m[-2]["role"] == "tool" and m[-1]["content"] == m[-2]["content"] for m in readings
+    )
 
 
 @pytest.mark.slow
