@@ -1,7 +1,7 @@
 """Can a policy learn the lookup task's reading turn? A cheap probe to run before spending RL time on it.
 
-    uv run python scripts/lookup_copy_probe.py --model tiny-1m --steps 300 --lr 1e-2
-    uv run python scripts/lookup_copy_probe.py --model tiny-1m --steps 300 --lr 1e-2 --tail 24
+    uv run python scripts/lookup_copy_probe.py --lr 1e-3 --tail 24 --steps 100   # tiny-1m: 10/10 by step 75
+    uv run python scripts/lookup_copy_probe.py --lr 1e-2 --tail 24 --steps 300   # tiny-1m: 1/10 (chance) throughout
 
 The lookup task (:mod:`roll.agentic.gateway.lookup`) rewards an answer only when the policy copies the digit out of
 the ``<tool_response>`` block into its second answer. This script trains that turn alone, in process (plain
@@ -44,7 +44,7 @@ def main() -> int:
         "--model", default="tiny-1m", help="a tiny-kit name (tiny-1m, tiny-10m) or a local path"
     )
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument(
         "--tail", type=int, default=0, help="every other row cut to its last N tokens (0: none)"
