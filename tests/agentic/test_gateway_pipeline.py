@@ -188,6 +188,21 @@ def test_example_validates_and_its_data_files_load() -> None:
     assert any(m.get("tool_calls") for c in warm for m in c["messages"])
 
 
+def test_example_warmup_file_is_its_generator_output_and_every_reading_copies_the_tool() -> None:
+    """``examples/data/lookup_warmup.jsonl`` is, line for line, ``warmup_conversations(64, Random(0),
+    tool_fraction=0.3, show_tools=False)`` (so it can be regenerated, and a change to the generator shows up
+    here), and every conversation that reads a tool result answers with exactly that result."""
+    from roll.agentic.gateway.lookup import warmup_conversations
+
+    text = (ROOT / "examples/data/lookup_warmup.jsonl").read_text(encoding="utf-8")
+    convs = warmup_conversations(64, random.Random(0), tool_fraction=0.3, show_tools=False)
+    assert text == "".join(json.dumps(c) + "\n" for c in convs)
+    readings = [c["messages"] for c in convs if any(m["role"] == "tool" for m in c["messages"])]
+    assert readings and all(
+        m[-2]["role"] == "tool" and m[-1]["content"] == m[-2]["content"] for m in readings
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_roll_train_runs_the_agent_through_the_gateway_and_resumes(ray_local: Any, tmp_path: Path) -> None:
