@@ -6,13 +6,13 @@ sides sample the same completion lengths and entropy), tokenizer and chat templa
 ``arithmetic`` reward: exact answer), group size ``G``, prompts per step ``P``, max new tokens, temperature 1,
 token-mean loss aggregation (TRL ``loss_type="dapo"``, roll ``loss_agg_mode: token-mean``), group-std advantage
 scaling, no KL (``beta=0``), one optimizer step per generation batch, AdamW at the same learning rate, grad clip
-1.0, fp32, ``torch.set_flush_denormal(True)``, seed 0, the same torch thread count, ``OMP_WAIT_POLICY=PASSIVE``
+1.0, fp32, ``torch.set_flush_denormal(True)`` where a model runs, seed 0, the same torch thread count, ``OMP_WAIT_POLICY=PASSIVE``
 (spin-waiting OpenMP threads make either side several times slower on a shared box).
 
 Gradient checkpointing is off on both sides (TRL's ``GRPOConfig`` turns it on by default; roll's ``fsdp2``
 leaves it off; with TRL's default on, TRL recomputes activations and the ratio flatters roll by ~1.1x).
-Denormals are flushed in every roll process that runs a model (``roll.workers.roles.model.load_model``), not only
-in this driver, and the Ray that roll starts passes ``OMP_WAIT_POLICY=PASSIVE`` to its actors.
+Denormals are flushed in every roll process that runs a model (``roll.workers.roles.model.load_model``; roll's driver
+imports no torch), and the Ray that roll starts passes ``OMP_WAIT_POLICY=PASSIVE`` to its actors.
 
 Differences that remain, by design: roll runs generation, training and rewards in separate Ray actors (so its
 peak RSS counts every process of the run, summed with psutil over the process tree), TRL in one process with
@@ -220,13 +220,13 @@ def roll_main(args: argparse.Namespace) -> None:
 
 
 def roll_rlvr(yaml: Path, overrides: list[str]) -> None:
-    """roll's rlvr pipeline on ``yaml`` with dotted ``overrides``, in this process (as ``roll train`` runs it)."""
-    import torch
+    """roll's rlvr pipeline on ``yaml`` with dotted ``overrides``, in this process (as ``roll train`` runs it).
 
+    Torch is never imported here: roll's rlvr driver carries none (its model processes flush denormals
+    themselves), so this process's RSS is the driver's, as under ``roll train``."""
     from roll.core.config.loader import load_tree, validate
     from roll.pipelines.rlvr import SPEC
 
-    torch.set_flush_denormal(True)
     tree = load_tree(yaml, overrides, model=SPEC.config_model)
     pipeline = SPEC.build(validate(tree, SPEC.config_model))
     try:
