@@ -20,6 +20,7 @@ from roll.agentic.pipeline.agent_gateway.pipeline import (
     gateway_rows,
     load_tasks,
     resolve_agent,
+    sample_rows,
     step_tasks,
 )
 from roll.core.errors import ConfigError
@@ -162,6 +163,12 @@ def test_gateway_rows_give_an_episode_one_advantage(encoder: Any) -> None:
     assert 0 < sum(rewards) < 8 and all(len(e.calls) == 2 for e in rollout.started)
     rows = gateway_rows(rollout)
     assert [r.segment for r in rows] == [0, 1] * 8
+    logged = sample_rows(rollout, 8, encoder.tokenizer.decode)  # samples.jsonl shows what each call wrote
+    for log, episode in zip(logged, rollout.started):
+        first, second = log["response"].split("\n[call 2] ")
+        assert first.startswith("[call 1] ") and CALL_TEXT in first and log["calls"] == 2
+        answer = "4" if episode.reward else "x"
+        assert second == f"{answer}{encoder.tokenizer.decode([encoder.eos_token_id])}"
     batch = to_batch(rows, encoder.pad_token_id)
     mask_BT = batch.tensors[C.RESPONSE_MASK].bool()
     sampled = [t for e in rollout.episodes for c in e.calls for g in c.choices for t in g.ids]

@@ -24,7 +24,7 @@ import importlib
 import json
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from roll.agentic.env_manager.chat import ChatEncoder
 from roll.agentic.env_manager.episode import Sample
 from roll.agentic.gateway.agents import AgentFn, AgentGateway, AgentRollout, load_agent
 from roll.agentic.gateway.formats import render_messages
+from roll.agentic.gateway.record import EpisodeLog
 from roll.agentic.gateway.sampler import ClusterSampler
 from roll.agentic.pipeline.agent_gateway import AgentConfig, AgentGatewayConfig, TaskDataConfig
 from roll.agentic.pipeline.agentic.trajectories import trajectory_advantages
@@ -100,7 +101,7 @@ class AgentGatewayPipeline(BasePipeline):
         samples = gateway_rows(rollout)
         metrics = rollout.metrics()
         if self.train_samples_due():
-            self.log_train_samples(_sample_rows(rollout, self.samples.count))
+            self.log_train_samples(sample_rows(rollout, self.samples.count, self.encoder.tokenizer.decode))
         if samples:
             metrics["rollout/staleness_max"] = float(
                 self.policy.version - min(s.policy_version for s in samples)
@@ -274,9 +275,20 @@ def _read_jsonl(path: str, key: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _sample_rows(rollout: AgentRollout, count: int) -> list[dict[str, Any]]:
+def sample_rows(
+    rollout: AgentRollout, count: int, decode: Callable[[list[int]], str]
+) -> list[dict[str, Any]]:
+    """``samples.jsonl`` rows of the first ``count`` episodes: the task row, and as the response what the policy
+    wrote at each call (every choice, special tokens kept: a malformed tool call shows as written)."""
     return [
-        {"prompt": json.dumps(e.task)[:500], "response": f"{len(e.calls)} call(s)", "reward": e.reward,
-         "success": e.reward > 0, "status": e.status}
+        {"prompt": json.dumps(e.task)[:500], "response": _transcript(e, decode), "calls": len(e.calls),
+         "reward": e.reward, "success": e.reward > 0, "status": e.status}
         for e in rollout.started[:count]
     ]  # fmt: skip
+
+
+def _transcript(episode: EpisodeLog, decode: Callable[[list[int]], str]) -> str:
+    return "\n".join(
+        f"[call {n}] " + " || ".join(decode(g.ids) for g in call.choices)
+        for n, call in enumerate(episode.calls, 1)
+    )
