@@ -352,31 +352,3 @@ def test_compile_without_decoder_layers_is_refused_naming_the_model() -> None:
 
     with pytest.raises(WorkerError, match="compile: found no decoder layers to compile in Linear"):
         FSDP2TrainStrategy(torch.nn.Linear(4, 4), config(compile=True))
-
-
-def _two_compiled_ranks(rank: int, port: int, out_dir: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        cfg = config(micro_batch_size=2 + 2 * rank, compile=True)
-        strategy = FSDP2TrainStrategy(tiny_model(), cfg, total_steps=3)
-        for step in range(3):
-            half = {k: v[rank * 4 : (rank + 1) * 4] for k, v in make_batch(seed=step).items()}
-            strategy.train_step(half, ScoredNLL())
-        sd = strategy.state_dict()
-        if rank == 0:
-            torch.save(sd, Path(out_dir) / "two_compiled_ranks.pt")
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.mark.slow
-def test_two_compiled_ranks_equal_one_eager_rank(tmp_path: Path) -> None:
-    """``compile`` under FSDP2 (gloo): the compiled layer forwards run between FSDP's gather hooks, and two ranks
-    with half batches each end at the weights of one eager rank with the whole batch. Slow: a compile per rank."""
-    args = (_free_port(), str(tmp_path))
-    start_processes(_two_compiled_ranks, args=args, nprocs=2, start_method="fork")  # type: ignore[no-untyped-call]
-    single = FSDP2TrainStrategy(tiny_model(), config(), total_steps=3)
-    for step in range(3):
-        single.train_step(make_batch(seed=step), TokenMeanNLL())
-    assert_params_close(torch.load(tmp_path / "two_compiled_ranks.pt"), params_of(single), atol=1e-5)
