@@ -92,6 +92,15 @@ class Echo(Worker):
     def env(self, name: str) -> str | None:
         return os.environ.get(name)
 
+    @register(Dispatch.ONE_TO_ALL)
+    def triton_blocked(self) -> bool:
+        """Whether ``import triton`` fails here the way the GPU-free setup hook makes it (``None`` in sys.modules)."""
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "triton" in sys.modules and sys.modules["triton"] is None
+        return False
+
     def not_registered(self) -> None:
         pass
 
@@ -154,6 +163,16 @@ def test_workers_of_a_ray_roll_started_wait_passively(echo: Cluster) -> None:
         "OMP_WAIT_POLICY"
     ]  # set by init_ray when it started Ray, unless the user had set it
     assert echo.env("OMP_WAIT_POLICY") == [expected, expected]
+
+
+def test_workers_of_a_gpu_free_ray_roll_started_cannot_import_triton(ray_local: Any) -> None:
+    """A Ray without GPUs runs its workers without Triton (80 MB each, see cluster.runtime), also where a role sets
+    environment variables of its own (Ray merges them with the hook's); with GPUs, Triton stays importable."""
+    gpu_free = ray.cluster_resources().get("GPU", 0) == 0
+    env = {"env_vars": {"ROLL_TEST_VAR": "set"}}
+    with Cluster("actor_infer", Echo, tiny_role(num_workers=1), runtime_env=env) as cluster:
+        assert cluster.env("ROLL_TEST_VAR") == ["set"]
+        assert cluster.triton_blocked() == [gpu_free]
 
 
 def _processes_of(session_dir: str) -> list[str]:

@@ -24,6 +24,12 @@ about 1.5 CPU-s of start-up on 2 cores): one local node never scales, and GCS, n
 resource queries roll makes. ``ray.init`` has no argument for it, so the start asks Ray's own node parameters
 (``RayParams.no_monitor``, what ``ray start --no-monitor`` sets) for the length of that one call; a Ray release
 without that parameter starts with the monitor as before.
+
+Triton: torch's CUDA wheels install Triton, and ``torch._dynamo`` imports it on load (transformers imports dynamo
+for every model): 80 MB of resident memory in each torch worker (measured: tiny-1m loaded 823 MB with it, 744
+without), for a compiler of GPU kernels a process without a GPU never runs. A local Ray with no GPU therefore gives
+its workers a setup hook (Ray's ``worker_process_setup_hook``) that marks ``triton`` unimportable before any actor
+code runs; torch then takes Triton for absent, and ``torch.compile`` on CPU (its C++ backend) is unaffected.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import inspect
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,7 +49,7 @@ import ray
 from roll.core.config.sections import RayConfig
 from roll.core.errors import ResourceError
 
-__all__ = ["RayHandle", "init_ray", "shutdown_ray"]
+__all__ = ["RayHandle", "gpu_free_worker_setup", "init_ray", "shutdown_ray"]
 
 _AUTH_ENV = "RAY_AUTH_MODE"
 _OMP_WAIT_ENV = "OMP_WAIT_POLICY"
@@ -123,6 +130,7 @@ def _start_local(cfg: RayConfig) -> None:
     os.environ.setdefault(_OMP_WAIT_ENV, "PASSIVE")
     _disable_uv_run_hook()
     num_cpus = cfg.num_cpus if cfg.num_cpus is not None else float(os.cpu_count() or 1)
+    gpu_free = (cfg.num_gpus if cfg.num_gpus is not None else _local_gpu_count()) == 0
     try:
         # ray.init wants whole CPUs; a fractional config rounds up so roles sized to it still fit.
         with _no_autoscaler_monitor():
@@ -134,6 +142,7 @@ def _start_local(cfg: RayConfig) -> None:
                 include_dashboard=False,
                 object_store_memory=cfg.object_store_mb * 2**20 if cfg.object_store_mb else None,
                 _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False},
+                runtime_env={"worker_process_setup_hook": _GPU_FREE_SETUP} if gpu_free else None,
                 logging_level=logging.WARNING,
                 log_to_driver=True,
             )
@@ -144,6 +153,28 @@ def _start_local(cfg: RayConfig) -> None:
             "or start Ray yourself (`ray start --head`) and set RAY_ADDRESS / ray.address to it",
             address="local",
         ) from exc
+
+
+_GPU_FREE_SETUP = f"{__name__}.gpu_free_worker_setup"
+
+
+def gpu_free_worker_setup() -> None:
+    """The setup hook of every worker of a local Ray without GPUs: Triton is unimportable there (see the module
+    docstring). A process that already imported it keeps it."""
+    if "triton" not in sys.modules:
+        sys.modules["triton"] = None  # type: ignore[assignment]  # Python's documented way to block an import
+
+
+def _local_gpu_count() -> int:
+    """The GPUs a local Ray would detect on this node (Ray's own detection); when that fails, -1 (unknown)."""
+    try:
+        from ray._private.accelerators import get_accelerator_manager_for_resource
+
+        manager = get_accelerator_manager_for_resource("GPU")
+        return int(manager.get_current_node_num_accelerators()) if manager is not None else 0
+    except Exception:  # a private API: a Ray release that moved it only loses the saving
+        _log.debug("could not count this node's GPUs", exc_info=True)
+        return -1
 
 
 @contextmanager
