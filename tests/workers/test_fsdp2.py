@@ -280,6 +280,24 @@ def test_lora_trains_only_adapters_and_exports_them(tmp_path: Path) -> None:
     assert not (tmp_path / "lora" / "model.safetensors").exists()
 
 
+def test_bf16_on_one_cpu_rank_runs_bf16_matmuls_on_fp32_weights() -> None:
+    """``mixed_precision: bf16`` on one CPU rank trains under bf16 autocast (it used to be ignored there): the head's
+    matmul runs in bf16, log-probs come back float32, weights and their gradients stay float32, the loss is within
+    bf16 rounding of fp32's (bf16 keeps 8 bits of mantissa: ~0.4% per value) without equalling it, and it learns."""
+    batch = make_batch()
+    fp32 = FSDP2TrainStrategy(tiny_model(), config())
+    bf16 = FSDP2TrainStrategy(tiny_model(), config(mixed_precision="bf16"))
+    head_dtypes: list[torch.dtype] = []
+    bf16.model.get_output_embeddings().register_forward_hook(lambda m, a, out: head_dtypes.append(out.dtype))
+    scores = bf16.compute_logprobs(batch["input_ids"], batch["attention_mask"])
+    assert head_dtypes == [torch.bfloat16] and scores.logp_BT.dtype == torch.float32
+    r32, r16 = fp32.train_step(batch, TokenMeanNLL()), bf16.train_step(batch, TokenMeanNLL())
+    assert r16.loss != r32.loss and r16.loss == pytest.approx(r32.loss, rel=1e-2)
+    assert {p.dtype for p in bf16.model.parameters()} == {torch.float32}
+    losses = [bf16.train_step(batch, TokenMeanNLL()).loss for _ in range(4)]
+    assert losses[-1] < r16.loss - 0.5, (r16.loss, losses)
+
+
 def test_compute_logprobs_matches_training_forward() -> None:
     batch = make_batch()
     strategy = FSDP2TrainStrategy(tiny_model(), config(micro_batch_size=3))

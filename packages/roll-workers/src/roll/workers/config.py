@@ -103,7 +103,9 @@ class FSDP2Config(RollModel):
     type: Literal["fsdp2"] = Field("fsdp2", description="selects this strategy")
     device: str = Field("auto", description="'auto' = cuda when available, else cpu")
     mixed_precision: Literal["auto", "bf16", "fp32"] = Field(
-        "auto", description="'auto' = bf16 params with fp32 reductions on CUDA, fp32 on CPU"
+        "auto",
+        description="'auto' = bf16 params with fp32 reductions on CUDA, fp32 on CPU; 'bf16' on CPU: bf16 autocast "
+        "(bf16 matmuls on fp32 weights; one rank)",
     )
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)

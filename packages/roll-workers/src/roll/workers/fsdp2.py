@@ -411,9 +411,10 @@ class FSDP2TrainStrategy:
     # ---- helpers ---------------------------------------------------------------------------------------------
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        # Sharded models cast via MixedPrecisionPolicy; a lone CUDA module uses autocast for the same effect.
-        if self.bf16 and self.world_size == 1 and self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
+        # Sharded models cast via MixedPrecisionPolicy; a lone module (CUDA, or a CPU with mixed_precision: bf16)
+        # uses autocast for the same effect: bf16 matmuls, fp32 weights, gradients and optimizer state.
+        if self.bf16 and self.world_size == 1:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def _all_reduce(self, value: float, op: str = "sum") -> float:
