@@ -12,6 +12,14 @@ the gateway renders them, :func:`~roll.agentic.pipeline.agent_gateway.pipeline.c
 ``--tail N`` makes every other row only its last N tokens (the tool response and the answer, without the
 system/user/call prefix): a shorter context, a curriculum for the copy.
 
+``--mixed COUNT`` trains the example's warm-up instead, the conversations
+``warmup_conversations(COUNT, Random(0), tool_fraction=--tool-fraction, show_tools=False,
+reading_fraction=--reading-fraction)`` drawn 32 at a time as the pipeline draws them, and also prints the first
+answer's tool-call probability, the copy's mean probability of the right digit, and the success they predict
+when sampling (``p_tool * p_copy + (1 - p_tool) / 10``)::
+
+    uv run python scripts/lookup_copy_probe.py --mixed 128 --reading-fraction 0.9 --every 50   # 10/10, 0.97
+
 Simplifications, on purpose: one torch thread, no Ray, no gateway server (the rendering is the gateway's own);
 the probe answers "can it copy", not "does RL raise success".
 """
@@ -50,6 +58,14 @@ def main() -> int:
         "--tail", type=int, default=0, help="every other row cut to its last N tokens (0: none)"
     )
     parser.add_argument("--every", type=int, default=25)
+    parser.add_argument(
+        "--mixed",
+        type=int,
+        default=0,
+        help="train the mixed warm-up of this many conversations (0: reading only)",
+    )
+    parser.add_argument("--tool-fraction", type=float, default=0.3)
+    parser.add_argument("--reading-fraction", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -58,6 +74,7 @@ def main() -> int:
 
     from roll.agentic.env_manager.batching import to_batch
     from roll.agentic.env_manager.chat import ChatEncoder
+    from roll.agentic.gateway.lookup import warmup_conversations
     from roll.agentic.pipeline.agent_gateway.pipeline import conversation_sample
     from roll.core import columns as C
     from roll.data.tiny import resolve_model_path
@@ -69,13 +86,23 @@ def main() -> int:
     encoder = ChatEncoder(tokenizer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     rng, start = random.Random(args.seed), time.monotonic()
+    mixed = [conversation_sample(encoder, c) for c in warmup_conversations(
+        args.mixed, random.Random(0), tool_fraction=args.tool_fraction, show_tools=False,
+        reading_fraction=args.reading_fraction)]  # fmt: skip
     for step in range(args.steps + 1):
         if step % args.every == 0 or step == args.steps:
-            print(f"step {step:4d}  copy {copy_accuracy(model, encoder):2d}/10  {time.monotonic() - start:6.0f} s",
-                  flush=True)  # fmt: skip
+            extra = ""
+            if mixed:
+                p_tool, p_copy = tool_probability(model, encoder), copy_probability(model, encoder)
+                extra = f"  p_tool {p_tool:.2f}  p_copy {p_copy:.2f}  success {p_tool * p_copy + (1 - p_tool) / 10:.2f}"
+            print(f"step {step:4d}  copy {copy_accuracy(model, encoder):2d}/10{extra}  "
+                  f"{time.monotonic() - start:6.0f} s", flush=True)  # fmt: skip
         if step == args.steps:
             break
-        rows = [conversation_sample(encoder, reading(str(rng.randrange(10)))) for _ in range(args.batch)]
+        if mixed:
+            rows = rng.choices(mixed, k=args.batch)
+        else:
+            rows = [conversation_sample(encoder, reading(str(rng.randrange(10)))) for _ in range(args.batch)]
         if args.tail:
             cut = slice(-args.tail, None)
             rows = [replace(r, input_ids=r.input_ids[cut], loss_mask=r.loss_mask[cut], logp=r.logp[cut])
@@ -107,6 +134,33 @@ def copy_accuracy(model: Any, encoder: Any) -> int:
             right += encoder.decode([int(logits_V.argmax())]) == str(digit)
     model.train()
     return right
+
+
+def _next_token_probs(model: Any, encoder: Any, conversation: dict[str, Any]) -> Any:
+    """The model's next-token distribution where the conversation's last answer starts."""
+    import torch
+
+    from roll.agentic.pipeline.agent_gateway.pipeline import conversation_sample
+
+    row = conversation_sample(encoder, conversation)
+    with torch.no_grad():
+        logits_V = model(input_ids=torch.tensor([row.input_ids[: row.loss_mask.index(1)]])).logits[0, -1]
+    return torch.softmax(logits_V.float(), -1)
+
+
+def tool_probability(model: Any, encoder: Any) -> float:
+    """The probability that the first answer starts with the tool call (its first token)."""
+    from roll.agentic.gateway.lookup import CALL_TEXT, QUESTION, SYSTEM
+
+    first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION},
+             {"role": "assistant", "content": "0"}]  # fmt: skip
+    return float(_next_token_probs(model, encoder, {"messages": first})[encoder.encode(CALL_TEXT)[0]])
+
+
+def copy_probability(model: Any, encoder: Any) -> float:
+    """The mean probability, over the ten digits, of the right digit after its tool response."""
+    probs = [_next_token_probs(model, encoder, reading(str(d)))[encoder.encode(str(d))[0]] for d in range(10)]
+    return float(sum(probs)) / 10
 
 
 if __name__ == "__main__":

@@ -196,13 +196,15 @@ def test_example_validates_and_its_data_files_load() -> None:
 
 
 def test_example_warmup_file_is_its_generator_output_and_every_reading_copies_the_tool() -> None:
-    """``examples/data/lookup_warmup.jsonl`` is, line for line, ``warmup_conversations(64, Random(0),
-    tool_fraction=0.3, show_tools=False)`` (so it can be regenerated, and a change to the generator shows up
-    here), and every conversation that reads a tool result answers with exactly that result."""
+    """``examples/data/lookup_warmup.jsonl`` is, line for line, ``warmup_conversations(256, Random(0),
+    tool_fraction=0.5, show_tools=False, reading_fraction=0.9)`` (so it can be regenerated, and a change to the
+    generator shows up here), and every conversation that reads a tool result answers with exactly that result."""
     from roll.agentic.gateway.lookup import warmup_conversations
 
     text = (ROOT / "examples/data/lookup_warmup.jsonl").read_text(encoding="utf-8")
-    convs = warmup_conversations(64, random.Random(0), tool_fraction=0.3, show_tools=False)
+    convs = warmup_conversations(
+        256, random.Random(0), tool_fraction=0.5, show_tools=False, reading_fraction=0.9
+    )
     assert text == "".join(json.dumps(c) + "\n" for c in convs)
     readings = [c["messages"] for c in convs if any(m["role"] == "tool" for m in c["messages"])]
     assert readings and all(

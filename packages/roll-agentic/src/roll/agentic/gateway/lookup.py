@@ -7,8 +7,8 @@ again, and scores the final answer 1 if it is the secret digit, else 0. A policy
 guesses (1 in 10); one that calls it and copies its result is right.
 
 :func:`warmup_rows` builds SFT rows for a warm-up that teaches the *format* (a tool call, or a bare digit) and
-reading a tool result, with the tool called in a ``tool_fraction`` of first answers: RL must then learn to call
-it always. The rows are rendered exactly as the gateway renders the agent's requests.
+reading a tool result (``reading_fraction`` of the rows), with the tool called in a ``tool_fraction`` of first
+answers: RL must then learn to call it always. The rows are rendered exactly as the gateway renders the agent's requests.
 """
 
 from __future__ import annotations
@@ -92,16 +92,22 @@ def lookup_agent(config: LookupAgentConfig | None = None) -> Any:
 
 
 def warmup_rows(
-    count: int, rng: random.Random, *, tool_fraction: float, show_tools: bool = True
+    count: int,
+    rng: random.Random,
+    *,
+    tool_fraction: float,
+    show_tools: bool = True,
+    reading_fraction: float = 0.5,
 ) -> list[tuple[list[dict[str, str]], str]]:
-    """``(plain messages, answer text)`` SFT pairs: a first answer that calls the tool (``tool_fraction`` of
-    them) or guesses a digit, and an answer after a tool result that copies it."""
+    """``(plain messages, answer text)`` SFT pairs: an answer after a tool result that copies it
+    (``reading_fraction`` of them), else a first answer that calls the tool (``tool_fraction`` of those) or
+    guesses a digit."""
     tools = [TOOL] if show_tools else None
     first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
     rows = []
     for _ in range(count):
         digit = str(rng.randrange(10))
-        if rng.random() < 0.5:
+        if rng.random() >= reading_fraction:
             answer = CALL_TEXT if rng.random() < tool_fraction else str(rng.randrange(10))
             rows.append((render_messages(first, tools), answer))
         else:
@@ -117,10 +123,20 @@ def warmup_rows(
 
 
 def warmup_conversations(
-    count: int, rng: random.Random, *, tool_fraction: float, show_tools: bool = True
+    count: int,
+    rng: random.Random,
+    *,
+    tool_fraction: float,
+    show_tools: bool = True,
+    reading_fraction: float = 0.5,
 ) -> list[dict[str, Any]]:
     """:func:`warmup_rows` as OpenAI-format conversations (``{"messages", "tools"}``, the last message the
-    answer to learn): what the ``agent_gateway`` pipeline's ``warmup.path`` holds, one per line."""
+    answer to learn): what the ``agent_gateway`` pipeline's ``warmup.path`` holds, one per line.
+
+    ``reading_fraction``: the share of conversations that read a tool result and copy it. The guessed digits of
+    the first answers teach "any digit" in a context a few tokens from the reading one, and tiny-1m's copy comes
+    late under them: ``scripts/lookup_copy_probe.py --mixed`` (300 steps x 32 at lr 1e-3) copies 7/10 digits at
+    0.5 (64 rows), 10/10 at 0.9 (128 or 256 rows); see docs/agent_gateway.md."""
     first: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": QUESTION},
@@ -128,7 +144,7 @@ def warmup_conversations(
     call = {"id": "c", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
     out = []
     for _ in range(count):
-        if rng.random() < 0.5:
+        if rng.random() >= reading_fraction:
             answer: dict[str, Any] = {"role": "assistant", "content": str(rng.randrange(10))}
             if rng.random() < tool_fraction:
                 answer = {"role": "assistant", "content": None, "tool_calls": [call]}
