@@ -25,9 +25,10 @@ Quote ratios only when the load column stays under 1.5 on 2 cores.
 Run: ``uv run python benchmarks/bench_gen_heavy_vs_trl.py [--steps 3] [--rounds 1]`` (about 8 min on a quiet box;
 ``--start-model DIR`` reuses the ``start-model`` folder an earlier run warmed, skipping the ~2 min warm-up).
 roll's fastest generator at this size is the ``hf`` one in bfloat16 (``bench_decode.py``): add
-``--roll-set actor_infer.strategy.dtype=bfloat16`` (the trainer stays fp32; the ``actor/mismatch/*`` metrics show
-the gap). TRL's fastest is its fp32 default: ``--trl-bf16`` (its ``bf16=True``, autocast) generates slower on this
-CPU, since autocast recasts every weight at every decode step.
+``--roll-set actor_infer.strategy.dtype=bfloat16`` (the ``actor/mismatch/*`` metrics show the gap to the fp32
+trainer), and ``--roll-set actor_train.strategy.mixed_precision=bf16`` trains under bf16 autocast (fp32 weights).
+TRL's ``--trl-bf16`` (its ``bf16=True``, the same autocast) trains faster than its fp32 default but generates slower
+on this CPU, since autocast recasts every weight at every decode step: run both to set roll against TRL's best.
 """
 
 from __future__ import annotations
