@@ -28,7 +28,11 @@ roll's fastest generator at this size is the ``hf`` one in bfloat16 (``bench_dec
 ``--roll-set actor_infer.strategy.dtype=bfloat16`` (the ``actor/mismatch/*`` metrics show the gap to the fp32
 trainer), and ``--roll-set actor_train.strategy.mixed_precision=bf16`` trains under bf16 autocast (fp32 weights).
 TRL's ``--trl-bf16`` (its ``bf16=True``, the same autocast) trains faster than its fp32 default but generates slower
-on this CPU, since autocast recasts every weight at every decode step: run both to set roll against TRL's best.
+on this CPU with ``sdpa``, since autocast recasts every weight at every decode step. Both sides' best settings
+(2026-12-05): roll ``--roll-set actor_train.strategy.compile=true --roll-set
+actor_train.model.attn_implementation=eager`` with the two above, against TRL ``--trl-bf16 --trl-compile
+--trl-attention eager`` (its ``torch_compile=True``, and eager attention, whose bf16 ``generate`` is faster than
+``sdpa``'s).
 """
 
 from __future__ import annotations
@@ -125,12 +129,15 @@ def trl_main(args: argparse.Namespace) -> None:
         output_dir=args.out / "trl", per_device_train_batch_size=args.micro, num_generations=args.G,
         max_completion_length=args.max_new_tokens, learning_rate=args.lr, loss_type="dapo", beta=0.0,
         temperature=1.0, max_steps=args.steps, logging_steps=1, report_to="none", use_cpu=True, bf16=args.trl_bf16,
+        torch_compile=args.trl_compile,
         seed=args.seed, max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0, save_strategy="no",
         gradient_accumulation_steps=args.P * args.G // args.micro, dataloader_num_workers=0, activation_checkpointing=False,
     )  # fmt: skip
     log: list[dict[str, float]] = []
     gen_s = [0.0]
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        args.model, dtype=torch.float32, attn_implementation=args.trl_attention
+    )
     plain_generate = model.generate
 
     def timed_generate(*a: Any, **k: Any) -> Any:
@@ -259,6 +266,12 @@ def main() -> None:
         action="store_true",
         help="TRL's bf16=True (CPU autocast: its generate and training in bf16); slower than fp32 at this size",
     )
+    parser.add_argument(
+        "--trl-compile", action="store_true", help="TRL's torch_compile=True (the training forward compiled)"
+    )
+    parser.add_argument(
+        "--trl-attention", choices=["sdpa", "eager"], default=None, help="TRL's model attn_implementation"
+    )
     parser.add_argument("--side", choices=["trl", "roll"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -295,6 +308,9 @@ def compare(args: argparse.Namespace) -> None:
         )
     ]  # fmt: skip
     flags += [f"--roll-set={kv}" for kv in args.roll_set] + (["--trl-bf16"] if args.trl_bf16 else [])
+    flags += (["--trl-compile"] if args.trl_compile else []) + (
+        [f"--trl-attention={args.trl_attention}"] if args.trl_attention else []
+    )
     read = {"roll": _roll_rows, "trl": _trl_rows}
     rows: dict[str, list[dict[str, float]]] = {"roll": [], "trl": []}
     peak_rss = {"roll": 0, "trl": 0}

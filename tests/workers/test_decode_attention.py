@@ -1,4 +1,5 @@
-"""``roll_sdpa``: the one-token decode attention equals transformers' ``sdpa``, alone and inside a decode loop."""
+"""``roll_sdpa`` / ``roll_eager``: the one-token decode attention equals transformers' ``sdpa`` and the model's
+``eager``, alone and inside a decode loop."""
 
 from __future__ import annotations
 
@@ -7,9 +8,16 @@ import copy
 import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention, eager_attention_forward
 
 from roll.workers.config import HFInferConfig, SamplingParams
-from roll.workers.decode_attention import NAME, decode_attention_forward, use_decode_attention
+from roll.workers.decode_attention import (
+    EAGER_NAME,
+    NAME,
+    decode_attention_forward,
+    eager_decode_attention_forward,
+    use_decode_attention,
+)
 from roll.workers.hf_infer import HFInferStrategy
 
 from .test_hf_infer import PROMPTS, tiny_model
@@ -83,13 +91,37 @@ def test_longer_queries_fall_through_to_sdpa_unchanged() -> None:
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
-def test_the_strategy_switches_an_sdpa_model_and_decodes_as_sdpa_does() -> None:
-    """Greedy tokens of the switched model equal those of an untouched ``sdpa`` copy's ``model.generate``, and the
-    log-probs agree to 1e-5 (the two attention kernels differ only in float summation order)."""
+class _EagerModule(_Module):
+    """A module whose modeling file is Qwen2's, so ``roll_eager`` falls back to Qwen2's ``eager``."""
+
+    __module__ = Qwen2Attention.__module__
+
+
+def _additive(mask: torch.Tensor) -> torch.Tensor:
+    """The boolean mask as eager's additive float mask (0 = attend, the float minimum elsewhere)."""
+    return torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("q_len", [1, 3])
+def test_roll_eager_equals_the_models_eager_attention(q_len: int) -> None:
+    """One token: the matmul path on an additive mask, within float summation order; longer queries: the model's
+    own ``eager`` function, bit for bit."""
+    query, key, value, mask = _inputs(torch.float32, q_len=q_len)
+    module = _EagerModule(groups=4)
+    got, _ = eager_decode_attention_forward(module, query, key, value, _additive(mask), scaling=0.25)
+    want, _ = eager_attention_forward(module, query, key, value, _additive(mask), scaling=0.25)
+    assert got.shape == want.shape == (6, q_len, 8, 16)
+    torch.testing.assert_close(got, want, atol=1e-6 if q_len == 1 else 0, rtol=1e-5 if q_len == 1 else 0)
+
+
+def _greedy_as_generate(implementation: str, name: str) -> None:
+    """Greedy tokens of the switched model equal those of an untouched copy's ``model.generate``, and the
+    log-probs agree to 1e-5 (the attention kernels differ only in float summation order)."""
     plain = tiny_model()
-    assert plain.config._attn_implementation == "sdpa"
+    plain.set_attn_implementation(implementation)
     strategy = HFInferStrategy(copy.deepcopy(plain), HFInferConfig(device="cpu"))
-    assert strategy.model.config._attn_implementation == NAME
+    assert strategy.model.config._attn_implementation == name
     samples = strategy.generate(PROMPTS, SamplingParams(temperature=0, max_new_tokens=12))
     T = max(len(p) for p in PROMPTS)
     ids = torch.tensor([[0] * (T - len(p)) + p for p in PROMPTS])
@@ -108,8 +140,17 @@ def test_the_strategy_switches_an_sdpa_model_and_decodes_as_sdpa_does() -> None:
     torch.testing.assert_close(torch.tensor([s.logprobs for s in samples]), want_logp, atol=1e-5, rtol=0)
 
 
+def test_the_strategy_switches_an_sdpa_model_and_decodes_as_sdpa_does() -> None:
+    _greedy_as_generate("sdpa", NAME)
+
+
+def test_the_strategy_switches_an_eager_model_and_decodes_as_eager_does() -> None:
+    """A role with ``model.attn_implementation: eager`` (faster for the compiled CPU trainer) decodes fast too."""
+    _greedy_as_generate("eager", EAGER_NAME)
+
+
 def test_other_implementations_are_left_alone() -> None:
     model = tiny_model()
-    model.set_attn_implementation("eager")
+    model.set_attn_implementation("flex_attention")
     assert use_decode_attention(model) is False
-    assert model.config._attn_implementation == "eager"
+    assert model.config._attn_implementation == "flex_attention"
