@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
+from roll.core.columns import IGNORE_INDEX
 from roll.core.errors import DataError
 
-IGNORE_INDEX = -100
 Row = Mapping[str, Any]
 
 

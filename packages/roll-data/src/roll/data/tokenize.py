@@ -34,6 +34,7 @@ from typing import Any, Literal
 import datasets
 
 from roll.core import columns as C
+from roll.core.columns import IGNORE_INDEX
 from roll.core.errors import DataError
 from roll.data.config import TokenizeConfig
 from roll.data.loading import AnyDataset, ensure_not_empty, require_columns
@@ -42,7 +43,6 @@ from roll.data.vision import place_vision_tokens
 
 log = logging.getLogger(__name__)
 
-IGNORE_INDEX = -100
 KEPT, TRUNCATED, DROPPED = 0, 1, 2
 STATUS = "_length_status"
 Kind = Literal["sft", "preference", "unpaired", "prompt"]

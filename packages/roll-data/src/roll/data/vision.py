@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roll.core import columns as C
+from roll.core.columns import IGNORE_INDEX
 from roll.core.errors import DataError
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
 IMAGE_PAD, VIDEO_PAD = "<|image_pad|>", "<|video_pad|>"
 IMAGE_SPAN = VISION_START + IMAGE_PAD + VISION_END
 VISION_TOKENS = (VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD)
-IGNORE_INDEX = -100
 
 
 def row_images(row: Mapping[str, Any]) -> list[Any]:

@@ -21,13 +21,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from roll.core.columns import IGNORE_INDEX
 from roll.core.errors import DataError
 
 LOGIT_CHUNK_ROWS = 1024
 """Rows of ``[rows, V]`` logits processed at once by :func:`logprobs_from_logits`."""
-
-IGNORE_INDEX = -100
-"""Label of a position without a prediction: :func:`logprobs_from_logits` gives it 0 and no gradient."""
 
 
 def with_cache(model: torch.nn.Module, cache: Any) -> dict[str, Any]:

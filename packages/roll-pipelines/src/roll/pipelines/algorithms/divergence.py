@@ -40,6 +40,7 @@ from collections.abc import Callable
 
 import torch
 
+from roll.core.columns import IGNORE_INDEX
 from roll.core.errors import ConfigError
 from roll.pipelines.algorithms.aggregate import TOKEN_MEAN, Aggregation, masked_mean
 from roll.pipelines.algorithms.choices import DIVERGENCES, DivergenceName
@@ -189,7 +190,7 @@ def distill_loss(
     mu: float = 0.5,
     kd_weight: float = 1.0,
     labels_BT: torch.Tensor | None = None,
-    ignore_index: int = -100,
+    ignore_index: int = IGNORE_INDEX,
     agg: Aggregation = TOKEN_MEAN,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``kd_weight * agg(divergence) + (1 - kd_weight) * CE(student, labels)``.

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from roll.core.columns import IGNORE_INDEX
 from roll.core.errors import ConfigError
 from roll.pipelines.algorithms.aggregate import TOKEN_MEAN, Aggregation, masked_sum
 
@@ -216,7 +217,7 @@ def sft_cross_entropy(
     logits_BTV: torch.Tensor,
     labels_BT: torch.Tensor,
     *,
-    ignore_index: int = -100,
+    ignore_index: int = IGNORE_INDEX,
     agg: Aggregation = TOKEN_MEAN,
 ) -> torch.Tensor:
     """Token cross-entropy ``-log softmax(logits)[label]`` over positions whose label is not ``ignore_index``.

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import datasets
 
 from roll.core.batch import Batch
-from roll.core.columns import ATTENTION_MASK, DESIRABLE, INPUT_IDS, LABELS
+from roll.core.columns import ATTENTION_MASK, DESIRABLE, IGNORE_INDEX, INPUT_IDS, LABELS
 from roll.core.errors import DataError
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.data.loading import AnyDataset, column_names, load_data
-from roll.data.tokenize import IGNORE_INDEX, Kind, LengthReport, tokenize_dataset
+from roll.data.tokenize import Kind, LengthReport, tokenize_dataset
 from roll.data.video import row_videos
 from roll.data.vision import IMAGE_PAD, VIDEO_PAD, attach_vision, row_images, vision_columns
 

@@ -34,7 +34,7 @@ from roll.workers.roles.config import ModelConfig
 __all__ = ["SPEC", "AgenticConfig", "GiGPOConfig", "WarmupConfig"]
 
 SUPPORTED_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo")
-"""The estimators agentic runs (no critic role yet, so no GAE)."""
+"""The estimators agentic runs (``gae`` with the ``critic`` role)."""
 
 
 class GiGPOConfig(RollModel):

@@ -12,8 +12,9 @@
   one call per optimizer step.
 - ``sync_weights``: :class:`~roll.workers.model_update.ModelUpdateGroup` pushes the weights, versioned.
 
-Simplifications, on purpose: no reference model (KL) and no critic yet (the config says so when asked); the
-rollout is synchronous (generation waits for training), which keeps on-policy samples exact.
+Optional parts, by config: a ``reference`` role when the KL term needs one, a ``critic`` role for GAE
+(``algorithm.use_critic``), and ``async_generation_ratio: 1`` (step t+1 rolls out on the current weights while
+step t trains); by default the rollout is synchronous, which keeps on-policy samples exact.
 """
 
 from __future__ import annotations
