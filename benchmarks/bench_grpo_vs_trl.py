@@ -103,8 +103,8 @@ def warm_model(folder: Path, steps: int, lr: float, threads: int) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from roll.data.models import resolve_model_path
     from roll.data.tasks import builtin_dataset
-    from roll.data.tiny import resolve_model_path
 
     torch.manual_seed(0)
     torch.set_num_threads(threads)

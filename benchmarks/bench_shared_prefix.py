@@ -79,7 +79,7 @@ def main() -> None:
     torch.set_flush_denormal(True)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from roll.data.tiny import resolve_model_path
+    from roll.data.models import resolve_model_path
     from roll.workers import shared_prefix
 
     shared_prefix.MAX_WORK_FRACTION = 1.0  # measure both sides at every G, past the gate

@@ -77,7 +77,7 @@ def main() -> int:
     from roll.agentic.gateway.lookup import warmup_conversations
     from roll.agentic.pipeline.agent_gateway.pipeline import conversation_sample
     from roll.core import columns as C
-    from roll.data.tiny import resolve_model_path
+    from roll.data.models import resolve_model_path
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)

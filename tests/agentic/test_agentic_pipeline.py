@@ -105,7 +105,7 @@ def test_warmup_refuses_a_max_new_tokens_that_cuts_a_valid_action() -> None:
 
     from roll.agentic.pipeline.agentic.pipeline import _answers_fit
     from roll.core.errors import ConfigError
-    from roll.data.tiny import resolve_model_path
+    from roll.data.models import resolve_model_path
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path("tiny-1m"))
     actions = ["rm a.txt", "rm b.txt", "rm c.txt", "submit"]

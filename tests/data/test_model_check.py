@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from roll.data.model_check import has_chat_template, is_vision_language_files, model_path_issues
-from roll.data.tiny import missing_model_path
+from roll.data.models import missing_model_path
 
 
 def test_missing_local_paths_are_named_and_hub_ids_and_presets_pass(tmp_path: Path) -> None:

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from roll.core.errors import DataError
+from roll.data.models import resolve_model_path
 from roll.data.tiny import (
     PRESETS,
     TinyPreset,
     build_tiny_model,
     get_preset,
-    resolve_model_path,
     tiny_model_path,
 )
 
@@ -39,7 +39,7 @@ def _n_params(model) -> int:  # type: ignore[no-untyped-def]
 
 
 def test_import_is_light() -> None:
-    code = "import sys, roll.data.tiny; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    code = "import sys, roll.data.tiny, roll.data.models; print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 

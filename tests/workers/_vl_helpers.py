@@ -16,7 +16,8 @@ def load_kit() -> dict[str, Any]:
     """tiny-vl-1m's folder, model (through the roles' loader), tokenizer and image processor."""
     from transformers import AutoTokenizer
 
-    from roll.data.tiny_vl import load_image_processor, tiny_vl_model_path
+    from roll.data.models import load_image_processor
+    from roll.data.tiny_vl import tiny_vl_model_path
 
     path = tiny_vl_model_path("tiny-vl-1m")
     return {

@@ -86,7 +86,7 @@ def test_hybrid_has_the_methods_pipelines_call_on_either_cluster(role_cls: type)
 def test_generation_after_train_and_sync_equals_a_fresh_infer_strategy(clusters: dict[str, Cluster]) -> None:
     from transformers import AutoModelForCausalLM
 
-    from roll.data.tiny import resolve_model_path
+    from roll.data.models import resolve_model_path
     from roll.workers.hf_infer import HFInferStrategy
 
     hybrid = clusters["hybrid"]

@@ -39,7 +39,7 @@ def roles(shared_roles: ClusterSet) -> Iterator[tuple[Cluster, Cluster]]:
 def test_topk_matches_a_local_forward(roles: tuple[Cluster, Cluster]) -> None:
     from transformers import AutoModelForCausalLM
 
-    from roll.data.tiny import resolve_model_path
+    from roll.data.models import resolve_model_path
 
     teacher, _ = roles
     batch = sequences(rows=3, seed=0)

@@ -44,7 +44,7 @@ def roles(shared_roles: ClusterSet) -> Iterator[tuple[Cluster, Cluster]]:
 def base() -> Any:
     from transformers import AutoModelForCausalLM
 
-    from roll.data.tiny import resolve_model_path
+    from roll.data.models import resolve_model_path
 
     return AutoModelForCausalLM.from_pretrained(resolve_model_path("tiny-1m"))
 

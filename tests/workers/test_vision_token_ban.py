@@ -47,7 +47,8 @@ def vlm() -> dict[str, Any]:
     """tiny-vl-1m with one image prompt: the chat-templated question, its image pads expanded, the pixels."""
     from transformers import AutoTokenizer
 
-    from roll.data.tiny_vl import load_image_processor, tiny_vl_model_path
+    from roll.data.models import load_image_processor
+    from roll.data.tiny_vl import tiny_vl_model_path
 
     path = tiny_vl_model_path("tiny-vl-1m")
     tok = AutoTokenizer.from_pretrained(path)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from roll.core.errors import ConfigIssue
-from roll.data.tiny import is_preset, missing_model_path
+from roll.data.models import missing_model_path
+from roll.data.tiny import is_preset
 from roll.data.tiny_vl import is_vl_preset
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")

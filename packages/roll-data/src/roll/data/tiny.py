@@ -1,9 +1,10 @@
 """Tiny Qwen2 models for offline runs: named presets, deterministic random init, a cached HF model folder.
 
-``model: tiny-10m`` in a config works like a hub id: :func:`resolve_model_path` maps the preset to a folder
-built once under ``<cache>/models/`` (safetensors weights, ``config.json`` with ``model_type: qwen2``, the offline
-tokenizer's files and a ``generation_config.json``), so the real loading code (``AutoModelForCausalLM`` /
-``AutoTokenizer.from_pretrained(path)``) runs unchanged. Hub ids and local paths pass through.
+``model: tiny-10m`` in a config works like a hub id: :func:`roll.data.models.resolve_model_path` maps the preset
+to a folder built once under ``<cache>/models/`` (safetensors weights, ``config.json`` with ``model_type: qwen2``,
+the offline tokenizer's files and a ``generation_config.json``), so the real loading code
+(``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained(path)``) runs unchanged. Hub ids and local paths pass
+through.
 
 Importing this module imports neither torch nor transformers (configs and ``roll list`` stay fast); functions
 that need them import them when called.
@@ -20,7 +21,6 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from roll.core.config.base import RollModel
-from roll.core.errors import DataError
 from roll.data._presets import cached_model_folder, lookup, seeded_model
 
 if TYPE_CHECKING:
@@ -136,46 +136,3 @@ def _save_model(spec: TinyPreset, seed: int, folder: Path) -> None:
 
     build_tiny_model(spec, seed).save_pretrained(folder, safe_serialization=True)
     save_tokenizer_into(folder, spec.tokenizer)
-
-
-def resolve_model_path(name_or_path: str) -> str:
-    """Map a model reference to what ``from_pretrained`` should get.
-
-    A preset name (``tiny-10m``) becomes its cached folder; an existing local path is returned as given; a
-    reference that looks local (absolute, ``./``, ``../``, ``~``, more than one ``/``) but does not exist raises
-    :class:`DataError` naming it (instead of a confusing hub lookup); anything else is taken for a hub id and
-    returned unchanged.
-    """
-    from roll.data.tiny_vl import is_vl_preset, tiny_vl_model_path
-
-    if is_preset(name_or_path):
-        return str(tiny_model_path(name_or_path))
-    if is_vl_preset(name_or_path):
-        return str(tiny_vl_model_path(name_or_path))
-    problem = missing_model_path(name_or_path)
-    if problem is not None:
-        raise DataError(problem)
-    return name_or_path
-
-
-def missing_model_path(name_or_path: str) -> str | None:
-    """Why ``name_or_path`` cannot be a model, or ``None``: a reference that looks local (absolute, ``./``,
-    ``../``, ``~``, more than one ``/``) but does not exist. Presets, existing paths and hub ids pass (a hub id is
-    never fetched to check it). Reads nothing but the file system's entries; builds no preset."""
-    from roll.data.tiny_vl import VL_PRESETS
-
-    path = Path(name_or_path).expanduser()
-    if is_preset(name_or_path) or name_or_path in VL_PRESETS or path.exists():
-        return None
-    looks_local = (
-        path.is_absolute()
-        or name_or_path.startswith((".", "~"))
-        or name_or_path.count("/") > 1
-        or "\\" in name_or_path
-    )
-    if not looks_local:
-        return None
-    return (
-        f"model path {name_or_path!r} does not exist; pass an existing folder, a hub id like 'org/name', "
-        f"or a tiny preset ({', '.join(sorted([*PRESETS, *VL_PRESETS]))})"
-    )

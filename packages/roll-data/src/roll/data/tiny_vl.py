@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from roll.core.config.base import RollModel
-from roll.core.errors import DataError
 from roll.data._presets import cached_model_folder, lookup, seeded_model
 
 if TYPE_CHECKING:
@@ -180,35 +179,3 @@ def _save(spec: TinyVLPreset, seed: int, folder: Path) -> None:
     build_tiny_vl_model(spec, seed).save_pretrained(folder, safe_serialization=True)
     build_image_processor(spec).save_pretrained(folder)
     save_tokenizer_into(folder, spec.tokenizer)
-
-
-def load_image_processor(path: str) -> Any:
-    """The image processor of a model folder or hub id (``AutoImageProcessor``; a tiny preset name resolves to its
-    folder first). Not ``AutoProcessor``: for Qwen2-VL that also builds the video processor, which needs
-    torchvision; images need only this and the tokenizer, and so do videos, whose frames this processor encodes
-    (:mod:`roll.data.video`)."""
-    from transformers import AutoImageProcessor
-
-    from roll.data.tiny import resolve_model_path
-
-    try:
-        return AutoImageProcessor.from_pretrained(resolve_model_path(path))  # type: ignore[no-untyped-call]
-    except (OSError, ValueError) as err:
-        raise DataError(f"could not load the image processor of {path!r}: {err}") from err
-
-
-def is_vision_language(path: str) -> bool:
-    """Whether the model at ``path`` (folder, hub id or preset) is a vision-language one (its config has a
-    ``vision_config``)."""
-    import json
-
-    from roll.data.tiny import resolve_model_path
-
-    if is_vl_preset(path):
-        return True
-    local = Path(resolve_model_path(path)) / "config.json"
-    if local.is_file():
-        return "vision_config" in json.loads(local.read_text())
-    from transformers import AutoConfig
-
-    return hasattr(AutoConfig.from_pretrained(path), "vision_config")

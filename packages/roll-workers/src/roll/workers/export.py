@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from roll.core.errors import CheckpointError
-from roll.data.tiny_vl import is_vision_language
+from roll.data.models import is_vision_language
 from roll.workers.roles.checkpoint import MODEL_FILE
 from roll.workers.roles.model import Head, copy_processor_files, load_model, load_tokenizer, resolve_path
 

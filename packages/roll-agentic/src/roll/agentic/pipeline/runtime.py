@@ -120,7 +120,7 @@ class RolloutRuntime:
 
 def _image_processor(model_path: str) -> Any:
     """A vision-language policy's image processor (for image observations); None for a text policy."""
-    from roll.data.tiny_vl import is_vision_language, load_image_processor
+    from roll.data.models import is_vision_language, load_image_processor
 
     return load_image_processor(model_path) if is_vision_language(model_path) else None
 

@@ -75,7 +75,7 @@ def load_tokenizer(model_path: str) -> Any:
 def _load_tokenizer(model_path: str) -> Any:
     from transformers import AutoTokenizer
 
-    from roll.data.tiny import resolve_model_path
+    from roll.data.models import resolve_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_path))
     if tokenizer.pad_token_id is None:
@@ -155,7 +155,7 @@ def _with_images(rows: list[Row], image_processor: Any, tokenizer: Any, source: 
 
 def load_image_processor_for(model_path: str) -> Any:
     """The image processor of a vision-language model, ``None`` for a text model."""
-    from roll.data.tiny_vl import is_vision_language, load_image_processor
+    from roll.data.models import is_vision_language, load_image_processor
 
     return load_image_processor(model_path) if is_vision_language(model_path) else None
 

@@ -25,7 +25,7 @@ class LocalJudgeReward:
     def __init__(self, config: LocalJudgeRewardConfig) -> None:
         from transformers import AutoModelForCausalLM
 
-        from roll.data.tiny import resolve_model_path
+        from roll.data.models import resolve_model_path
 
         self.config = config
         path = resolve_model_path(config.model)

@@ -27,7 +27,7 @@ class RewardModelReward:
     def __init__(self, config: RewardModelRewardConfig) -> None:
         from transformers import AutoModelForSequenceClassification
 
-        from roll.data.tiny import resolve_model_path
+        from roll.data.models import resolve_model_path
 
         self.config = config
         path = resolve_model_path(config.path)

@@ -55,7 +55,7 @@ class ModelConfig(RollModel):
     """Which model a role loads and how.
 
     ``path`` is a tiny preset (``tiny-1m``, ``tiny-10m``, ``tiny-50m``), a local ``save_pretrained`` folder or a
-    hub id, resolved by :func:`roll.data.tiny.resolve_model_path`. ``tokenizer`` defaults to ``path``.
+    hub id, resolved by :func:`roll.data.models.resolve_model_path`. ``tokenizer`` defaults to ``path``.
     ``dtype`` is the dtype the weights are loaded in: ``auto`` loads float32, because training keeps fp32 master
     weights (FSDP2 casts to bf16 on CUDA itself) and the inference strategy casts to its own ``dtype``.
     ``seed`` seeds torch before loading, so randomly initialised heads (critic, reward model) are reproducible.

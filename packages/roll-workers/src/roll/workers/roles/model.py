@@ -17,8 +17,8 @@ from typing import Any, Literal
 import torch
 
 from roll.core.errors import ConfigError, DataError
-from roll.data.tiny import PRESETS, resolve_model_path
-from roll.data.tiny_vl import is_vision_language
+from roll.data.models import is_vision_language, resolve_model_path
+from roll.data.tiny import PRESETS
 from roll.workers.roles.config import ModelConfig
 
 Head = Literal["causal_lm", "value", "score"]
