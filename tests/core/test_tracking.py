@@ -15,6 +15,7 @@ import pytest
 
 from roll.core.config.sections import TrackingConfig
 from roll.core.errors import DataError, PluginError
+from roll.core.jsonl import rewind_jsonl
 from roll.core.tracking import (
     JSONL,
     STDOUT,
@@ -27,7 +28,6 @@ from roll.core.tracking import (
     format_metrics_line,
     reduce_metrics,
     reduction_for,
-    rewind_jsonl,
 )
 from roll.core.types import Tracker, TrackerSpec
 

@@ -25,8 +25,9 @@ from pathlib import Path
 from roll.core.checkpoint import CheckpointInfo, CheckpointManager, step_dirs, unused_path
 from roll.core.config.sections import RunConfig
 from roll.core.errors import RunDirError
+from roll.core.jsonl import rewind_jsonl
 from roll.core.samples import SAMPLES_FILE
-from roll.core.tracking import JSONL_FILE, rewind_jsonl
+from roll.core.tracking import JSONL_FILE
 
 logger = logging.getLogger(__name__)
 

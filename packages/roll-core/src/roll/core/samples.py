@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from roll.core import columns as C
 from roll.core.errors import DataError
+from roll.core.jsonl import rewind_jsonl
 
 if TYPE_CHECKING:
     from roll.core.batch import Batch
@@ -165,8 +166,6 @@ class SampleLog:
 
     def rewind(self, last_step: int) -> None:
         """Drop the rows past ``last_step`` (a restart continues from that checkpoint)."""
-        from roll.core.tracking import rewind_jsonl
-
         self.close()
         rewind_jsonl(self.path, last_step)
 

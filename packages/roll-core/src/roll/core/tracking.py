@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from roll.core.config.sections import TrackingConfig
 from roll.core.errors import DataError, PluginError
+from roll.core.jsonl import rewind_jsonl
 from roll.core.samples import markdown_table, table_columns
 from roll.core.types import Tracker, TrackerSpec
 
@@ -136,8 +137,8 @@ class JsonlTracker:
 
     Each line is flushed when written, so a crashed run keeps every step it logged. The file is opened for
     appending: a resumed run continues its own file, which the pipeline first rewinds to the resumed step
-    (:func:`rewind_jsonl`), and a restart after a lost worker rewinds it the same way (:meth:`rewind`), so each
-    step appears once. A new run never opens another run's file: :mod:`roll.core.rundir` refuses an output dir
+    (:func:`roll.core.jsonl.rewind_jsonl`), and a restart after a lost worker rewinds it the same way
+    (:meth:`rewind`), so each step appears once. A new run never opens another run's file: :mod:`roll.core.rundir` refuses an output dir
     that holds one. Non-finite values are written as ``NaN`` / ``Infinity``, which Python's json and pandas read.
     """
 
@@ -166,30 +167,6 @@ class JsonlTracker:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-
-def rewind_jsonl(path: Path, last_step: int) -> int:
-    """Drop the records of ``path`` (a :class:`JsonlTracker` file) past ``last_step``, and a torn last line that
-    a killed run left; returns how many lines were dropped. Rewritten through a temp file and a rename, so a
-    crash leaves the old file or the new one. A missing file is nothing to rewind (0)."""
-    if not path.is_file():
-        return 0
-    lines = path.read_text(encoding="utf-8").splitlines()
-    kept = [line for line in lines if (step := _step_of(line)) is not None and step <= last_step]
-    if len(kept) == len(lines):
-        return 0
-    temp = path.with_name(f".{path.name}.rewind")
-    temp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    temp.replace(path)
-    return len(lines) - len(kept)
-
-
-def _step_of(line: str) -> int | None:
-    try:
-        step = json.loads(line)["step"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    return step if isinstance(step, int) else None
 
 
 class TensorboardTracker:
@@ -471,5 +448,4 @@ __all__ = [
     "format_metrics_line",
     "reduce_metrics",
     "reduction_for",
-    "rewind_jsonl",
 ]
