@@ -23,16 +23,15 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.errors import DataError
 from roll.data.config import TokenizeConfig
+from roll.data.media import attach_vision, place_vision_tokens
 from roll.data.tasks import builtin_dataset, get_task, problems, split_of
 from roll.data.tokenize import tokenize_dataset
 from roll.data.video import VIDEO_SPAN, encode_videos, load_video, row_videos
 from roll.data.vision import (
     IMAGE_SPAN,
     VIDEO_PAD,
-    attach_vision,
     collate_videos,
     encode_images,
-    place_vision_tokens,
     vision_columns,
 )
 

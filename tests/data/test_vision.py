@@ -18,12 +18,12 @@ from PIL import Image
 from roll.core import columns as C
 from roll.core.errors import DataError
 from roll.data.config import TokenizeConfig
+from roll.data.media import attach_vision
 from roll.data.tasks import builtin_dataset, get_task, split_of
 from roll.data.tokenize import tokenize_dataset
 from roll.data.vision import (
     IMAGE_PAD,
     IMAGE_SPAN,
-    attach_vision,
     collate_vision,
     expand_image_pads,
     load_image,

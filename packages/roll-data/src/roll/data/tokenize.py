@@ -38,8 +38,8 @@ from roll.core.columns import IGNORE_INDEX
 from roll.core.errors import DataError
 from roll.data.config import TokenizeConfig
 from roll.data.loading import AnyDataset, ensure_not_empty, require_columns
+from roll.data.media import place_vision_tokens
 from roll.data.templates import Message, render, row_messages, segments
-from roll.data.vision import place_vision_tokens
 
 log = logging.getLogger(__name__)
 

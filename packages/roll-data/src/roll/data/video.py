@@ -4,8 +4,9 @@ A row may carry ``videos``: a list of videos, each a list of frames (any form
 :func:`roll.data.vision.load_image` accepts: PIL images, paths, bytes, ``{"bytes", "path"}`` dicts), or the path
 of a folder of frames (its image files in name order) or of an animated image (a GIF's frames). Text marks
 where each goes with ``<video>``, which becomes ``<|vision_start|><|video_pad|><|vision_end|>``; unmarked videos
-lead the first user turn, after the images (:func:`roll.data.vision.place_vision_tokens`). After tokenization
-each ``<|video_pad|>`` becomes ``t * h * w / merge**2`` ids, never trained on (:func:`~roll.data.vision.attach_vision`).
+lead the first user turn, after the images (:func:`roll.data.media.place_vision_tokens`). After tokenization
+each ``<|video_pad|>`` becomes ``t * h * w / merge**2`` ids, never trained on
+(:func:`~roll.data.media.attach_vision`).
 
 Encoding (:func:`encode_videos`): ``pixel_values_videos [patches, C * T * p * p]`` and ``video_grid_thw
 [videos, 3]`` with ``t = frames / T`` (``T`` the temporal patch size, 2 for Qwen2-VL). **An odd frame count

@@ -12,21 +12,23 @@ marker, the images go at the start of the first user turn. Three pure steps turn
 3. :func:`expand_image_pads` (after tokenization): each single ``<|image_pad|>`` id becomes as many ids as the
    image has merged patches (``t * h * w / merge**2``), never trained on (label ``-100``).
 
-:func:`attach_vision` applies 2 and 3 to tokenized rows and stores the tensors per row (columns
+:func:`roll.data.media.attach_vision` applies 2 and 3 to tokenized rows and stores the tensors per row (columns
 :data:`roll.core.columns.PIXEL_VALUES` and :data:`~roll.core.columns.IMAGE_GRID_THW`), so any row split (data
 parallel, micro-batches) keeps each row's images with it; :func:`collate_vision` concatenates the rows of one
 forward. Errors name the row, the image and the file.
 
 Videos (a row's ``videos``, ``<video>`` markers) take the same three steps with ``<|video_pad|>`` and the columns
 :data:`~roll.core.columns.PIXEL_VALUES_VIDEOS` / :data:`~roll.core.columns.VIDEO_GRID_THW`
-(:func:`place_vision_tokens`, :func:`roll.data.video.encode_videos`, :func:`attach_vision`,
-:func:`collate_videos`); :mod:`roll.data.video` says how frames become patches.
+(:func:`roll.data.media.place_vision_tokens`, :func:`roll.data.video.encode_videos`,
+:func:`~roll.data.media.attach_vision`, :func:`collate_videos`); :mod:`roll.data.video` says how frames become
+patches. :mod:`roll.data.media` holds the row-level steps that take both kinds, so this module never imports
+:mod:`roll.data.video`.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,21 +100,6 @@ def place_image_tokens(
     return place_spans(messages, num_images, IMAGE_PLACEHOLDER, IMAGE_SPAN, "image", row=row)
 
 
-def place_vision_tokens(
-    messages: Sequence[Mapping[str, str]], row: Mapping[str, Any], *, index: int | None = None
-) -> list[dict[str, str]]:
-    """``messages`` with the row's image and video spans in place: unmarked images lead the first user turn, then
-    unmarked videos. Videos are placed whenever the row has a ``videos`` column (even an empty one), so a
-    ``<video>`` marker without its video is an error; images only when the row has some, as before."""
-    from roll.data.video import VIDEO_PLACEHOLDER, VIDEO_SPAN, row_videos
-
-    out = [dict(m) for m in messages]
-    if C.VIDEOS in row:
-        out = place_spans(out, len(row_videos(row)), VIDEO_PLACEHOLDER, VIDEO_SPAN, "video", row=index)
-    images = row_images(row)
-    return place_image_tokens(out, len(images), row=index) if images else out
-
-
 def place_spans(
     messages: Sequence[Mapping[str, str]],
     n: int,
@@ -180,96 +167,12 @@ def encode_images(images: Sequence[Image], image_processor: Any) -> tuple[torch.
     return out["pixel_values"].float(), out["image_grid_thw"].long()
 
 
-def attach_vision(
-    rows: Sequence[dict[str, Any]],
-    image_processor: Any,
-    *,
-    image_pad_id: int,
-    video_pad_id: int | None = None,
-    source: str = "data",
-) -> list[dict[str, Any]]:
-    """Tokenized rows with their images and videos encoded: ``pixel_values``/``image_grid_thw`` and
-    ``pixel_values_videos``/``video_grid_thw`` per row, the pads of ``prompt_ids`` (prompt rows) or
-    ``input_ids``/``labels`` (SFT rows) expanded, ``length`` updated.
-
-    Rows without images (videos) get ``None`` in that pair. Videos need ``video_pad_id`` (their frames are encoded
-    by :func:`roll.data.video.encode_videos` with the same image processor). ``source`` names the data in errors.
-    """
-    from roll.data.video import encode_row_videos, row_videos
-
-    merge = int(getattr(image_processor, "merge_size", 1) or 1)
-    out = []
-    for index, row in enumerate(rows):
-        new = dict(row)
-        videos = row_videos(row)
-        if videos and video_pad_id is None:
-            raise DataError(f"{source}: row {index} has videos but no video pad id was given", row=index)
-        image_pair = _encoded(row_images(row), index, source, encode_row_images, image_processor)
-        _attach_one(new, index, source, "image", image_pad_id, merge, C.IMAGE_COLUMNS, image_pair)
-        video_pair = _encoded(videos, index, source, encode_row_videos, image_processor)
-        _attach_one(new, index, source, "video", video_pad_id, merge, C.VIDEO_COLUMNS, video_pair)
-        out.append(new)
-    return out
-
-
 Encoded = tuple["torch.Tensor", "torch.Tensor"]
 
 
 def encode_row_images(images: Sequence[Any], image_processor: Any, *, row: int) -> Encoded:
     """Load (errors name the row, the image and the file) and encode one row's images."""
     return encode_images([load_image(v, row=row, index=i) for i, v in enumerate(images)], image_processor)
-
-
-def _encoded(
-    items: Sequence[Any], index: int, source: str, encode: Callable[..., Encoded], image_processor: Any
-) -> Encoded | None:
-    if not items:
-        return None
-    try:
-        return encode(items, image_processor, row=index)
-    except DataError as err:
-        raise DataError(f"{source}: {err}", row=index) from err
-
-
-def _attach_one(
-    row: dict[str, Any],
-    index: int,
-    source: str,
-    noun: str,
-    pad_id: int | None,
-    merge: int,
-    columns: tuple[str, str],
-    encoded: Encoded | None,
-) -> None:
-    """One modality of :func:`attach_vision`: its two columns (``None`` without items) and its pads expanded."""
-    pixels_col, grid_col = columns
-    row[pixels_col], row[grid_col] = None, None
-    if encoded is not None and pad_id is not None:
-        pixels, grid = encoded
-        _expand_row(row, tokens_per_image(grid, merge), pad_id, index, source, noun)
-        row[pixels_col], row[grid_col] = pixels, grid
-    elif pad_id is not None and any(t == pad_id for t in _ids_of(row)):
-        raise DataError(f"{source}: row {index} has {noun} placeholder tokens but no {noun}s", row=index)
-
-
-def _ids_of(row: Mapping[str, Any]) -> list[int]:
-    return list(row.get("prompt_ids") or row.get("input_ids") or [])
-
-
-def _expand_row(
-    row: dict[str, Any], counts: list[int], pad_id: int, index: int, source: str, noun: str = "image"
-) -> None:
-    try:
-        if "prompt_ids" in row:
-            row["prompt_ids"], _ = expand_image_pads(row["prompt_ids"], counts, pad_id, row=index, noun=noun)
-            row["length"] = len(row["prompt_ids"])
-        else:
-            ids, labels = expand_image_pads(
-                row["input_ids"], counts, pad_id, row["labels"], row=index, noun=noun
-            )
-            row["input_ids"], row["labels"], row["length"] = ids, labels, len(ids)
-    except DataError as err:
-        raise DataError(f"{source}: {err}", row=index) from err
 
 
 def has_vision(rows: Sequence[Mapping[str, Any]]) -> bool:

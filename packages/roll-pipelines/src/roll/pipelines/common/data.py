@@ -31,9 +31,10 @@ from roll.core.columns import ATTENTION_MASK, DESIRABLE, IGNORE_INDEX, INPUT_IDS
 from roll.core.errors import DataError
 from roll.data.config import DataConfig, TokenizeConfig
 from roll.data.loading import AnyDataset, column_names, load_data
+from roll.data.media import attach_vision
 from roll.data.tokenize import Kind, LengthReport, tokenize_dataset
 from roll.data.video import row_videos
-from roll.data.vision import IMAGE_PAD, VIDEO_PAD, attach_vision, row_images, vision_columns
+from roll.data.vision import IMAGE_PAD, VIDEO_PAD, row_images, vision_columns
 
 if TYPE_CHECKING:
     import torch
@@ -88,7 +89,7 @@ def prepare_data(
 ) -> PreparedData:
     """Load every source, tokenize both splits for ``kind`` and, for pairs, skip those that teach nothing.
 
-    Rows with ``images`` get their patches and expanded image tokens (:func:`roll.data.vision.attach_vision`)
+    Rows with ``images`` get their patches and expanded image tokens (:func:`roll.data.media.attach_vision`)
     with ``image_processor`` (a vision-language model's); without one they are an error naming the model.
     """
     splits = load_data(data)
