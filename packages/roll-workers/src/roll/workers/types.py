@@ -7,9 +7,9 @@ Map of the abstractions:
 - :class:`InferStrategy` (``kind="infer"``; hf, vllm): ``generate`` samples continuations of token-id prompts,
   ``compute_logprobs`` scores given sequences forward-only, ``load_weights`` receives named tensors from the
   trainer and records the ``policy_version`` they belong to, so a rollout can say which weights produced it.
-- :class:`TrainStrategy` (``kind="train"``; fsdp2, megatron): ``split`` cuts a batch into micro-batches,
-  ``forward_backward`` accumulates gradients over them with exact token-level accumulation and ``optimizer_step``
-  takes one step (``train_step`` does all three); ``lr``/``set_lr`` read and rebase the LR schedule;
+- :class:`TrainStrategy` (``kind="train"``; fsdp2, megatron): ``train_step`` cuts a batch into micro-batches,
+  accumulates gradients over them with exact token-level accumulation and takes one optimizer step: the one path
+  every training role and every test goes through; ``lr``/``set_lr`` read and rebase the LR schedule;
   ``state_dict`` gathers full (LoRA-merged) weights for export and for the model update, ``lora_state_dict`` the
   adapter alone; ``model_state_dict``/``load_model_state_dict`` and ``save_optimizer``/``load_optimizer`` are the
   checkpoint; ``forward_only`` gives a custom head's outputs (values, scores).
@@ -217,8 +217,8 @@ class ContinuesSamples(Protocol):
 class TrainStrategy(Protocol):
     """Training of one data-parallel rank (the model may be sharded across ranks).
 
-    A role's step is ``split`` -> ``forward_backward`` -> ``optimizer_step`` (``lr`` read before the step is the
-    rate it uses). The optimizer and LR scheduler stay inside the strategy: roles reach them only through
+    A role's step is one ``train_step`` (inside it: split into micro-batches, accumulate, one optimizer step; its
+    ``lr`` is the rate that step used). The optimizer and LR scheduler stay inside the strategy: roles reach them only through
     ``lr``, ``set_lr`` and ``save_optimizer``/``load_optimizer``. ``model`` is the backend's module (for fsdp2 the
     transformers model, possibly FSDP-sharded or peft-wrapped; for megatron the DDP-wrapped ``GPTModel``) and
     ``device`` where it computes, for roles that run their own forwards (evaluation).
@@ -236,17 +236,9 @@ class TrainStrategy(Protocol):
     @property
     def lora_config(self) -> LoraConfig | None: ...
 
-    def split(self, batch: MicroBatch) -> Sequence[MicroBatch]: ...
-
     def train_step(
         self, batch: MicroBatch, loss_fn: LossFn, *, temperature: float = 1.0
     ) -> TrainStepResult: ...
-
-    def forward_backward(
-        self, micro_batches: Sequence[MicroBatch], loss_fn: LossFn, *, temperature: float = 1.0
-    ) -> tuple[float, float, dict[str, float]]: ...
-
-    def optimizer_step(self) -> float: ...
 
     def set_lr(self, lr: float) -> None: ...
 

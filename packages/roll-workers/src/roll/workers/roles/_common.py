@@ -137,13 +137,16 @@ def train_on(
     if len(real) == 0:
         real, loss_fn = batch.slice(0, 1), ZeroWeight(loss_fn)
     inputs: dict[str, Any] = {**micro_batch(real), **vision_columns(real)}
-    mbs = strategy.split(inputs)
-    loss, units, loss_metrics = strategy.forward_backward(mbs, loss_fn, temperature=temperature)
-    lr = strategy.lr
-    grad_norm = strategy.optimizer_step()
+    step = strategy.train_step(inputs, loss_fn, temperature=temperature)
     tokens = float(real.tensors[C.ATTENTION_MASK].sum()) if not isinstance(loss_fn, ZeroWeight) else 0.0
-    out = {"loss": loss, "grad_norm": grad_norm, "lr": lr, "tokens": tokens, "units": units}
-    return {**out, **{f"{prefix}{k}": v for k, v in loss_metrics.items()}}
+    out = {
+        "loss": step.loss,
+        "grad_norm": step.grad_norm,
+        "lr": step.lr,
+        "tokens": tokens,
+        "units": step.num_units,
+    }
+    return {**out, **{f"{prefix}{k}": v for k, v in step.metrics.items()}}
 
 
 def logprobs_of(strategy: ScoringStrategy, batch: Batch, temperature: float, with_entropy: bool) -> Batch:
