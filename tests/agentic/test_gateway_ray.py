@@ -24,6 +24,7 @@ from roll.core.cluster import Cluster, Dispatch, WorkerContext, register
 from roll.core.testing import tiny_role
 from roll.workers.config import HFInferConfig, SamplingParams
 from roll.workers.roles import ActorInferWorker, ModelConfig
+from roll.workers.roles.spec import GeneratorSpec
 
 # the roll-agentic[openai] extra (in the dev group): the per-package check installs roll-agentic without it
 openai = pytest.importorskip("openai", reason="the OpenAI client is the roll-agentic[openai] extra")
@@ -37,8 +38,8 @@ MESSAGES = [{"role": "user", "content": "What is 2 + 3?"}]
 class GatedInfer(ActorInferWorker):
     """``ActorInferWorker`` whose ``generate`` counts its calls and waits while ``gate`` exists."""
 
-    def __init__(self, ctx: WorkerContext, gate: str, **kwargs: Any) -> None:
-        super().__init__(ctx, **kwargs)
+    def __init__(self, ctx: WorkerContext, spec: GeneratorSpec, gate: str) -> None:
+        super().__init__(ctx, spec)
         self.gate, self.calls = gate, 0
 
     @register(Dispatch.DP_SPLIT)
@@ -57,7 +58,8 @@ class GatedInfer(ActorInferWorker):
 @pytest.fixture(scope="module")
 def infer(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Path]]:
     gate = tmp_path_factory.mktemp("gate") / "hold"
-    kwargs = {"gate": str(gate), "model": ModelConfig(path="tiny-1m"), "infer": HFInferConfig(device="cpu")}
+    spec = GeneratorSpec(model=ModelConfig(path="tiny-1m"), strategy=HFInferConfig(device="cpu"))
+    kwargs = {"gate": str(gate), "spec": spec}
     with Cluster("actor_infer", GatedInfer, tiny_role(), init_kwargs=kwargs, call_timeout_s=120) as cluster:
         cluster.setup()
         yield cluster, gate

@@ -202,6 +202,6 @@ def test_sft_evaluation_under_megatron_says_to_turn_it_off() -> None:
     from roll.pipelines.sft.worker import SFTWorker
 
     megatron_like = SimpleNamespace(strategy=SimpleNamespace(model=torch.nn.Linear(1, 1)), role="student")
-    megatron_like.strategy_name = "megatron"
+    megatron_like.spec = SimpleNamespace(strategy=SimpleNamespace(type="megatron"))
     with pytest.raises(WorkerError, match=r"student\.eval_step: .*'megatron'.*eval_every: 0"):
         SFTWorker._transformers_model(megatron_like, "eval_step")  # type: ignore[arg-type]

@@ -20,15 +20,19 @@ from _roles_helpers import MODEL, ClusterSet, Spec, fsdp2, hf_infer
 
 from roll.core.testing import tiny_role
 from roll.workers.roles import ActorInferWorker, ActorTrainWorker
+from roll.workers.roles.spec import GeneratorSpec, TrainerSpec
 
-_TRAIN_KW = {"model": MODEL, "strategy": fsdp2(), "total_steps": 4}
+_TRAIN_KW = {"spec": TrainerSpec(model=MODEL, strategy=fsdp2(), total_steps=4)}
 
 SHARED = ClusterSet(
     {
         "train1": Spec("actor_train", ActorTrainWorker, tiny_role(), _TRAIN_KW),
         "train2": Spec("actor_train", ActorTrainWorker, tiny_role(num_workers=2), _TRAIN_KW),
         "infer": Spec(
-            "actor_infer", ActorInferWorker, tiny_role(num_workers=2), {"model": MODEL, "infer": hf_infer()}
+            "actor_infer",
+            ActorInferWorker,
+            tiny_role(num_workers=2),
+            {"spec": GeneratorSpec(model=MODEL, strategy=hf_infer())},
         ),
     }
 )

@@ -28,6 +28,7 @@ from roll.core.testing import tiny_role
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import ModelUpdateGroup, pack_bucket, weights_checksum
 from roll.workers.roles import ActorInferWorker, ActorTrainWorker, HybridActorWorker
+from roll.workers.roles.spec import HybridSpec, TrainerSpec
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
@@ -55,7 +56,10 @@ def clusters(shared_roles: ClusterSet) -> Iterator[dict[str, Cluster]]:
     """This module's 1-rank hybrid plus the shared 2-rank ``infer`` cluster (conftest.py)."""
     shared_roles.start()
     spec = Spec(
-        "actor", HybridActorWorker, tiny_role(), {"model": MODEL, "strategy": fsdp2(), "infer": hf_infer()}
+        "actor",
+        HybridActorWorker,
+        tiny_role(),
+        {"spec": HybridSpec(trainer=TrainerSpec(model=MODEL, strategy=fsdp2()), infer=hf_infer())},
     )
     own = ClusterSet({"hybrid": spec}).start()
     try:

@@ -21,6 +21,7 @@ from roll.core.cluster import Cluster
 from roll.core.testing import tiny_role
 from roll.workers.logits_transfer import align_to, student_shards
 from roll.workers.roles import TeacherWorker
+from roll.workers.roles.spec import ScorerSpec
 
 K = 4
 
@@ -29,7 +30,13 @@ K = 4
 def roles(shared_roles: ClusterSet) -> Iterator[tuple[Cluster, Cluster]]:
     """Two teachers, and the shared two-rank trainer as the students (they only receive here)."""
     shared_roles.start()
-    own = ClusterSet({"teacher": Spec("teacher", TeacherWorker, tiny_role(num_workers=2), {"model": MODEL})})
+    own = ClusterSet(
+        {
+            "teacher": Spec(
+                "teacher", TeacherWorker, tiny_role(num_workers=2), {"spec": ScorerSpec(model=MODEL)}
+            )
+        }
+    )
     try:
         yield own.start().get()["teacher"], shared_roles.get()["train2"]
     finally:

@@ -23,6 +23,7 @@ from roll.core.testing import tiny_role
 from roll.workers.config import LoraConfig, SamplingParams
 from roll.workers.model_update import ModelUpdateGroup, pack_bucket, weights_checksum
 from roll.workers.roles import ActorTrainWorker
+from roll.workers.roles.spec import TrainerSpec
 
 LORA = LoraConfig(r=4, alpha=8, target_modules=["q_proj", "v_proj"])
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)
@@ -32,7 +33,12 @@ PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
 @pytest.fixture(scope="module")
 def roles(shared_roles: ClusterSet) -> Iterator[tuple[Cluster, Cluster]]:
     shared_roles.start()
-    spec = Spec("actor_train", ActorTrainWorker, tiny_role(), {"model": MODEL, "strategy": fsdp2(lora=LORA)})
+    spec = Spec(
+        "actor_train",
+        ActorTrainWorker,
+        tiny_role(),
+        {"spec": TrainerSpec(model=MODEL, strategy=fsdp2(lora=LORA))},
+    )
     own = ClusterSet({"lora": spec}).start()
     try:
         yield own.get()["lora"], shared_roles.get()["infer"]

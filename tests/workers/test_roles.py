@@ -20,6 +20,7 @@ from roll.core.testing import tiny_role
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import ModelUpdateGroup
 from roll.workers.roles import CriticWorker, RewardModelWorker, to_sequences
+from roll.workers.roles.spec import TrainerSpec
 from roll.workers.types import ForwardOutput
 
 
@@ -27,7 +28,7 @@ from roll.workers.types import ForwardOutput
 def clusters(shared_roles: ClusterSet) -> Iterator[dict[str, Cluster]]:
     """The shared ``train1``, ``train2``, ``infer`` (conftest.py) plus this module's critic and reward model."""
     shared_roles.start()
-    head_kw = {"model": MODEL, "strategy": fsdp2(), "total_steps": 3}
+    head_kw = {"spec": TrainerSpec(model=MODEL, strategy=fsdp2(), total_steps=3)}
     own = ClusterSet(
         {
             "critic": Spec("critic", CriticWorker, tiny_role(), head_kw),

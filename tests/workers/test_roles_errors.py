@@ -18,6 +18,7 @@ from roll.core.errors import ConfigError, WorkerError
 from roll.core.testing import tiny_role
 from roll.workers.roles import ActorTrainWorker, ModelConfig, load_causal_lm, load_tokenizer
 from roll.workers.roles.model import check_vocab
+from roll.workers.roles.spec import TrainerSpec
 
 
 def test_missing_local_path_names_role_and_key() -> None:
@@ -51,7 +52,7 @@ def test_tokenizer_larger_than_model_vocab(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def train(ray_local: object) -> Iterator[Cluster]:
-    kwargs = {"model": MODEL, "strategy": fsdp2(max_tokens_per_micro_batch=8)}
+    kwargs = {"spec": TrainerSpec(model=MODEL, strategy=fsdp2(max_tokens_per_micro_batch=8))}
     cluster = Cluster("actor_train", ActorTrainWorker, tiny_role(), init_kwargs=kwargs)
     try:
         cluster.setup()

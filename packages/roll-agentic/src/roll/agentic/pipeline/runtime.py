@@ -30,6 +30,7 @@ from roll.core.cluster import Cluster
 from roll.workers.config import SamplingParams
 from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.model import load_tokenizer
+from roll.workers.roles.spec import GeneratorSpec
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +97,8 @@ class RolloutRuntime:
     def _infer_cluster(self, make_cluster: MakeCluster) -> Cluster:
         cfg = self.config
         env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
-        strategy = cfg.actor_infer.strategy
-        args = (cfg.policy_model, strategy, strategy.type)
-        return make_cluster("actor_infer", ActorInferWorker, init_args=args, runtime_env=env)
+        spec = GeneratorSpec(model=cfg.policy_model, strategy=cfg.actor_infer.strategy)
+        return make_cluster("actor_infer", ActorInferWorker, init_args=(spec,), runtime_env=env)
 
     def _env_cluster(self, make_cluster: MakeCluster) -> ClusterEnvPool:
         em, workers = self.config.env_manager, self.config.env_workers.num_workers

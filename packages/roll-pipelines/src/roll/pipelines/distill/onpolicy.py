@@ -54,6 +54,7 @@ from roll.pipelines.distill.warmup import greedy_accuracy, warm_up_teacher
 from roll.pipelines.distill.worker import DistillTeacherWorker
 from roll.pipelines.policy.views import training_view
 from roll.pipelines.rlvr.pipeline import RLVRPipeline
+from roll.workers.roles.spec import ScorerSpec
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,9 @@ class OnPolicyDistill:
         """Warm up the teachers that ask for it, then start one frozen cluster per teacher."""
         models = {name: self._teacher_model(pipeline, name) for name in self.config.teachers}
         clusters = {
-            name: pipeline.make_cluster(f"teacher_{name}", DistillTeacherWorker, init_args=(model,))
+            name: pipeline.make_cluster(
+                f"teacher_{name}", DistillTeacherWorker, init_args=(ScorerSpec(model=model),)
+            )
             for name, model in models.items()
         }
         self.teachers = TeacherPanel(clusters, {n: t.tags for n, t in self.config.teachers.items()})

@@ -39,6 +39,7 @@ from roll.pipelines.distill.worker import DistillStudentWorker, DistillTeacherWo
 from roll.pipelines.sft.pipeline import prompt_ids
 from roll.workers.logits_transfer import align_to
 from roll.workers.roles.config import ModelConfig
+from roll.workers.roles.spec import ScorerSpec, TrainerSpec
 
 logger = logging.getLogger(__name__)
 
@@ -135,11 +136,15 @@ class DistillPipeline(BasePipeline):
         self.feeder = RowFeeder(len(self.data.train), cfg.batch.samples_per_step, seed=cfg.seed)
         if cfg.teacher_warmup is not None:
             self.teacher_model = self.warm_up_teacher(cfg.teacher_warmup)
-        self.teacher = self.make_cluster("teacher", DistillTeacherWorker, init_args=(self.teacher_model,))
+        self.teacher = self.make_cluster(
+            "teacher", DistillTeacherWorker, init_args=(ScorerSpec(model=self.teacher_model),)
+        )
         total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
         strategy = strategy_for(cfg.student, cfg.batch)
         self.student = self.make_cluster(
-            "student", DistillStudentWorker, init_args=(cfg.student.model, strategy, total, strategy.type)
+            "student",
+            DistillStudentWorker,
+            init_args=(TrainerSpec(model=cfg.student.model, strategy=strategy, total_steps=total),),
         )
         pending = [self.teacher.setup.submit(), self.student.setup.submit()]
         for call in pending:

@@ -38,6 +38,7 @@ from roll.pipelines.distill import TeacherWarmupConfig
 from roll.pipelines.sft.losses import SFTLoss
 from roll.pipelines.sft.worker import SFTWorker
 from roll.workers.roles.config import ModelConfig
+from roll.workers.roles.spec import TrainerSpec
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,11 @@ def warm_up_teacher(
         trainer = pipeline.make_cluster(
             role,
             SFTWorker,
-            init_args=(teacher.model, warmup_strategy(teacher, warm), warm.steps, teacher.strategy.type),
+            init_args=(
+                TrainerSpec(
+                    model=teacher.model, strategy=warmup_strategy(teacher, warm), total_steps=warm.steps
+                ),
+            ),
         )
         trainer.setup()
         metrics = _train(trainer, warm, rows, pad_id, seed=pipeline.config.seed + 1, role=role)

@@ -24,30 +24,21 @@ from roll.pipelines.sft.worker import SFTWorker
 from roll.workers.logits_transfer import receive_topk, send_topk
 from roll.workers.model_update import CollectiveGroup
 from roll.workers.roles import _common
-from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
+from roll.workers.roles.spec import TrainerSpec
 from roll.workers.roles.teacher import TeacherWorker
 
 
 class DistillStudentWorker(SFTWorker):
-    """One data-parallel rank of the student. ``threads`` sets torch's intra-op threads (CPU runs)."""
+    """One data-parallel rank of the student (``spec.threads``: torch's intra-op threads, for CPU runs)."""
 
-    def __init__(self, ctx: WorkerContext, *args: Any, threads: int | None = None, **kwargs: Any) -> None:
-        if threads:
-            torch.set_num_threads(threads)
-        super().__init__(ctx, *args, **kwargs)
+    def __init__(self, ctx: WorkerContext, spec: TrainerSpec) -> None:
+        super().__init__(ctx, spec)
         self._transfer: dict[str, CollectiveGroup] = {}
 
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:
         """As :meth:`ActorTrainWorker.setup`, with the strategy's forward replaced by :data:`STUDENT_FORWARD`."""
-        _common.join_default_group(self)
-        spec = _common.strategy_spec(self.strategy_name, "train", self.role)
-        model = load_causal_lm(self.model_cfg, self.role)
-        self.tokenizer = load_tokenizer(self.model_cfg, self.role)
-        check_vocab(self.tokenizer, model, self.model_cfg, self.role)
-        self.strategy = _common.build_train(
-            spec, self.strategy_cfg, model, self.role, total_steps=self.total_steps, forward=STUDENT_FORWARD
-        )
+        self.strategy, self.tokenizer = _common.build_trainer(self, self.spec, forward=STUDENT_FORWARD)
 
     @register(Dispatch.ONE_TO_ALL)
     def join_transfer_group(
@@ -94,12 +85,7 @@ class DistillStudentWorker(SFTWorker):
 
 
 class DistillTeacherWorker(TeacherWorker):
-    """:class:`TeacherWorker` with :meth:`send_topk_keyed` (a store key per step) and optional torch threads."""
-
-    def __init__(self, ctx: WorkerContext, *args: Any, threads: int | None = None, **kwargs: Any) -> None:
-        if threads:
-            torch.set_num_threads(threads)
-        super().__init__(ctx, *args, **kwargs)
+    """:class:`TeacherWorker` with :meth:`send_topk_keyed` (a store key per step)."""
 
     @register(Dispatch.DP_SPLIT)
     def send_topk_keyed(self, batch: Batch, k: int, name: str, num_sources: int, key: str) -> list[int]:

@@ -28,7 +28,8 @@ from roll.data.config import DataConfig, TokenizeConfig
 from roll.pipelines.common.config import EvalConfig, TrainRoleConfig, batch_issues
 from roll.pipelines.common.exporter import OFFLINE_EXPORT
 from roll.pipelines.common.preference import default_pair_batch, default_pair_data
-from roll.workers.roles.config import ModelConfig
+from roll.workers.config import HFInferConfig
+from roll.workers.roles.config import InferStrategyConfig, ModelConfig
 
 
 class ReferenceConfig(RoleConfig):
@@ -41,7 +42,9 @@ class ReferenceConfig(RoleConfig):
     model: ModelConfig | None = Field(
         None, description="the reference model; unset: the actor's initial model"
     )
-    strategy_name: str = Field("hf", description="a roll.strategy plugin; 'hf' scores forward-only")
+    strategy: InferStrategyConfig = Field(
+        default_factory=HFInferConfig, description="the strategy that scores (forward only); type hf or vllm"
+    )
 
 
 class DPOLossConfig(RollModel):

@@ -35,6 +35,7 @@ from roll.pipelines.dpo import DPOConfig
 from roll.pipelines.dpo.losses import DPOLoss, KTOLoss, preference_output, response_logp
 from roll.workers.roles.actor import ActorTrainWorker
 from roll.workers.roles.reference import ReferenceWorker
+from roll.workers.roles.spec import ScorerSpec, TrainerSpec
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,9 @@ class DPOPipeline(BasePipeline):
         total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
         strategy = strategy_for(cfg.actor_train, cfg.batch)
         self.actor = self.make_cluster(
-            "actor_train", ActorTrainWorker, init_args=(cfg.actor_train.model, strategy, total, strategy.type)
+            "actor_train",
+            ActorTrainWorker,
+            init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
         )
         self.actor.setup()
         if cfg.reference.mode == "worker" and cfg.loss.needs_reference:
@@ -97,7 +100,9 @@ class DPOPipeline(BasePipeline):
     def start_reference(self) -> Cluster:
         ref = self.config.reference
         model = ref.model or self.config.actor_train.model
-        cluster = self.make_cluster("reference", ReferenceWorker, init_args=(model, None, ref.strategy_name))
+        cluster = self.make_cluster(
+            "reference", ReferenceWorker, init_args=(ScorerSpec(model=model, strategy=ref.strategy),)
+        )
         cluster.setup()
         return cluster
 

@@ -47,6 +47,7 @@ from roll.pipelines.policy.sync_check import SyncCheck
 from roll.pipelines.policy.views import permutation, split_inert, training_view
 from roll.workers.roles import role_ref
 from roll.workers.roles.config import InferRoleConfig, ModelConfig, TrainRoleConfig, with_micro_batches
+from roll.workers.roles.spec import GeneratorSpec, HybridSpec, TrainerSpec
 from roll.workers.types import LossFn
 from roll.workers.update_group import ModelUpdateGroup
 
@@ -165,28 +166,18 @@ class PolicyGroup:
         train_cfg = with_micro_batches(
             s.actor.strategy, s.batch.micro_batch_samples, s.batch.micro_batch_tokens
         )
-        threads = {"threads": s.cpu_threads}
+        trainer = TrainerSpec(
+            model=self.model, strategy=train_cfg, total_steps=s.total_steps, threads=s.cpu_threads
+        )
         if s.placement == "hybrid":
-            args = (
-                self.model,
-                train_cfg,
-                s.infer.strategy,
-                s.total_steps,
-                train_cfg.type,
-                s.infer.strategy.type,
-            )
+            hybrid = HybridSpec(trainer=trainer, infer=s.infer.strategy)
             self.actor = self._make_cluster(
-                "actor_train",
-                role_ref("HybridActorWorker"),
-                init_args=args,
-                init_kwargs=threads,
-                runtime_env=env,
+                "actor_train", role_ref("HybridActorWorker"), init_args=(hybrid,), runtime_env=env
             )
             self.infer = self.actor
         else:
-            plain = (self.model, train_cfg, s.total_steps, train_cfg.type)
             self.actor = self._make_cluster(
-                "actor_train", actor_worker, init_args=plain, init_kwargs=threads, runtime_env=env
+                "actor_train", actor_worker, init_args=(trainer,), runtime_env=env
             )
             self.infer = self._infer_cluster("actor_infer", s.infer, env)
         if s.reference is not None:
@@ -204,20 +195,24 @@ class PolicyGroup:
             self.ref_updater = ModelUpdateGroup(self.actor, self.reference, bucket_mb=s.bucket_mb)
 
     def _infer_cluster(self, role: str, cfg: InferRoleConfig, env: dict[str, Any] | None) -> Cluster:
-        args = (cfg.model or self.model, cfg.strategy, cfg.strategy.type)
-        return self._make_cluster(role, role_ref("ActorInferWorker"), init_args=args, runtime_env=env)
+        spec = GeneratorSpec(model=cfg.model or self.model, strategy=cfg.strategy)
+        return self._make_cluster(role, role_ref("ActorInferWorker"), init_args=(spec,), runtime_env=env)
 
     def _critic_cluster(self, env: dict[str, Any] | None) -> Cluster:
         s = self.spec
         assert s.critic is not None
         role = s.critic.role
         train_cfg = with_micro_batches(role.strategy, s.batch.micro_batch_samples, s.batch.micro_batch_tokens)
-        args = (s.critic.model or self.model, train_cfg, s.total_steps, train_cfg.type)
+        spec = TrainerSpec(
+            model=s.critic.model or self.model,
+            strategy=train_cfg,
+            total_steps=s.total_steps,
+            threads=s.cpu_threads,
+        )
         return self._make_cluster(
             "critic",
             role_ref("CriticWorker"),
-            init_args=args,
-            init_kwargs={"threads": s.cpu_threads},
+            init_args=(spec,),
             runtime_env=env,
             mesh=Mesh.for_role(
                 role

@@ -22,6 +22,7 @@ from roll.pipelines.common.samples import pair_samples
 from roll.pipelines.reward_model import RewardModelConfig
 from roll.pipelines.reward_model.losses import BradleyTerryLoss
 from roll.workers.roles.reward_model import RewardModelWorker
+from roll.workers.roles.spec import TrainerSpec
 
 MODEL_DIR = "reward_model"
 
@@ -48,7 +49,7 @@ class RewardModelPipeline(BasePipeline):
         self.model = self.make_cluster(
             "actor_train",
             RewardModelWorker,
-            init_args=(cfg.actor_train.model, strategy, total, strategy.type),
+            init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
         )
         self.model.setup()
 

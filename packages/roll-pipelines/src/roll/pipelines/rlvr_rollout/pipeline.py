@@ -25,6 +25,7 @@ from roll.pipelines.rlvr_rollout import RolloutEvalConfig
 from roll.pipelines.rlvr_rollout.metrics import domain_table, summarize
 from roll.workers.config import SamplingParams
 from roll.workers.roles.infer import ActorInferWorker
+from roll.workers.roles.spec import GeneratorSpec
 
 SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -59,7 +60,10 @@ class RolloutEvalPipeline(BasePipeline):
         env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
         strategy = cfg.actor_infer.strategy
         self.infer = self.make_cluster(
-            "actor_infer", ActorInferWorker, init_args=(model, strategy, strategy.type), runtime_env=env
+            "actor_infer",
+            ActorInferWorker,
+            init_args=(GeneratorSpec(model=model, strategy=strategy),),
+            runtime_env=env,
         )
         clusters = {
             name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))

@@ -31,6 +31,7 @@ from roll.pipelines.common.samples import answer_samples
 from roll.pipelines.sft import SFTConfig
 from roll.pipelines.sft.losses import SFTLoss
 from roll.pipelines.sft.worker import SFTWorker
+from roll.workers.roles.spec import TrainerSpec
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,9 @@ class SFTPipeline(BasePipeline):
         total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
         strategy = strategy_for(cfg.actor_train, cfg.batch)
         self.actor = self.make_cluster(
-            "actor_train", SFTWorker, init_args=(cfg.actor_train.model, strategy, total, strategy.type)
+            "actor_train",
+            SFTWorker,
+            init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
         )
         self.actor.setup()
 

@@ -103,7 +103,7 @@ class SFTWorker(ActorTrainWorker):
         if not hasattr(model, "config"):  # Megatron's DDP-wrapped GPTModel has no HF config
             raise WorkerError(
                 f"{self.role}.{method}: held-out evaluation (token accuracy, greedy answers) runs a transformers "
-                f"forward, which strategy {self.strategy_name!r} does not have; set eval_every: 0 (and no teacher "
+                f"forward, which strategy {self.spec.strategy.type!r} does not have; set eval_every: 0 (and no teacher "
                 "warm-up summary), or use strategy.type fsdp2"
             )
         return model

@@ -1,13 +1,15 @@
 """Worker roles: Ray actors (``roll.core.cluster.Worker`` subclasses) that hold one strategy each.
 
-Every role builds its strategy through the ``roll.strategy`` plugin group (``strategy_name``), so vllm/megatron
-plug in without changes here. Build a role with ``Cluster(role, WorkerCls, role_cfg, init_kwargs=...)`` and call
-``cluster.setup()`` first (it joins the role's process group when it has several ranks and loads the model).
+Each role takes one argument, a frozen spec of what it builds (:mod:`roll.workers.roles.spec`: ``TrainerSpec``,
+``GeneratorSpec``, ``HybridSpec``, ``ScorerSpec``); the spec's strategy config names, by its ``type``, the
+``roll.strategy`` plugin that builds it, so vllm/megatron plug in without changes here. Build a role with
+``Cluster(role, WorkerCls, role_cfg, init_args=(spec,))`` and call ``cluster.setup()`` first (it joins the role's
+process group when it has several ranks and loads the model).
 Column names are in :mod:`roll.core.columns`.
 
 Registered methods (dispatch mode) by role:
 
-- :class:`ActorTrainWorker` ``(model: ModelConfig, strategy: FSDP2Config, total_steps=1, strategy_name="fsdp2")``:
+- :class:`ActorTrainWorker` ``(TrainerSpec)``:
   ``setup()`` ALL; ``train_step(batch, loss_fn, temperature=1.0) -> list[dict]`` MP (per-DP-rank metrics: loss,
   grad_norm, lr, tokens, units, and the loss's own as ``actor/<name>``; critic: ``critic/<name>``, reward model:
   ``reward/<name>``); ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch``
@@ -18,14 +20,13 @@ Registered methods (dispatch mode) by role:
   ``join_update_group`` / ``broadcast_weights`` (driven by :class:`~roll.workers.model_update.ModelUpdateGroup`;
   a LoRA trainer sends its adapter only); distillation: ``join_transfer_group`` ALL,
   ``receive_topk(batch, name, num_sources, k, key="topk") -> Batch`` DP.
-- :class:`ActorInferWorker` ``(model, infer: HFInferConfig, strategy_name="hf")``: ``setup()`` ALL;
+- :class:`ActorInferWorker` ``(GeneratorSpec)``: ``setup()`` ALL;
   ``generate(prompts, params: SamplingParams) -> Batch`` DP (n rows per prompt, seeded by each row's
   ``prompt_seed_B`` when given; see :func:`~roll.workers.roles.sequences.to_sequences`); ``compute_logprobs(batch, temperature=1.0,
   with_entropy=False) -> Batch`` DP; ``update_weights(bucket_refs, policy_version)`` / ``update_weights_ipc`` / ``join_update_group`` /
   ``receive_weights(name, policy_version)`` ALL; ``policy_version() -> list[int]`` ALL;
   ``weights_checksum(dtype=None) -> list[str]`` ALL; ``offload()`` / ``reload()`` ALL.
-- :class:`HybridActorWorker` ``(model, strategy: FSDP2Config, infer: HFInferConfig, total_steps=1,
-  strategy_name="fsdp2", infer_name="hf")``: both in one process, and one cluster of it can be a pipeline's
+- :class:`HybridActorWorker` ``(HybridSpec)``: both in one process, and one cluster of it can be a pipeline's
   train and infer cluster at once: the methods above of ``ActorTrainWorker`` (``train_step``, ``set_lr``,
   ``compute_logprobs`` (trainer), ``save_checkpoint``/``load_checkpoint``, ``export_hf``, ``full_state_dict``)
   and of ``ActorInferWorker`` (``generate``, ``policy_version``) with the same signatures and dispatch;
@@ -34,14 +35,14 @@ Registered methods (dispatch mode) by role:
   process), which ``ModelUpdateGroup(hybrid, hybrid)`` uses (mode ``in_process``); it also has the model-update
   sender methods of ``ActorTrainWorker`` (:class:`~roll.workers.roles.sender.WeightSender`), so
   ``ModelUpdateGroup(hybrid, reference)`` sends its trainer's weights to another process.
-- :class:`ReferenceWorker` ``(model, strategy=None, strategy_name="hf")``: ``setup()``,
+- :class:`ReferenceWorker` ``(ScorerSpec)``: ``setup()``,
   ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch`` DP, ``offload``/``reload``.
-- :class:`CriticWorker` ``(model, strategy: FSDP2Config, total_steps=1, strategy_name="fsdp2")``: ``setup()``,
+- :class:`CriticWorker` ``(TrainerSpec)``: ``setup()``,
   ``compute_values(batch) -> Batch`` MP (``values_BT``), ``train_step(batch, loss_fn)`` MP (the loss reads
   ``ForwardOutput.values_BT``), ``save_checkpoint``/``load_checkpoint``/``export_hf``/``offload``/``reload``.
-- :class:`RewardModelWorker` (same arguments): ``setup()``, ``score(batch) -> Batch`` MP (``scores_B``),
+- :class:`RewardModelWorker` ``(TrainerSpec)``: ``setup()``, ``score(batch) -> Batch`` MP (``scores_B``),
   ``train_step(batch, loss_fn)`` MP (the loss reads ``ForwardOutput.scores_B``), ``export_hf`` and checkpoints.
-- :class:`TeacherWorker` ``(model, strategy=None, strategy_name="hf")``: ``setup()``,
+- :class:`TeacherWorker` ``(ScorerSpec)``: ``setup()``,
   ``compute_logprobs`` DP, ``topk_logits(batch, k) -> Batch`` DP (``topk_values_BTK``, ``topk_indices_BTK``),
   ``transfer_endpoint()`` RANK_ZERO, ``join_transfer_group`` ALL, ``send_topk(batch, k, name, num_sources,
   key="topk")`` DP (one round of channel ``key`` per call; see :mod:`roll.workers.logits_transfer`).

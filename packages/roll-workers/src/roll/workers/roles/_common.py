@@ -13,6 +13,8 @@ from roll.core.cluster import Worker
 from roll.core.errors import ConfigError, DataError, PluginError
 from roll.core.types import StrategySpec
 from roll.workers.metrics import LossMetrics
+from roll.workers.roles.model import Head, check_vocab, load_model, load_tokenizer
+from roll.workers.roles.spec import TrainerSpec
 from roll.workers.types import (
     ForwardOutput,
     InferStrategy,
@@ -57,6 +59,33 @@ def _incomplete(strategy: object, protocol: type, name: str, role: str) -> Plugi
         f"{role}: strategy {name!r} built a {type(strategy).__name__}, which lacks the {protocol.__name__} "
         f"members {missing}"
     )
+
+
+def use_threads(threads: int | None) -> None:
+    """Set torch's intra-op threads in this actor (a spec's ``threads``; None leaves torch's default)."""
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def build_trainer(
+    worker: Worker, spec: TrainerSpec, *, head: Head = "causal_lm", **kwargs: Any
+) -> tuple[TrainStrategy, Any]:
+    """A training role's setup: join the role's process group, load ``spec.model`` (with ``head``) and its
+    tokenizer, check they agree, and build the train strategy ``spec.strategy.type`` over ``spec.total_steps``
+    (``kwargs``: the plugin's extras, such as ``forward``). Returns the strategy and the tokenizer."""
+    join_default_group(worker)
+    plugin = strategy_spec(spec.strategy.type, "train", worker.role)
+    model = load_model(spec.model, worker.role, head=head)
+    tokenizer = load_tokenizer(spec.model, worker.role)
+    check_vocab(tokenizer, model, spec.model, worker.role)
+    strategy = build_train(plugin, spec.strategy, model, worker.role, total_steps=spec.total_steps, **kwargs)
+    return strategy, tokenizer
+
+
+def token_budget(spec: TrainerSpec) -> int | None:
+    """The strategy's ``max_tokens_per_micro_batch`` (None where it has none: megatron, a plugin's)."""
+    budget: int | None = getattr(spec.strategy, "max_tokens_per_micro_batch", None)
+    return budget
 
 
 def join_default_group(worker: Worker) -> None:

@@ -14,9 +14,9 @@ from roll.workers import logits_transfer
 from roll.workers.model_update import CollectiveGroup, weights_checksum
 from roll.workers.offload import measured
 from roll.workers.roles import _common, checkpoint
-from roll.workers.roles.config import ModelConfig
-from roll.workers.roles.model import check_vocab, copy_processor_files, load_causal_lm, load_tokenizer
+from roll.workers.roles.model import copy_processor_files
 from roll.workers.roles.sender import WeightSender
+from roll.workers.roles.spec import TrainerSpec
 from roll.workers.types import LossFn, TrainStrategy
 
 LOSS_METRIC_PREFIX = "actor/"
@@ -26,24 +26,14 @@ LOSS_METRIC_PREFIX = "actor/"
 class ActorTrainWorker(WeightSender, Worker):
     """One data-parallel rank of the trained policy. Call :meth:`setup` on the cluster before anything else.
 
-    ``strategy`` is the config model of ``strategy_name`` (``FSDP2Config`` for ``fsdp2``); ``total_steps`` sizes
-    the LR schedule; ``threads`` sets torch's intra-op threads (CPU runs where phases alternate).
+    ``spec`` says what it trains: the model, the train strategy's config (fsdp2 by default), the LR schedule's
+    length and torch's thread count.
     """
 
-    def __init__(
-        self,
-        ctx: WorkerContext,
-        model: ModelConfig,
-        strategy: Any,
-        total_steps: int = 1,
-        strategy_name: str = "fsdp2",
-        threads: int | None = None,
-    ) -> None:
+    def __init__(self, ctx: WorkerContext, spec: TrainerSpec) -> None:
         super().__init__(ctx)
-        if threads:
-            torch.set_num_threads(threads)
-        self.model_cfg, self.strategy_cfg = model, strategy
-        self.total_steps, self.strategy_name = total_steps, strategy_name
+        _common.use_threads(spec.threads)
+        self.spec = spec
         self.strategy: TrainStrategy  # built by setup()
         self.tokenizer: Any = None
         self._init_sender()
@@ -51,14 +41,7 @@ class ActorTrainWorker(WeightSender, Worker):
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:
         """Join the role's process group (world size > 1), load model and tokenizer, build the strategy."""
-        _common.join_default_group(self)
-        spec = _common.strategy_spec(self.strategy_name, "train", self.role)
-        model = load_causal_lm(self.model_cfg, self.role)
-        self.tokenizer = load_tokenizer(self.model_cfg, self.role)
-        check_vocab(self.tokenizer, model, self.model_cfg, self.role)
-        self.strategy = _common.build_train(
-            spec, self.strategy_cfg, model, self.role, total_steps=self.total_steps
-        )
+        self.strategy, self.tokenizer = _common.build_trainer(self, self.spec)
 
     def _sending_strategy(self) -> TrainStrategy:
         return self.strategy
@@ -77,7 +60,7 @@ class ActorTrainWorker(WeightSender, Worker):
         metrics as ``actor/<name>`` (unit-weighted over this rank's micro-batches). ``loss_fn`` is pickled from the
         driver; it sees tensor columns under their Batch names plus ``input_ids``/``attention_mask``.
         """
-        limit = getattr(self.strategy_cfg, "max_tokens_per_micro_batch", None)
+        limit = _common.token_budget(self.spec)
         _common.check_micro_batch_fits(batch, limit, self.role, "strategy.max_tokens_per_micro_batch")
         return _common.train_on(self.strategy, batch, loss_fn, temperature, prefix=LOSS_METRIC_PREFIX)
 
@@ -108,7 +91,7 @@ class ActorTrainWorker(WeightSender, Worker):
         self.strategy.export_hf(path)
         if self.rank == 0:
             self.tokenizer.save_pretrained(path)
-            copy_processor_files(self.model_cfg, Path(path), self.role)
+            copy_processor_files(self.spec.model, Path(path), self.role)
 
     @register(Dispatch.ONE_TO_ALL)
     def offload(self) -> dict[str, float]:

@@ -2,38 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers.roles import _common
-from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.scalar import ScalarHeadModel
+from roll.workers.roles.spec import TrainerSpec
 from roll.workers.types import LossFn
 
 
 class CriticWorker(Worker):
     """One data-parallel rank of the critic. ``model.path`` may be a causal LM: the value head starts random
-    (seeded by ``model.seed``). The critic's loss receives ``ForwardOutput.values_BT``. ``threads`` sets torch's
-    intra-op threads, as for :class:`~roll.workers.roles.actor.ActorTrainWorker`. Row methods dispatch by
+    (seeded by ``model.seed``). The critic's loss receives ``ForwardOutput.values_BT``. ``spec.threads`` sets
+    torch's intra-op threads, as for :class:`~roll.workers.roles.actor.ActorTrainWorker`. Row methods dispatch by
     model-parallel group (``MP_SPLIT``: under megatron TP/PP peers get the same rows; DP_SPLIT under fsdp2)."""
 
-    def __init__(
-        self,
-        ctx: WorkerContext,
-        model: ModelConfig,
-        strategy: Any,
-        total_steps: int = 1,
-        strategy_name: str = "fsdp2",
-        threads: int | None = None,
-    ) -> None:
+    def __init__(self, ctx: WorkerContext, spec: TrainerSpec) -> None:
         super().__init__(ctx)
-        if threads:
-            torch.set_num_threads(threads)
-        self.core = ScalarHeadModel(self, model, strategy, total_steps, strategy_name, head="value")
+        _common.use_threads(spec.threads)
+        self.core = ScalarHeadModel(self, spec, head="value")
 
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:

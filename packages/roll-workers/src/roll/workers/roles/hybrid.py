@@ -35,7 +35,6 @@ from roll.workers.config import SamplingParams
 from roll.workers.model_update import sync_in_process, weights_checksum
 from roll.workers.roles import _common, checkpoint
 from roll.workers.roles.actor import LOSS_METRIC_PREFIX
-from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.infer import (
     _prompt_ids,
     _prompt_index,
@@ -43,8 +42,9 @@ from roll.workers.roles.infer import (
     _samples_batch,
     served_weights,
 )
-from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
+from roll.workers.roles.model import load_causal_lm
 from roll.workers.roles.sender import WeightSender
+from roll.workers.roles.spec import HybridSpec
 from roll.workers.types import InferStrategy, LossFn, TrainStrategy
 
 Side = Literal["train", "infer"]
@@ -53,26 +53,14 @@ Side = Literal["train", "infer"]
 class HybridActorWorker(WeightSender, Worker):
     """One rank of the policy holding both strategies. Call :meth:`setup` on the cluster first.
 
-    ``strategy``: config of the train plugin ``strategy_name`` (``FSDP2Config``); ``infer``: config of the infer
-    plugin ``infer_name`` (``HFInferConfig``); ``threads``: torch intra-op threads.
+    ``spec.trainer``: what the train side trains (as for ``ActorTrainWorker``); ``spec.infer``: the infer
+    strategy's config (``HFInferConfig``), over a second copy of the same model.
     """
 
-    def __init__(
-        self,
-        ctx: WorkerContext,
-        model: ModelConfig,
-        strategy: Any,
-        infer: Any,
-        total_steps: int = 1,
-        strategy_name: str = "fsdp2",
-        infer_name: str = "hf",
-        threads: int | None = None,
-    ) -> None:
+    def __init__(self, ctx: WorkerContext, spec: HybridSpec) -> None:
         super().__init__(ctx)
-        if threads:
-            torch.set_num_threads(threads)
-        self.model_cfg, self.strategy_cfg, self.infer_cfg = model, strategy, infer
-        self.total_steps, self.strategy_name, self.infer_name = total_steps, strategy_name, infer_name
+        _common.use_threads(spec.trainer.threads)
+        self.spec = spec
         self.train: TrainStrategy  # built by setup()
         self.infer: InferStrategy
         self.tokenizer: Any = None
@@ -85,18 +73,11 @@ class HybridActorWorker(WeightSender, Worker):
     def setup(self) -> None:
         """Join the role's process group (world size > 1), then build both strategies, each on its own copy of
         the model (the trainer's may be sharded and wrapped; the inference copy stays a plain model)."""
-        _common.join_default_group(self)
-        train_spec = _common.strategy_spec(self.strategy_name, "train", self.role)
-        infer_spec = _common.strategy_spec(self.infer_name, "infer", self.role)
-        self.tokenizer = load_tokenizer(self.model_cfg, self.role)
-        train_model = load_causal_lm(self.model_cfg, self.role)
-        check_vocab(self.tokenizer, train_model, self.model_cfg, self.role)
-        self.train = _common.build_train(
-            train_spec, self.strategy_cfg, train_model, self.role, total_steps=self.total_steps
-        )
-        infer_model = load_causal_lm(self.model_cfg, self.role)
+        infer_plugin = _common.strategy_spec(self.spec.infer.type, "infer", self.role)
+        self.train, self.tokenizer = _common.build_trainer(self, self.spec.trainer)
+        infer_model = load_causal_lm(self.spec.trainer.model, self.role)
         self.infer = _common.build_infer(
-            infer_spec, self.infer_cfg, infer_model, self.role, tokenizer=self.tokenizer
+            infer_plugin, self.spec.infer, infer_model, self.role, tokenizer=self.tokenizer
         )
 
     # ---- the train side (as ActorTrainWorker) ----------------------------------------------------------------
@@ -104,7 +85,7 @@ class HybridActorWorker(WeightSender, Worker):
     @register(Dispatch.MP_SPLIT)  # as the trainer role's; with pure data parallelism it is DP_SPLIT
     def train_step(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
         """One optimizer step over the global batch (as :meth:`ActorTrainWorker.train_step`)."""
-        limit = getattr(self.strategy_cfg, "max_tokens_per_micro_batch", None)
+        limit = _common.token_budget(self.spec.trainer)
         _common.check_micro_batch_fits(batch, limit, self.role, "strategy.max_tokens_per_micro_batch")
         return _common.train_on(self.train, batch, loss_fn, temperature, prefix=LOSS_METRIC_PREFIX)
 
@@ -175,7 +156,7 @@ class HybridActorWorker(WeightSender, Worker):
         if side == "train":
             state = self.train.state_dict()
             return weights_checksum(state, cast) if self.rank == 0 else ""
-        return weights_checksum(served_weights(self.infer, self.role, self.infer_name), cast)
+        return weights_checksum(served_weights(self.infer, self.role, self.spec.infer.type), cast)
 
     @register(Dispatch.ONE_TO_ALL)
     def offload(self, side: Side | None = None) -> None:

@@ -26,8 +26,8 @@ from roll.workers.model_update import (
 )
 from roll.workers.offload import measured
 from roll.workers.roles import _common, partial
-from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer, resolve_path
+from roll.workers.roles.spec import GeneratorSpec
 from roll.workers.types import GeneratedSample, InferStrategy
 
 _PATH_BACKENDS = frozenset({"vllm"})
@@ -37,27 +37,28 @@ _PATH_BACKENDS = frozenset({"vllm"})
 class ActorInferWorker(Worker):
     """One inference replica of the policy. Call :meth:`setup` on the cluster first.
 
-    ``infer`` is the config model of ``strategy_name`` (``HFInferConfig`` for ``hf``).
+    ``spec`` names the model and the infer strategy's config (``HFInferConfig`` for ``hf``).
     """
 
-    def __init__(self, ctx: WorkerContext, model: ModelConfig, infer: Any, strategy_name: str = "hf") -> None:
+    def __init__(self, ctx: WorkerContext, spec: GeneratorSpec) -> None:
         super().__init__(ctx)
-        self.model_cfg, self.infer_cfg, self.strategy_name = model, infer, strategy_name
+        self.spec = spec
         self.strategy: InferStrategy  # built by setup()
         self._groups: dict[str, CollectiveGroup] = {}
 
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:
         """Load model and tokenizer and build the inference strategy through the ``roll.strategy`` plugins."""
-        spec = _common.strategy_spec(self.strategy_name, "infer", self.role)
-        tokenizer = load_tokenizer(self.model_cfg, self.role)
-        if self.strategy_name in _PATH_BACKENDS:
-            path = resolve_path(self.model_cfg.path, self.role, "model.path")
-            self.strategy = _common.build_infer(spec, self.infer_cfg, path, self.role)
+        model_cfg, config = self.spec.model, self.spec.strategy
+        plugin = _common.strategy_spec(config.type, "infer", self.role)
+        tokenizer = load_tokenizer(model_cfg, self.role)
+        if config.type in _PATH_BACKENDS:
+            path = resolve_path(model_cfg.path, self.role, "model.path")
+            self.strategy = _common.build_infer(plugin, config, path, self.role)
             return
-        model = load_causal_lm(self.model_cfg, self.role)
-        check_vocab(tokenizer, model, self.model_cfg, self.role)
-        self.strategy = _common.build_infer(spec, self.infer_cfg, model, self.role, tokenizer=tokenizer)
+        model = load_causal_lm(model_cfg, self.role)
+        check_vocab(tokenizer, model, model_cfg, self.role)
+        self.strategy = _common.build_infer(plugin, config, model, self.role, tokenizer=tokenizer)
 
     @register(Dispatch.DP_SPLIT)
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
@@ -141,7 +142,7 @@ class ActorInferWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def weights_checksum(self, dtype: str | None = None) -> str:
         """SHA-256 of the served weights (same recipe as the trainer's, see ``model_update.weights_checksum``)."""
-        served = served_weights(self.strategy, self.role, self.strategy_name)
+        served = served_weights(self.strategy, self.role, self.spec.strategy.type)
         return weights_checksum(served, getattr(torch, dtype) if dtype else None)
 
     @register(Dispatch.ONE_TO_ALL)

@@ -3,8 +3,6 @@ an infer strategy (``hf``, default) or a train strategy (``fsdp2``, to shard a l
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from roll.core import plugins
@@ -13,40 +11,38 @@ from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.core.errors import WorkerError
 from roll.core.types import StrategySpec
 from roll.workers.roles import _common
-from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import check_vocab, load_causal_lm, load_tokenizer
+from roll.workers.roles.spec import ScorerSpec
 from roll.workers.types import ScoringStrategy
 
 
 class FrozenScorer:
     """A causal LM behind a strategy, used forward-only (shared by the reference and teacher roles)."""
 
-    def __init__(self, worker: Worker, model: ModelConfig, strategy: Any, strategy_name: str) -> None:
-        self.worker, self.model_cfg, self.strategy_name = worker, model, strategy_name
-        self.strategy_cfg = strategy
+    def __init__(self, worker: Worker, spec: ScorerSpec) -> None:
+        self.worker, self.spec = worker, spec
         self.strategy: ScoringStrategy  # built by setup()
 
     def setup(self) -> None:
-        spec: StrategySpec = plugins.load("roll.strategy", self.strategy_name)
-        if spec.kind == "train":
+        model_cfg, config, role = self.spec.model, self.spec.strategy, self.worker.role
+        plugin: StrategySpec = plugins.load("roll.strategy", config.type)
+        if plugin.kind == "train":
             _common.join_default_group(self.worker)
-        config = self.strategy_cfg if self.strategy_cfg is not None else spec.config_model()
-        model = load_causal_lm(self.model_cfg, self.worker.role)
-        tokenizer = load_tokenizer(self.model_cfg, self.worker.role)
-        check_vocab(tokenizer, model, self.model_cfg, self.worker.role)
+        model = load_causal_lm(model_cfg, role)
+        tokenizer = load_tokenizer(model_cfg, role)
+        check_vocab(tokenizer, model, model_cfg, role)
         model.requires_grad_(False)
-        role = self.worker.role
-        if spec.kind == "infer":
-            self.strategy = _common.build_infer(spec, config, model, role, tokenizer=tokenizer)
+        if plugin.kind == "infer":
+            self.strategy = _common.build_infer(plugin, config, model, role, tokenizer=tokenizer)
         else:
-            self.strategy = _common.build_train(spec, config, model, role)
+            self.strategy = _common.build_train(plugin, config, model, role)
 
     def module(self) -> torch.nn.Module:
         """The scorer's torch module, for forwards of its own (top-k logits); hf and fsdp2 keep one."""
         model = getattr(self.strategy, "model", None)
         if not isinstance(model, torch.nn.Module):
             raise WorkerError(
-                f"{self.worker.role}: strategy {self.strategy_name!r} keeps no torch module in this process; "
+                f"{self.worker.role}: strategy {self.spec.strategy.type!r} keeps no torch module in this process; "
                 "use strategy type hf or fsdp2 for this role"
             )
         return model
@@ -57,13 +53,11 @@ class FrozenScorer:
 
 
 class ReferenceWorker(Worker):
-    """One replica of the frozen reference policy. ``strategy=None`` uses the plugin's default config."""
+    """One replica of the frozen reference policy (``spec``: the model and its strategy, ``hf`` by default)."""
 
-    def __init__(
-        self, ctx: WorkerContext, model: ModelConfig, strategy: Any = None, strategy_name: str = "hf"
-    ) -> None:
+    def __init__(self, ctx: WorkerContext, spec: ScorerSpec) -> None:
         super().__init__(ctx)
-        self.scorer = FrozenScorer(self, model, strategy, strategy_name)
+        self.scorer = FrozenScorer(self, spec)
 
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:

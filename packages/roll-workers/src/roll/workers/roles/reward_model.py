@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers.roles import _common
-from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.scalar import ScalarHeadModel
+from roll.workers.roles.spec import TrainerSpec
 from roll.workers.types import LossFn
 
 
@@ -19,16 +17,10 @@ class RewardModelWorker(Worker):
     mask, so left/right padding and pad == eos both work (see :mod:`roll.workers.roles.heads`). Row methods dispatch
     by model-parallel group (``MP_SPLIT``: under megatron TP/PP peers get the same rows; DP_SPLIT under fsdp2)."""
 
-    def __init__(
-        self,
-        ctx: WorkerContext,
-        model: ModelConfig,
-        strategy: Any,
-        total_steps: int = 1,
-        strategy_name: str = "fsdp2",
-    ) -> None:
+    def __init__(self, ctx: WorkerContext, spec: TrainerSpec) -> None:
         super().__init__(ctx)
-        self.core = ScalarHeadModel(self, model, strategy, total_steps, strategy_name, head="score")
+        _common.use_threads(spec.threads)
+        self.core = ScalarHeadModel(self, spec, head="score")
 
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:

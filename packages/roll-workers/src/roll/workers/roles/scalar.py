@@ -3,43 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from roll.core.batch import Batch
 from roll.core.cluster import Worker
 from roll.workers.roles import _common, checkpoint
-from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.heads import SCORE_FORWARD, VALUE_FORWARD
-from roll.workers.roles.model import Head, check_vocab, load_model, load_tokenizer
+from roll.workers.roles.model import Head
+from roll.workers.roles.spec import TrainerSpec
 from roll.workers.types import ForwardOutput, LossFn, TrainStrategy
 
 
 class ScalarHeadModel:
     """A head model plus its train strategy, owned by one worker (composition, not a base class)."""
 
-    def __init__(
-        self,
-        worker: Worker,
-        model: ModelConfig,
-        strategy: Any,
-        total_steps: int,
-        strategy_name: str,
-        head: Head,
-    ) -> None:
-        self.worker, self.model_cfg, self.strategy_cfg = worker, model, strategy
-        self.total_steps, self.strategy_name, self.head = total_steps, strategy_name, head
+    def __init__(self, worker: Worker, spec: TrainerSpec, head: Head) -> None:
+        self.worker, self.spec, self.head = worker, spec, head
         self.strategy: TrainStrategy  # built by setup()
 
     def setup(self) -> None:
-        _common.join_default_group(self.worker)
-        spec = _common.strategy_spec(self.strategy_name, "train", self.worker.role)
-        model = load_model(self.model_cfg, self.worker.role, head=self.head)
-        tokenizer = load_tokenizer(self.model_cfg, self.worker.role)
-        check_vocab(tokenizer, model, self.model_cfg, self.worker.role)
         forward = VALUE_FORWARD if self.head == "value" else SCORE_FORWARD
-        self.strategy = _common.build_train(
-            spec, self.strategy_cfg, model, self.worker.role, total_steps=self.total_steps, forward=forward
-        )
+        self.strategy, _ = _common.build_trainer(self.worker, self.spec, head=self.head, forward=forward)
 
     def forward(self, batch: Batch) -> ForwardOutput:
         mb = _common.micro_batch(batch)
@@ -47,7 +30,7 @@ class ScalarHeadModel:
 
     def train_step(self, batch: Batch, loss_fn: LossFn, *, prefix: str) -> dict[str, float]:
         """One optimizer step; the loss's own metrics come back under ``prefix`` (the role's)."""
-        limit = getattr(self.strategy_cfg, "max_tokens_per_micro_batch", None)
+        limit = _common.token_budget(self.spec)
         _common.check_micro_batch_fits(batch, limit, self.worker.role, "strategy.max_tokens_per_micro_batch")
         return _common.train_on(self.strategy, batch, loss_fn, prefix=prefix)
 

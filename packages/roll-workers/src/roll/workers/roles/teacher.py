@@ -19,21 +19,19 @@ from roll.workers import logits_transfer
 from roll.workers.logprobs import has_prev_from_mask, position_ids_from_mask
 from roll.workers.model_update import CollectiveGroup, free_port
 from roll.workers.roles import _common
-from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.reference import FrozenScorer
+from roll.workers.roles.spec import ScorerSpec
 from roll.workers.vision import slice_vision, vision_inputs
 
 _TOKENS_PER_FORWARD = 8192
 
 
 class TeacherWorker(Worker):
-    """One replica of the teacher. ``strategy=None`` uses the plugin's default config (``hf``)."""
+    """One replica of the teacher (``spec``: the model and its strategy, ``hf`` by default)."""
 
-    def __init__(
-        self, ctx: WorkerContext, model: ModelConfig, strategy: Any = None, strategy_name: str = "hf"
-    ) -> None:
+    def __init__(self, ctx: WorkerContext, spec: ScorerSpec) -> None:
         super().__init__(ctx)
-        self.scorer = FrozenScorer(self, model, strategy, strategy_name)
+        self.scorer = FrozenScorer(self, spec)
         self._groups: dict[str, CollectiveGroup] = {}
 
     @register(Dispatch.ONE_TO_ALL)
