@@ -77,7 +77,7 @@ def test_grpo_raises_held_out_accuracy_on_images_and_exports(ray_local: Any, tmp
     try:
         pipeline._start_runtime()
         pipeline.setup()
-        pipeline.warmup()
+        pipeline.warm_up()
         before = pipeline.evaluate(0)["accuracy"]
         steps = []
         for step in range(RL_STEPS):

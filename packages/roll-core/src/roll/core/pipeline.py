@@ -14,6 +14,9 @@ The output dir is claimed and the checkpoint to resume from verified when the pi
 (:mod:`roll.core.rundir`): a new run never appends to or overwrites another, and a damaged checkpoint is never
 loaded.
 
+Phases of :meth:`BasePipeline.run`: ``setup`` -> resume -> ``warm_up`` (a fresh run only) -> the step loop ->
+the final checkpoint and export.
+
 Step numbering: ``self.step`` is the number of completed training steps. ``train_step(step)`` receives the index of
 the step it runs (0-based), so after it returns ``self.step == step + 1``; a checkpoint named ``step_000004`` holds
 the state after four completed steps, and a resumed run continues with ``train_step(4)``.
@@ -99,6 +102,11 @@ class BasePipeline(ABC):
     @abstractmethod
     def train_step(self, step: int) -> Mapping[str, float]:
         """Run training step ``step`` (0-based) and return its metrics."""
+
+    def warm_up(self) -> bool:
+        """The warm-up phase of a fresh run: after setup, before step 0, never on a resume (rlvr's and agentic's SFT
+        warm-up). Returns whether it ran; the loop then logs ``time/warmup_s`` at step 0. Default: none."""
+        return False
 
     def evaluate(self, step: int) -> Mapping[str, float]:
         """Held-out metrics after ``step`` completed steps; logged under ``eval/``. Default: none."""
@@ -207,6 +215,8 @@ class BasePipeline(ABC):
             self.setup()
             self._resume()
             self._write_config()
+            if self.step == 0:
+                self._warm_up()
             self._loop(stop)
         except Preempted:
             raise
@@ -219,6 +229,13 @@ class BasePipeline(ABC):
             self._recover(lost, exc)
             return False
         return True
+
+    def _warm_up(self) -> None:
+        start = time.perf_counter()
+        if self.warm_up():
+            seconds = time.perf_counter() - start
+            print(f"roll: {self.name}: warm-up done in {seconds:.1f} s", file=sys.stderr, flush=True)
+            self.tracker.log({"time/warmup_s": seconds}, 0)
 
     def _loop(self, stop: StopSignals) -> None:
         with Progress(

@@ -189,12 +189,7 @@ class RLVRPipeline(BasePipeline):
         finally:
             self._plot()
 
-    def _resume_or_warmup(self) -> None:
-        if self.step == 0 and self.config.warmup is not None and self.policy.version == 0:
-            self.warmup()
-
     def train_step(self, step: int) -> Mapping[str, float]:
-        self._resume_or_warmup()
         level = self.curriculum.level if self.curriculum is not None else 0
         timings: dict[str, float] = {}
         with self.policy.phase("generate"):
@@ -317,10 +312,11 @@ class RLVRPipeline(BasePipeline):
 
     # ------------------------------------------------------------------------------------------ warm-up
 
-    def warmup(self) -> None:
+    def warm_up(self) -> bool:
         """SFT on ``warmup.data`` with the same trainer, then push the weights to inference (and reference)."""
         wu = self.config.warmup
-        assert wu is not None
+        if wu is None or self.policy.version != 0:
+            return False
         sft = prepare_data(
             wu.data,
             self.config.tokenize,
@@ -339,6 +335,7 @@ class RLVRPipeline(BasePipeline):
         if self.config.eval_every:
             # step 0: the held-out score RL starts from, so a run shows what RL added beyond the warm-up
             self.tracker.log({f"eval/{k}": v for k, v in self.evaluate(0).items()}, 0)
+        return True
 
     # ------------------------------------------------------------------------------------------- evaluation
 

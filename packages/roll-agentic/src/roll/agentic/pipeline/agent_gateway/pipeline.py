@@ -93,8 +93,6 @@ class AgentGatewayPipeline(BasePipeline):
 
     def train_step(self, step: int) -> Mapping[str, float]:
         cfg, b = self.config, self.config.batch
-        if step == 0 and cfg.warmup is not None and self.policy.version == 0:
-            self.warmup()
         tasks = step_tasks(self.tasks, b.prompts_per_step, seed=cfg.seed, step=step)
         rollout = self.gateway.rollout(tasks, b.samples_per_prompt, seed=derive_seed(cfg.seed, step))
         self.failures.show(rollout.errors)  # an agent's first exception of each kind, with its traceback
@@ -148,11 +146,11 @@ class AgentGatewayPipeline(BasePipeline):
 
     # ------------------------------------------------------------------------------------------- warm-up
 
-    def warmup(self) -> None:
+    def warm_up(self) -> bool:
         """SFT on the warm-up conversations (see :class:`~.ConversationWarmupConfig`), then a weight sync."""
         wu = self.config.warmup
-        if wu is None:
-            return
+        if wu is None or self.policy.version != 0:
+            return False
         rows = [conversation_sample(self.encoder, c, self.config.gateway.tool_call_format)
                 for c in _read_jsonl(wu.path, "warmup.path")]  # fmt: skip
         rng = random.Random(self.config.seed)
@@ -163,6 +161,7 @@ class AgentGatewayPipeline(BasePipeline):
         )
         metrics = self.policy.warmup_sft(batches, MaskedNLLLoss("response"), lr=wu.lr, log=self.tracker.log)
         logger.info("warm-up: %d steps, last nll %.3f", wu.steps, metrics.get("actor/nll", float("nan")))
+        return True
 
     # ------------------------------------------------------------------------------------------- checkpoints
 

@@ -84,8 +84,6 @@ class AgenticPipeline(BasePipeline):
     # ------------------------------------------------------------------------------------------- the step
 
     def train_step(self, step: int) -> Mapping[str, float]:
-        if step == 0 and self.config.warmup is not None and self.policy.version == 0:
-            self.warmup()
         timings: dict[str, float] = {}
         rollout = _timed(timings, "rollout", lambda: self.ahead.take(step))
         self.ahead.start(step + 1)  # async: step + 1 rolls out on the current weights while step trains
@@ -178,11 +176,11 @@ class AgenticPipeline(BasePipeline):
 
     # ------------------------------------------------------------------------------------------- warm-up
 
-    def warmup(self) -> None:
+    def warm_up(self) -> bool:
         """SFT on env prompts answered with uniformly random valid actions: the format, not the task."""
         wu = self.config.warmup
-        if wu is None:
-            return
+        if wu is None or self.policy.version != 0:
+            return False
         rng = random.Random(self.config.seed)
         pad_id = self.runtime.encoder.pad_token_id
         columns = (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK)
@@ -197,6 +195,7 @@ class AgenticPipeline(BasePipeline):
         )
         metrics = self.policy.warmup_sft(batches, MaskedNLLLoss("response"), lr=wu.lr, log=self.tracker.log)
         logger.info("warm-up: %d steps, last nll %.3f", wu.steps, metrics.get("actor/nll", float("nan")))
+        return True
 
     def _warmup_samples(
         self, rng: random.Random, count: int, template: str, expert_fraction: float = 0.0
