@@ -64,7 +64,11 @@ def test_an_old_key_as_override_is_refused_naming_its_new_path(old: str) -> None
 def test_the_new_paths_load() -> None:
     config = load_config(
         LAKE,
-        ["rollout.async_generation_ratio=1", "algorithm.reward_norm=group", "algorithm.gigpo.step_weight=0.5"],
+        [
+            "rollout.async_generation_ratio=1",
+            "algorithm.reward_norm=group",
+            "algorithm.gigpo.step_weight=0.5",
+        ],
         model=AgenticConfig,
     )
     assert config.rollout.async_generation_ratio == 1
@@ -120,7 +124,11 @@ def _old_saved(config: AgenticConfig, **old: object) -> dict[str, object]:
     [
         ({}, []),
         (
-            {"async_generation_ratio": 1, "reward_norm": "tag", "gigpo": {"step_weight": 0.5, "norm_by_std": False}},
+            {
+                "async_generation_ratio": 1,
+                "reward_norm": "tag",
+                "gigpo": {"step_weight": 0.5, "norm_by_std": False},
+            },
             [
                 "rollout.async_generation_ratio=1",
                 "algorithm.reward_norm=tag",

@@ -314,7 +314,12 @@ def test_moved_keys_are_refused_with_their_new_path_in_yaml_and_overrides(tmp_pa
     with pytest.raises(ConfigError) as info:
         load_config(good, ("lr=0.1", "trainer.clip=1.0"), model=_MovedRun)
     assert [(i.path, i.message, i.hint, i.source) for i in info.value.issues] == [
-        ("lr", "no key 'lr' to override: it has moved", "move it to trainer.optimizer.lr", "<override 1: lr=0.1>"),
+        (
+            "lr",
+            "no key 'lr' to override: it has moved",
+            "move it to trainer.optimizer.lr",
+            "<override 1: lr=0.1>",
+        ),
         (
             "trainer.clip",
             "no key 'trainer.clip' to override: it has moved",
