@@ -171,7 +171,7 @@ def test_agentic_ppo_with_kl_reference_async_resumes_exactly(
         "algorithm.kl_mode=loss",
         "algorithm.kl_coef=0.05",
         "algorithm.reward_norm=none",
-        "async_generation_ratio=1",
+        "rollout.async_generation_ratio=1",
         "cpu_threads=1",
         "reference.cpus_per_worker=0.2",
         "critic.cpus_per_worker=0.2",
@@ -198,6 +198,6 @@ def test_agentic_supports_every_registered_estimator() -> None:
 
     overrides = ["algorithm.preset=ppo", "algorithm.kl_mode=none", "algorithm.reward_norm=none"]
     config = load_config(EXAMPLES / "agentic_guess.yaml", overrides, model=AgenticConfig)
-    assert config.estimator == "gae" and config.needs_critic
+    assert config.algorithm.adv_estimator == "gae" and config.needs_critic
     assert "critic" in AGENTIC.build(config).roles()
     assert set(ESTIMATORS.names) == set(SUPPORTED_ESTIMATORS)

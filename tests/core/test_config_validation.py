@@ -290,3 +290,43 @@ def test_issues_from_one_validator_at_one_path_are_all_kept() -> None:
         ("a", "first rule", None, "x.yaml:4"),
         ("a", "second rule", "try 2", "x.yaml:4"),
     ]
+
+
+class _MovedRun(ToyRun):
+    """ToyRun whose older layout had ``lr`` at the top and ``trainer.clip`` beside the optimizer."""
+
+    @classmethod
+    def moved_keys(cls) -> dict[str, str]:
+        return {"lr": "trainer.optimizer.lr", "trainer.clip": "trainer.grad_clip"}
+
+
+def test_moved_keys_are_refused_with_their_new_path_in_yaml_and_overrides(tmp_path: Path) -> None:
+    """A moved key, top-level or dotted, written in the YAML or set by an override, is refused naming where it
+    lives now (not a bare 'unknown key', not 'write +lr=...'); the same keys at their new place load."""
+    old = write(tmp_path, "old.yaml", GOOD + "lr: 0.1\ntrainer: {clip: 1.0}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(old, (), model=_MovedRun)
+    assert [(i.path, i.message, i.hint) for i in info.value.issues] == [
+        ("lr", "'lr' is no longer a top-level key", "move it to trainer.optimizer.lr"),
+        ("trainer.clip", "'trainer.clip' is no longer a key of trainer", "move it to trainer.grad_clip"),
+    ]
+    good = write(tmp_path, "good.yaml", GOOD)
+    with pytest.raises(ConfigError) as info:
+        load_config(good, ("lr=0.1", "trainer.clip=1.0"), model=_MovedRun)
+    assert [(i.path, i.message, i.hint, i.source) for i in info.value.issues] == [
+        (
+            "lr",
+            "no key 'lr' to override: it has moved",
+            "move it to trainer.optimizer.lr",
+            "<override 1: lr=0.1>",
+        ),
+        (
+            "trainer.clip",
+            "no key 'trainer.clip' to override: it has moved",
+            "move it to trainer.grad_clip",
+            "<override 2: trainer.clip=1.0>",
+        ),
+    ]
+    new = ("trainer.optimizer={type: adam, lr: 0.1}", "trainer.grad_clip=1.0")
+    config = load_config(good, new, model=_MovedRun)
+    assert (config.trainer.optimizer.lr, config.trainer.grad_clip) == (0.1, 1.0)

@@ -7,7 +7,8 @@ dir (its ``checkpoints/``, or the ``checkpoint.dir`` its ``config.yaml`` names).
 checkpoint that passes :func:`~roll.core.checkpoint.verify`, saying on stderr which newer ones were skipped and
 why; a checkpoint named on its own must pass, or the export stops with the damaged files named. It reads the
 pipeline's name from the manifest, the run config saved in the checkpoint (:data:`RUN_CONFIG`, or the run's
-``config.yaml`` for checkpoints written before it was saved there), validates that config against the
+``config.yaml`` for checkpoints written before it was saved there), upgrades it to the mode's current layout
+(:meth:`~roll.core.config.sections.RunConfig.upgrade_saved`: a run of an older roll), validates it against the
 pipeline's model and hands both to the pipeline's :attr:`~roll.core.types.PipelineSpec.export` hook, found through
 the ``roll.pipeline`` entry point like ``roll train`` finds ``build``. The hook knows which model files a mode
 writes, which head its model has and how to rebuild it; it writes into a staging dir beside ``OUT``, which is
@@ -22,14 +23,14 @@ from __future__ import annotations
 import secrets
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
 from roll.core import plugins
 from roll.core.checkpoint import MANIFEST, CheckpointInfo, step_dirs, verify
-from roll.core.config.loader import load_tree, validate
+from roll.core.config.loader import ConfigTree, load_tree, validate
 from roll.core.errors import CheckpointError, RollError, RunDirError
 from roll.core.types import ExportHook, PipelineSpec
 
@@ -57,7 +58,7 @@ def export(source: Path, out: Path, *, role: str | None = None, overwrite: bool 
     _check_out(out, overwrite)
     info = find_checkpoint(source)
     spec, hook = _spec_of(info)
-    config = validate(load_tree(_run_config_path(info, source)), spec.config_model)
+    config = validate(_saved_tree(_run_config_path(info, source), spec), spec.config_model)
     staging = out.parent / f".{out.name}.export-{secrets.token_hex(4)}"
     staging.mkdir(parents=True)
     try:
@@ -132,6 +133,12 @@ def _run_config_path(info: CheckpointInfo, source: Path) -> Path:
         "from its run's output dir",
         path=str(info.path),
     )
+
+
+def _saved_tree(path: Path, spec: PipelineSpec) -> ConfigTree:
+    """The saved config at ``path``, upgraded to the mode's current layout (a run of an older roll)."""
+    tree = load_tree(path)
+    return replace(tree, data=spec.config_model.upgrade_saved(tree.data))
 
 
 def _check_out(out: Path, overwrite: bool) -> None:

@@ -59,14 +59,16 @@ def load_tree(
     """Compose ``path`` (its ``defaults:``, recursively), apply ``overrides``, resolve ``${...}``.
 
     With ``model``, an override may set a key the model declares even when no YAML file wrote it (it would
-    otherwise need ``+``). Raises :class:`ConfigError`.
+    otherwise need ``+``), and one that sets a key the model moved (a :class:`RunConfig`'s ``moved_keys``) gets
+    the new path as hint. Raises :class:`ConfigError`.
     """
     data, sources = compose(path)
 
     def declared(keys: Sequence[str]) -> Collection[str]:
         return field_names(model, keys, data) if model is not None else ()
 
-    apply_overrides(data, sources, list(overrides), declared)
+    moved = model.moved_keys() if model is not None and issubclass(model, RunConfig) else {}
+    apply_overrides(data, sources, list(overrides), declared, moved)
     interpolate(data, sources)
     return ConfigTree(data, sources)
 

@@ -9,14 +9,15 @@
 
 Setting a key that does not exist without ``+`` is an error with a did-you-mean, unless the config model
 declares the key (``field_names``, see :func:`roll.core.config.schema.field_names`): a key left at its pydantic
-default is not in the YAML, and ``seed=1`` must still work. Each value remembers its origin as
+default is not in the YAML, and ``seed=1`` must still work. Setting a key of an older layout (``moved``, see
+:meth:`roll.core.config.sections.RunConfig.moved_keys`) names its new path. Each value remembers its origin as
 ``<override 2: a.b=3>`` (1-based position on the command line). All problems are reported at once.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -90,20 +91,41 @@ def _error(path: str, message: str, hint: str | None, source: str) -> ConfigErro
 
 
 def apply_overrides(
-    data: dict[str, Any], sources: Sources, overrides: Sequence[str], field_names: FieldNames | None = None
+    data: dict[str, Any],
+    sources: Sources,
+    overrides: Sequence[str],
+    field_names: FieldNames | None = None,
+    moved: Mapping[str, str] | None = None,
 ) -> None:
-    """Apply ``overrides`` to ``data`` in order, in place, recording their sources.
+    """Apply ``overrides`` to ``data`` in order, in place, recording their sources; ``moved`` maps keys of an
+    older layout (dotted paths) to their new path.
 
     Every override is attempted, so one run reports every bad override. Raises :class:`ConfigError`.
     """
     issues: list[ConfigIssue] = []
     for position, text in enumerate(overrides, start=1):
         try:
-            _apply(data, sources, parse_override(text, position), field_names or _no_fields)
+            override = parse_override(text, position)
+            _refuse_moved(data, override, moved or {})
+            _apply(data, sources, override, field_names or _no_fields)
         except ConfigError as exc:
             issues.extend(exc.issues)
     if issues:
         raise ConfigError(issues=issues)
+
+
+def _refuse_moved(data: dict[str, Any], override: Override, moved: Mapping[str, str]) -> None:
+    """Setting a moved key that the YAML does not hold: name its new path (not 'no key ... write +...')."""
+    if override.op != "set":
+        return
+    node: Any = data
+    for depth, key in enumerate(override.keys):
+        at = ".".join(override.keys[: depth + 1])
+        present = _exists(node, key)
+        if not present and at in moved:
+            message = f"no key {at!r} to override: it has moved"
+            raise _error(at, message, f"move it to {moved[at]}", override.source)
+        node = (node[int(key)] if isinstance(node, list) else node[key]) if present else None
 
 
 def _no_fields(keys: Sequence[str]) -> Collection[str]:

@@ -193,6 +193,14 @@ class RunConfig(RollModel):
         the path as its hint instead of a bare 'unknown key'. Default: none."""
         return {}
 
+    @classmethod
+    def upgrade_saved(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """A config this mode saved under an older layout (a run's ``config.yaml``, a checkpoint's
+        ``run_config.yaml``), rewritten to the current one; ``roll export`` reads saved configs through it. A
+        saved config was valid when written, so its moved keys are moved, not refused; a config a person passes
+        is never upgraded (its moved keys get the new path as hint). Default: unchanged."""
+        return data
+
     @model_validator(mode="before")
     @classmethod
     def _moved_keys(cls, data: Any) -> Any:

@@ -144,14 +144,25 @@ def _short_repr(value: Any, limit: int = 80) -> str:
 def moved_keys_error(data: Any, moved: dict[str, str]) -> ValidationError | None:
     """An error naming every key of ``data`` that ``moved`` maps to its new place (``old -> new path``), or None.
 
-    Call it from a ``model_validator(mode="before")`` so a config written for an older layout gets the new path
-    as its hint rather than a bare 'unknown key'.
+    Old paths may be dotted (``env_manager.temperature``): one is found when every section on its way is a
+    mapping that holds the next key. Call it from a ``model_validator(mode="before")`` so a config written for an
+    older layout gets the new path as its hint rather than a bare 'unknown key'.
     """
     if not isinstance(data, dict):
         return None
-    issues = [
-        ConfigIssue(old, f"{old!r} is no longer a top-level key", f"move it to {new}")
-        for old, new in moved.items()
-        if old in data
-    ]
+    issues = [_moved_issue(old, new) for old, new in moved.items() if _holds(data, old.split("."))]
     return issues_error(issues) if issues else None
+
+
+def _holds(data: Any, keys: list[str]) -> bool:
+    for key in keys:
+        if not isinstance(data, dict) or key not in data:
+            return False
+        data = data[key]
+    return True
+
+
+def _moved_issue(old: str, new: str) -> ConfigIssue:
+    parent, _, _ = old.rpartition(".")
+    where = f"a key of {parent}" if parent else "a top-level key"
+    return ConfigIssue(old, f"{old!r} is no longer {where}", f"move it to {new}")

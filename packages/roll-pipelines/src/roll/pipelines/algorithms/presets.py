@@ -133,6 +133,14 @@ class MismatchCorrection(RollModel):
         return self
 
 
+class GiGPOConfig(RollModel):
+    """GiGPO (Feng et al. 2025): ``A = A_episode + step_weight * A_step``; read when ``adv_estimator: gigpo``
+    (agentic, with ``env_manager.mode: step``)."""
+
+    step_weight: float = Field(1.0, ge=0, description="weight of the step-level (anchor state) advantage")
+    norm_by_std: bool = Field(True, description="divide both advantages by their group's std (GRPO style)")
+
+
 #: Keys read by some policy losses only (``dual_clip_c`` has its own check).
 _LOSS_KEYS: dict[str, tuple[str, ...]] = {
     "topr_level": ("topr",),
@@ -161,6 +169,9 @@ class AlgorithmConfig(RollModel):
     gamma: float = Field(1.0, ge=0, le=1, description="discount (GAE, REINFORCE++)")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
     whiten_advantages: bool = Field(False, description="whiten GAE advantages over the batch's tokens")
+    gigpo: GiGPOConfig | None = Field(
+        None, description="adv_estimator=gigpo: its step weight and std normalization; unset: their defaults"
+    )
     reward_norm: RewardNorm = Field("none", description="none, batch, group, tag or running (see choices)")
     reward_clip: float | None = Field(None, gt=0, description="clamp rewards into [-x, x]")
     advantage_clip: float | None = Field(None, gt=0, description="clamp advantages into [-x, x]")
@@ -260,7 +271,15 @@ class AlgorithmConfig(RollModel):
             raise issues_error(issues, title=type(self).__name__)
         return self
 
+    @property
+    def gigpo_settings(self) -> GiGPOConfig:
+        """GiGPO's settings in use: ``gigpo``, else its defaults."""
+        return self.gigpo if self.gigpo is not None else GiGPOConfig()
+
     def _advantage_issues(self) -> list[ConfigIssue]:
+        if self.gigpo is not None and self.adv_estimator != "gigpo":
+            message = f"gigpo is set, but adv_estimator is {self.adv_estimator!r}, so nothing reads it"
+            return [ConfigIssue("gigpo", message, "set adv_estimator: gigpo, or remove gigpo")]
         if self.adv_estimator == "gae" and not self.use_critic:
             return [
                 ConfigIssue(
@@ -359,4 +378,4 @@ def preset_config(name: PresetName, **overrides: Any) -> AlgorithmConfig:
     return AlgorithmConfig.model_validate({"preset": name, **overrides})
 
 
-__all__ = ["PRESETS", "PRESET_NAMES", "AlgorithmConfig", "MismatchCorrection", "preset_config"]
+__all__ = ["PRESETS", "PRESET_NAMES", "AlgorithmConfig", "GiGPOConfig", "MismatchCorrection", "preset_config"]

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 
 class PolicyObjective:
-    """See the module docstring. ``estimator`` defaults to ``algorithm.adv_estimator`` (agentic passes GiGPO);
-    ``reward_norm`` to ``algorithm.reward_norm``."""
+    """See the module docstring. ``estimator`` defaults to ``algorithm.adv_estimator``, ``reward_norm`` to
+    ``algorithm.reward_norm``."""
 
     def __init__(
         self,

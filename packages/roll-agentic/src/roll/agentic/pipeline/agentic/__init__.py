@@ -1,8 +1,9 @@
 """The ``agentic`` pipeline: multi-turn RL on text envs with the RLVR-family algorithms and GiGPO.
 
 One step: roll out ``batch.prompts_per_step`` groups of ``batch.samples_per_prompt`` envs (the env manager),
-normalize rewards (by batch, group, tag or running statistics), estimate advantages (the ``algorithm`` preset's
-estimator over episode groups, or GiGPO's episode + anchor-state groups in step mode; both through
+normalize rewards (``algorithm.reward_norm``: by batch, group, tag or running statistics), estimate advantages (the
+``algorithm`` preset's estimator over episode groups, or, with ``algorithm.adv_estimator: gigpo``, GiGPO's episode
++ anchor-state groups in step mode; both through
 :func:`roll.pipelines.algorithms.estimators.estimate_advantages`), train ``actor_train``, push the weights to
 ``actor_infer``. An optional SFT ``warmup`` first teaches the answer *format* on env prompts with uniformly random
 valid actions (RL starts from a policy that answers but knows nothing of the task), or imitates a noisy expert
@@ -24,24 +25,37 @@ from roll.core.config.batch import BatchConfig
 from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
-from roll.pipelines.algorithms.choices import RewardNorm
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.pipelines.algorithms.registry import ESTIMATORS
 from roll.pipelines.common.exporter import POLICY_EXPORT
-from roll.pipelines.policy.config import MOVED_KEYS, PolicyRunConfig
+from roll.pipelines.policy.config import MOVED_KEYS as POLICY_MOVED_KEYS
+from roll.pipelines.policy.config import PolicyRunConfig
 from roll.workers.roles.config import ModelConfig
 
-__all__ = ["SPEC", "AgenticConfig", "GiGPOConfig", "WarmupConfig"]
+__all__ = ["MOVED_KEYS", "SPEC", "AgenticConfig", "StepAheadRolloutConfig", "WarmupConfig"]
 
 SUPPORTED_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo")
 """The estimators agentic runs (``gae`` with the ``critic`` role)."""
 
 
-class GiGPOConfig(RollModel):
-    """GiGPO (Feng et al. 2025): ``A = A_episode + step_weight * A_step``; needs ``env_manager.mode: step``."""
+MOVED_KEYS = {
+    **POLICY_MOVED_KEYS,  # the policy's layout, not the rollout pipeline's (model -> actor_infer.model)
+    "async_generation_ratio": "rollout.async_generation_ratio",
+    "reward_norm": "algorithm.reward_norm",
+    "gigpo": "algorithm.gigpo (with algorithm.adv_estimator: gigpo)",
+}
+"""Keys of older agentic layouts and their place now: the RL modes share one key path per setting (rlvr's)."""
 
-    step_weight: float = Field(1.0, ge=0, description="weight of the step-level (anchor state) advantage")
-    norm_by_std: bool = Field(True, description="divide both advantages by their group's std (GRPO style)")
+
+class StepAheadRolloutConfig(RollModel):
+    """How agentic rollouts are scheduled: the key path is rlvr's (``rollout.async_generation_ratio``), the
+    values are the ones the env manager supports (synchronous, or exactly one step ahead)."""
+
+    async_generation_ratio: Literal[0, 1] = Field(
+        0,
+        description="1: roll out step t+1 on the current weights while step t trains (staleness exactly 1; the "
+        "pending rollout is checkpointed); 0: synchronous",
+    )
 
 
 class WarmupConfig(RollModel):
@@ -71,23 +85,30 @@ class AgenticConfig(AgenticRunConfig, PolicyRunConfig):
         default_factory=lambda: BatchConfig(prompts_per_step=8, samples_per_prompt=4, micro_batch_samples=32)
     )
     algorithm: AlgorithmConfig = Field(default_factory=_default_algorithm)
-    gigpo: GiGPOConfig | None = None
-    reward_norm: RewardNorm = Field(
-        "none", description="normalize episode rewards (as algorithm.reward_norm; either may be set)"
-    )
+    rollout: StepAheadRolloutConfig = Field(default_factory=StepAheadRolloutConfig)
     warmup: WarmupConfig | None = None
-    async_generation_ratio: Literal[0, 1] = Field(
-        0,
-        description="1: roll out step t+1 on the current weights while step t trains (staleness exactly 1; the "
-        "pending rollout is checkpointed); 0: synchronous",
-    )
     plot: bool = Field(True, description="write the success-rate curve (plot.png) at the end of the run")
 
     @classmethod
     def moved_keys(cls) -> dict[str, str]:
-        return dict(
-            MOVED_KEYS
-        )  # the policy's layout, not the rollout pipeline's (model -> actor_infer.model)
+        return dict(MOVED_KEYS)
+
+    @classmethod
+    def upgrade_saved(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """A config an older agentic run saved, in today's layout: its top-level ``async_generation_ratio``,
+        ``reward_norm`` (it won over ``algorithm.reward_norm`` unless ``none``) and ``gigpo`` (set, it meant
+        ``adv_estimator: gigpo``) move under ``rollout`` and ``algorithm``."""
+        data = dict(data)
+        rollout, algorithm = dict(data.get("rollout") or {}), dict(data.get("algorithm") or {})
+        if "async_generation_ratio" in data:
+            rollout.setdefault("async_generation_ratio", data.pop("async_generation_ratio"))
+        reward_norm = data.pop("reward_norm", None)
+        if reward_norm not in (None, "none"):
+            algorithm["reward_norm"] = reward_norm
+        gigpo = data.pop("gigpo", None)
+        if gigpo is not None:
+            algorithm.update(adv_estimator="gigpo", gigpo=gigpo)
+        return {**data, "rollout": rollout, "algorithm": algorithm}
 
     @property
     def policy_model(self) -> ModelConfig:
@@ -97,7 +118,7 @@ class AgenticConfig(AgenticRunConfig, PolicyRunConfig):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         issues = self.policy_issues(
-            async_ratio=self.async_generation_ratio, async_key="async_generation_ratio"
+            async_ratio=self.rollout.async_generation_ratio, async_key="rollout.async_generation_ratio"
         )
         issues += self._algorithm_issues() + self._gigpo_issues()
         if issues:
@@ -112,25 +133,13 @@ class AgenticConfig(AgenticRunConfig, PolicyRunConfig):
                 issues.append(
                     ConfigIssue(f"algorithm.{key}", f"{key} is an RLVR option", f"set {key}: false")
                 )
-        if "none" not in (a.reward_norm, self.reward_norm) and a.reward_norm != self.reward_norm:
-            message = f"reward_norm={self.reward_norm!r} and algorithm.reward_norm={a.reward_norm!r} disagree"
-            issues.append(ConfigIssue("algorithm.reward_norm", message, "set one of them"))
         return issues
 
-    @property
-    def estimator(self) -> str:
-        """The estimator run: GiGPO when the ``gigpo`` section is set, else ``algorithm.adv_estimator``."""
-        return "gigpo" if self.gigpo is not None else self.algorithm.adv_estimator
-
-    @property
-    def reward_norm_mode(self) -> RewardNorm:
-        """``reward_norm`` or ``algorithm.reward_norm``, whichever is set (they may not disagree)."""
-        return self.reward_norm if self.reward_norm != "none" else self.algorithm.reward_norm
-
     def _gigpo_issues(self) -> list[ConfigIssue]:
-        if self.estimator == "gigpo" and self.env_manager.mode != "step":
+        if self.algorithm.adv_estimator == "gigpo" and self.env_manager.mode != "step":
             message = "GiGPO's step-level groups need one sample per step"
-            return [ConfigIssue("gigpo", message, "set env_manager.mode: step, or remove gigpo")]
+            hint = "set env_manager.mode: step, or another algorithm.adv_estimator"
+            return [ConfigIssue("algorithm.adv_estimator", message, hint)]
         return []
 
 

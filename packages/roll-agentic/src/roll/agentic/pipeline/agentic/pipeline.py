@@ -6,14 +6,14 @@
   per turn); envs that hang are cut off and dropped; redundancy keeps the first groups to finish.
 - ``samples``: trajectory-wise (one row per episode) or step-wise (one row per turn) token rows whose loss mask
   covers only model-sampled tokens.
-- ``advantages``: reward normalization (batch/group/tag/running), then the preset's estimator over episode
-  groups, or GiGPO in step mode (:func:`~roll.pipelines.algorithms.estimators.estimate_advantages`).
+- ``advantages``: reward normalization (``algorithm.reward_norm``: batch/group/tag/running), then the preset's
+  estimator over episode groups, or GiGPO in step mode (``algorithm.adv_estimator: gigpo``) (:func:`~roll.pipelines.algorithms.estimators.estimate_advantages`).
 - ``train``: the shared :class:`~roll.pipelines.algorithms.losses.PolicyLoss` (TIS included) on ``actor_train``,
   one call per optimizer step.
 - ``sync_weights``: :class:`~roll.workers.model_update.ModelUpdateGroup` pushes the weights, versioned.
 
 Optional parts, by config: a ``reference`` role when the KL term needs one, a ``critic`` role for GAE
-(``algorithm.use_critic``), and ``async_generation_ratio: 1`` (step t+1 rolls out on the current weights while
+(``algorithm.use_critic``), and ``rollout.async_generation_ratio: 1`` (step t+1 rolls out on the current weights while
 step t trains); by default the rollout is synchronous, which keeps on-policy samples exact.
 """
 
@@ -33,7 +33,7 @@ from roll.agentic.env_manager.batching import to_batch
 from roll.agentic.env_manager.episode import Episode, Sample
 from roll.agentic.env_manager.manager import Rollout
 from roll.agentic.env_manager.slots import ResetOutcome, ResetRequest
-from roll.agentic.pipeline.agentic import AgenticConfig, GiGPOConfig
+from roll.agentic.pipeline.agentic import AgenticConfig
 from roll.agentic.pipeline.agentic.trajectories import trajectory_advantages
 from roll.agentic.pipeline.runtime import RolloutRuntime, plot_success
 from roll.agentic.types import EXPERT_ACTION, split_observation
@@ -61,9 +61,7 @@ class AgenticPipeline(BasePipeline):
 
     def __init__(self, config: AgenticConfig) -> None:
         super().__init__(config, name="agentic")
-        self.objective = PolicyObjective(
-            config.algorithm, estimator=config.estimator, reward_norm=config.reward_norm_mode
-        )
+        self.objective = PolicyObjective(config.algorithm)
 
     def roles(self) -> Mapping[str, RoleConfig]:
         cfg = self.config
@@ -76,7 +74,7 @@ class AgenticPipeline(BasePipeline):
         )
         self.policy = PolicyGroup(spec, self.make_cluster)
         self.policy.start()
-        self.ahead = StepAhead(self.rollout, enabled=cfg.async_generation_ratio == 1)
+        self.ahead = StepAhead(self.rollout, enabled=cfg.rollout.async_generation_ratio == 1)
         self.runtime = RolloutRuntime(
             cfg, self.make_cluster, b.prompts_per_step, b.samples_per_prompt, infer=self.policy.infer
         )
@@ -137,7 +135,7 @@ class AgenticPipeline(BasePipeline):
         advantage per trajectory when a chat template split some (:mod:`.trajectories`)."""
         cfg = self.config
         batch = to_batch(samples, self.runtime.encoder.pad_token_id)
-        gigpo = cfg.gigpo or GiGPOConfig()
+        gigpo = cfg.algorithm.gigpo_settings
         self.policy.prepare(batch, old_logp=self._use_old_logp())
         return trajectory_advantages(
             self.objective, batch, step_weight=gigpo.step_weight, norm_by_std=gigpo.norm_by_std
