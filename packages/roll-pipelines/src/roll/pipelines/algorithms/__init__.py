@@ -1,8 +1,11 @@
 """RL and preference algorithms as pure tensor functions, one module per family.
 
 - :mod:`.aggregate`: masked reductions and the loss-aggregation modes (token-mean, seq-mean-*).
-- :mod:`.advantages`: GAE, GRPO, Dr. GRPO, RLOO, REINFORCE++(-baseline), GiGPO group helpers, reward
-  normalization (batch, group, running) and clipping, masked whitening.
+- :mod:`.estimators`: every advantage estimator (GAE, GRPO, Dr. GRPO, RLOO, REINFORCE++(-baseline), GiGPO), each
+  with its formula and paper, and ``estimate_advantages``, the one entry rlvr, agentic and on-policy
+  distillation call (rows grouped by id).
+- :mod:`.stats`: the tensor helpers the estimators share: masked whitening, group statistics by id, discounted
+  returns, reward normalization (batch, group, tag, running) and clipping.
 - :mod:`.policy_loss`: PPO (clip-higher, dual-clip), GSPO, CISPO, TOPR, SAPO, GMPO, truncated IS for the
   train/infer mismatch, entropy bonus.
 - :mod:`.covariance`: Clip-Cov and KL-Cov, entropy control on the tokens of highest log-prob/advantage covariance.
@@ -15,8 +18,6 @@
 - :mod:`.presets` and :mod:`.choices`: ``AlgorithmConfig`` with named presets; torch-free.
 - :mod:`.registry`: the advantage estimators and policy losses by name, each with what it needs (critic, groups,
   reference) and a description; torch-free, so pipelines' configs declare and check what they support.
-- :mod:`.estimators`: ``estimate_advantages`` (every estimator, rows grouped by id) and reward normalization,
-  the one copy rlvr, agentic and on-policy distillation call.
 - :mod:`.losses`: the LossFn objects of the RL modes: ``PolicyLoss`` (every registered loss, KL, entropy, TIS),
   ``ValueLoss``, ``MaskedNLLLoss`` (the warm-up).
 - :mod:`.distill`: on-policy distillation's advantage (the student's negative log-ratio to the teacher).
