@@ -318,12 +318,6 @@ def truncated_is_weight(
     return weight_BT, metrics
 
 
-def entropy_from_logits(logits_BTV: torch.Tensor) -> torch.Tensor:
-    """Entropy of ``softmax(logits)`` per position: ``logsumexp(z) - sum softmax(z) z``, shape ``[B, T]``."""
-    probs_BTV = torch.softmax(logits_BTV, dim=-1)
-    return torch.logsumexp(logits_BTV, dim=-1) - (probs_BTV * logits_BTV).sum(dim=-1)
-
-
 def entropy_bonus(
     entropy_BT: torch.Tensor, mask_BT: torch.Tensor, *, coef: float, agg: Aggregation = TOKEN_MEAN
 ) -> tuple[torch.Tensor, Metrics]:
