@@ -10,13 +10,13 @@ from torch.testing import assert_close
 
 from roll.core.errors import ConfigError
 from roll.pipelines.algorithms.aggregate import Aggregation
+from roll.pipelines.algorithms.mismatch import truncated_is_weight
 from roll.pipelines.algorithms.policy_loss import (
     cispo_policy_loss,
     entropy_bonus,
     gspo_policy_loss,
     ppo_policy_loss,
     topr_policy_loss,
-    truncated_is_weight,
 )
 from roll.workers.logprobs import logprobs_from_logits
 

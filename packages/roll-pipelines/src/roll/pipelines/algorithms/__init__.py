@@ -6,11 +6,12 @@
   distillation call (rows grouped by id).
 - :mod:`.stats`: the tensor helpers the estimators share: masked whitening, group statistics by id, discounted
   returns, reward normalization (batch, group, tag, running) and clipping.
-- :mod:`.policy_loss`: PPO (clip-higher, dual-clip), GSPO, CISPO, TOPR, SAPO, GMPO, truncated IS for the
-  train/infer mismatch, entropy bonus.
+- :mod:`.policy_loss`: PPO (clip-higher, dual-clip), GSPO, CISPO, TOPR, SAPO, GMPO, entropy bonus.
+- :mod:`.mismatch`: the train/infer mismatch: its per-step metrics and the corrections (truncated IS, masked IS,
+  the IcePop token mask).
 - :mod:`.covariance`: Clip-Cov and KL-Cov, entropy control on the tokens of highest log-prob/advantage covariance.
-- :mod:`.kl`: KL estimators (k1, k2, k3, low-variance, straight-through), KL in the reward or the loss, fixed
-  and adaptive KL controllers.
+- :mod:`.kl`: KL estimators (k1, k2, k3, low-variance, straight-through) and KL in the loss; :mod:`.kl_control`:
+  the fixed and adaptive KL controllers (torch-free).
 - :mod:`.value_loss`: the critic's clipped value loss.
 - :mod:`.dapo`: overlong filtering, soft overlong punishment, dynamic-sampling group filter.
 - :mod:`.preference`: DPO, cDPO, IPO, Bradley-Terry reward-model loss, SFT cross-entropy.
