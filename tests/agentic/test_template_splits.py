@@ -322,10 +322,11 @@ def test_a_split_trajectory_gets_its_return_to_go_across_segments() -> None:
     packed, index = pack(batch)
     assert packed.tensors[C.RESPONSE_MASK].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
     torch.testing.assert_close(packed.tensors[C.OLD_VALUES][0], torch.tensor([0.0, 0.1, 0.4, 0.5]))
-    from roll.pipelines.algorithms.advantages import discounted_returns, outcome_to_token_rewards
+    from roll.pipelines.algorithms.estimators import AdvantageInputs, EstimatorParams, estimate_advantages
 
-    mask = packed.tensors[C.RESPONSE_MASK]
-    returns = discounted_returns(outcome_to_token_rewards(packed.tensors[C.SCORES], mask), mask, gamma=1.0)
+    inputs = AdvantageInputs(packed.tensors[C.SCORES], packed.tensors[C.RESPONSE_MASK])
+    returns = estimate_advantages("reinforce_pp", inputs, EstimatorParams(gamma=1.0)).returns_BT
+    assert returns is not None
     torch.testing.assert_close(unpack(returns, index), torch.tensor([[2.0, 2, 0], [0, 2, 2], [0, 0, 0]]))
 
 

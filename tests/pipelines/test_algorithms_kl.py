@@ -1,4 +1,7 @@
-"""KL estimators, KL in the reward and in the loss, KL controllers; the critic's clipped value loss."""
+"""KL estimators, KL in the loss, KL controllers; the critic's clipped value loss.
+
+KL in the reward is checked where production applies it, ``test_reinforce_pp_kl_in_the_reward`` in
+``test_algorithms_estimators.py``."""
 
 from __future__ import annotations
 
@@ -12,7 +15,6 @@ from roll.core.errors import ConfigError
 from roll.pipelines.algorithms.kl import (
     AdaptiveKLController,
     FixedKLController,
-    add_kl_to_rewards,
     build_kl_controller,
     kl_estimate,
     kl_loss,
@@ -56,20 +58,6 @@ def test_straight_through_value_and_gradient(estimator: str) -> None:
     torch.autograd.backward(got.sum())
     assert logp_BT.grad is not None
     assert_close(logp_BT.grad, torch.tensor([[0.0, -LN2, LN2]]))
-
-
-def test_kl_in_reward() -> None:
-    """k1 = [0, -ln2, ln2], coef 0.1, rewards [0, 0, 1] -> [0, 0.1 ln2, 1 - 0.1 ln2]; a masked token keeps
-    its reward and has kl 0."""
-    rewards_BT, kl_BT = add_kl_to_rewards(
-        torch.tensor([[0.0, 0.0, 1.0]]), LOGP_BT, REF_BT, torch.ones(1, 3), coef=0.1, estimator="k1"
-    )
-    assert_close(rewards_BT, torch.tensor([[0.0, 0.1 * LN2, 1 - 0.1 * LN2]]))
-    rewards_BT, kl_BT = add_kl_to_rewards(
-        torch.tensor([[0.0, 0.0, 1.0]]), LOGP_BT, REF_BT, torch.tensor([[1, 1, 0]]), coef=0.1, estimator="k1"
-    )
-    assert_close(rewards_BT[0, 2], torch.tensor(1.0))
-    assert_close(kl_BT[0, 2], torch.tensor(0.0))
 
 
 def test_kl_loss() -> None:

@@ -10,15 +10,15 @@ from torch.testing import assert_close
 
 from roll.core.errors import ConfigError
 from roll.pipelines.algorithms.aggregate import Aggregation
+from roll.pipelines.algorithms.mismatch import truncated_is_weight
 from roll.pipelines.algorithms.policy_loss import (
     cispo_policy_loss,
     entropy_bonus,
-    entropy_from_logits,
     gspo_policy_loss,
     ppo_policy_loss,
     topr_policy_loss,
-    truncated_is_weight,
 )
+from roll.workers.logprobs import logprobs_from_logits
 
 
 def _logp(ratios: list[float]) -> torch.Tensor:
@@ -171,10 +171,13 @@ def test_truncated_is_weight() -> None:
 
 
 def test_entropy() -> None:
-    """logits [0, 0] -> ln 2; logits [0, ln 3] (probs 1/4, 3/4) -> -(1/4 ln 1/4 + 3/4 ln 3/4).
+    """logits [0, 0] -> ln 2; logits [0, ln 3] (probs 1/4, 3/4) -> -(1/4 ln 1/4 + 3/4 ln 3/4), as the trainer's
+    forward computes it (:func:`~roll.workers.logprobs.logprobs_from_logits`, ``with_entropy``).
     Bonus with coef 0.01 = -0.01 * token-mean."""
-    logits_BTV = torch.tensor([[[0.0, 0.0], [0.0, math.log(3)]]])
-    h_BT = entropy_from_logits(logits_BTV)
+    logits_NV = torch.tensor([[0.0, 0.0], [0.0, math.log(3)]])
+    _, h_N = logprobs_from_logits(logits_NV, torch.zeros(2, dtype=torch.long), with_entropy=True)
+    assert h_N is not None
+    h_BT = h_N.reshape(1, 2)
     h1 = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
     assert_close(h_BT, torch.tensor([[math.log(2), h1]]))
     loss, metrics = entropy_bonus(h_BT, torch.ones(1, 2), coef=0.01)

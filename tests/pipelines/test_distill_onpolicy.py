@@ -18,7 +18,8 @@ import torch
 
 from roll.core.config.loader import load_tree, validate
 from roll.core.errors import DataError
-from roll.pipelines.algorithms.distill import discounted_returns, distill_advantages
+from roll.pipelines.algorithms.distill import distill_advantages
+from roll.pipelines.algorithms.stats import discounted_returns
 from roll.pipelines.distill.onpolicy import route_by_tag
 from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
 

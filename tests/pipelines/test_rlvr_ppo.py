@@ -18,7 +18,8 @@ from torch.testing import assert_close
 from roll.core import columns as C
 from roll.core.config.loader import load_tree, validate
 from roll.core.errors import ConfigError
-from roll.pipelines.algorithms.losses import ValueLoss, action_values
+from roll.pipelines.algorithms.losses import ValueLoss
+from roll.pipelines.algorithms.value_loss import action_values
 from roll.pipelines.policy.critic import explained_variance
 from roll.pipelines.rlvr import SPEC, RLVRConfig
 from roll.workers.types import ForwardOutput

@@ -7,7 +7,7 @@ Distillation")::
     D_t = sum_{k >= t} gamma^(k - t) r_k          (gamma = 0: D_t = r_t)
     A_t = distill_coef * baseline(D)_t + rl_coef * A_t^RL
 
-The discounted sum is :func:`~roll.pipelines.algorithms.advantages.discounted_returns` (masked positions neither
+The discounted sum is :func:`~roll.pipelines.algorithms.stats.discounted_returns` (masked positions neither
 add nor count as a discount step).
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from roll.pipelines.algorithms.advantages import discounted_returns
+from roll.pipelines.algorithms.stats import discounted_returns
 
-__all__ = ["BASELINES", "discounted_returns", "distill_advantages"]
+__all__ = ["BASELINES", "distill_advantages"]
 
 BASELINES = ("none", "batch_mean", "whiten")
 

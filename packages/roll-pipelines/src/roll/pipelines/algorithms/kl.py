@@ -12,8 +12,10 @@ Divergence"), with ``log_ratio = ref_logp - logp`` (``log r`` where ``r = pi_ref
 - ``k1+`` / ``k3+``: the *value* of k1 / k3 with the *gradient* of k2 (straight-through), so a KL loss reports
   the usual estimate while its gradient is the correct one.
 
-Where it goes: in the reward (:func:`add_kl_to_rewards`: ``r_t - beta * kl_t``, detached; PPO, REINFORCE++)
-or in the loss (:func:`kl_loss`: ``+ beta * agg(kl)``; GRPO). ``beta`` comes from a controller: fixed, or the
+Where it goes: in the reward (``r_t - beta * kl_t``, detached; PPO, REINFORCE++: the objective's
+:meth:`~roll.pipelines.policy.objective.PolicyObjective.sampled_kl_BT` measures ``kl_t`` with :func:`kl_estimate` and
+:func:`~roll.pipelines.algorithms.estimators.estimate_advantages` takes it off the rewards) or in the loss
+(:func:`kl_loss`: ``+ beta * agg(kl)``; GRPO). ``beta`` comes from a controller: fixed, or the
 adaptive one of Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences").
 """
 
@@ -64,24 +66,6 @@ def kl_estimate(
         grad_path = _k2(log_ratio)
         return grad_path + (value - grad_path).detach()
     raise ConfigError(f"unknown KL estimator {estimator!r}; known: {', '.join(KL_ESTIMATORS)}")
-
-
-def add_kl_to_rewards(
-    token_rewards_BT: torch.Tensor,
-    logp_BT: torch.Tensor,
-    ref_logp_BT: torch.Tensor,
-    mask_BT: torch.Tensor,
-    *,
-    coef: float,
-    estimator: KLEstimator = "k1",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """KL in the reward: ``r_t - coef * kl_t`` on trained tokens (no gradient flows through the penalty).
-
-    Returns ``(rewards_BT, kl_BT)``; ``kl_BT`` (masked, detached) feeds the adaptive controller's update.
-    """
-    kl_BT = kl_estimate(logp_BT.detach(), ref_logp_BT.detach(), estimator=estimator)
-    kl_BT = kl_BT * mask_BT.to(kl_BT.dtype)
-    return token_rewards_BT - coef * kl_BT, kl_BT
 
 
 def kl_loss(

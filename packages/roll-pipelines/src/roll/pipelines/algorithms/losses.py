@@ -324,32 +324,3 @@ class MaskedNLLLoss:
         mask_BT = self._mask_BT(micro_batch).to(output.logp_BT)
         nll_sum = -(output.logp_BT * mask_BT).sum()
         return nll_sum, {"nll": nll_sum.detach() / mask_BT.sum().clamp(min=1)}
-
-
-_REEXPORTED = {
-    "Aggregation": "aggregate",
-    "masked_mean": "aggregate",
-    "clip_cov_policy_loss": "covariance",
-    "kl_cov_policy_loss": "covariance",
-    "kl_loss": "kl",
-    "mismatch_metrics": "mismatch",
-    "cispo_policy_loss": "policy_loss",
-    "entropy_bonus": "policy_loss",
-    "gmpo_policy_loss": "policy_loss",
-    "gspo_policy_loss": "policy_loss",
-    "ppo_policy_loss": "policy_loss",
-    "sapo_policy_loss": "policy_loss",
-    "topr_policy_loss": "policy_loss",
-    "action_values": "value_loss",
-    "clipped_value_loss": "value_loss",
-}
-"""Names this module imported at its top before it stopped importing torch there; still importable from here."""
-
-
-def __getattr__(name: str) -> Any:
-    module = _REEXPORTED.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"roll.pipelines.algorithms.{module}"), name)

@@ -37,7 +37,7 @@ import torch
 
 from roll.core.errors import ConfigError
 from roll.pipelines.algorithms.aggregate import masked_max, masked_mean, masked_sum
-from roll.pipelines.algorithms.policy_loss import truncated_is_weight
+from roll.pipelines.algorithms.choices import RatioLevel
 from roll.pipelines.algorithms.registry import MISMATCH_CORRECTIONS
 
 Metrics = dict[str, torch.Tensor]
@@ -95,6 +95,32 @@ def _ratio(delta_BT: torch.Tensor, mask_BT: torch.Tensor, level: str) -> torch.T
 def _check_bounds(low: float, high: float) -> None:
     if not 0 < low <= 1 <= high:
         raise ConfigError(f"mismatch bounds need 0 < low <= 1 <= high, got low={low}, high={high}")
+
+
+def truncated_is_weight(
+    old_logp_BT: torch.Tensor,
+    infer_logp_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    *,
+    cap: float = 2.0,
+    level: RatioLevel = "token",
+) -> tuple[torch.Tensor, Metrics]:
+    """Truncated importance sampling for the train/infer mismatch (Yao et al. 2025, "Your Efficient RL
+    Framework Secretly Brings You Off-Policy RL Training").
+
+    The rollout engine (vLLM) samples from ``pi_infer``, which differs numerically from the trainer's
+    ``pi_old``. The correction weight is ``min(rho, cap)`` per token, or per sequence with the summed log-ratio
+    (``level="sequence"``). Detached; pass it as ``is_weight_BT`` to a policy loss.
+    Returns ``(weight_BT, {"tis_mean", "tis_clip_frac"})``; the weight is 0 on masked positions.
+    """
+    if cap <= 0:
+        raise ConfigError(f"tis cap must be positive, got {cap}")
+    rho_BT = _ratio(_delta(old_logp_BT, infer_logp_BT), mask_BT, level)
+    weight_BT = rho_BT.clamp(max=cap) * mask_BT.to(rho_BT.dtype)
+    return weight_BT, {
+        "tis_mean": masked_mean(weight_BT, mask_BT),
+        "tis_clip_frac": masked_mean((rho_BT > cap).float(), mask_BT),
+    }
 
 
 def masked_is_weight(

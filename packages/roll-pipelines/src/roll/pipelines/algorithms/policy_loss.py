@@ -1,10 +1,9 @@
-"""Policy-gradient losses: PPO (clip-higher, dual-clip), GSPO, CISPO, TOPR, SAPO, GMPO; train/infer mismatch correction
-and the entropy bonus.
+"""Policy-gradient losses: PPO (clip-higher, dual-clip), GSPO, CISPO, TOPR, SAPO, GMPO, and the entropy bonus.
 
 Every loss takes ``logp_BT`` (current policy, with grad), ``old_logp_BT`` (the policy that the advantages were
 computed for, recomputed by the trainer), ``advantages_BT`` and ``mask_BT``; hyperparameters are keywords;
 ``agg`` reduces the per-token loss (:mod:`.aggregate`); ``is_weight_BT`` (optional, detached) multiplies the
-per-token loss before aggregation, for the train/infer mismatch correction of :func:`truncated_is_weight`.
+per-token loss before aggregation, for the train/infer mismatch corrections of :mod:`.mismatch` (TIS, MIS, IcePop).
 Each returns ``(loss, metrics)``; metrics are detached scalar tensors averaged over the local masked tokens:
 ``clip_frac``, ``approx_kl`` (``k3`` estimate of ``KL(pi_old || pi)``), ``ratio_mean``, ``ratio_max``.
 
@@ -282,46 +281,6 @@ def gmpo_policy_loss(
         **_ratio_metrics(log_ratio, mask_BT),
     }
     return agg(loss_B.unsqueeze(-1).expand_as(logp_BT), mask_BT), metrics
-
-
-def truncated_is_weight(
-    old_logp_BT: torch.Tensor,
-    infer_logp_BT: torch.Tensor,
-    mask_BT: torch.Tensor,
-    *,
-    cap: float = 2.0,
-    level: RatioLevel = "token",
-) -> tuple[torch.Tensor, Metrics]:
-    """Truncated importance sampling for the train/infer mismatch (Yao et al. 2025, "Your Efficient RL
-    Framework Secretly Brings You Off-Policy RL Training").
-
-    The rollout engine (vLLM) samples from ``pi_infer``, which differs numerically from the trainer's
-    ``pi_old``. The correction weight is ``min(exp(old_logp - infer_logp), cap)`` per token, or per sequence
-    with the summed log-ratio (``level="sequence"``). Detached; pass it as ``is_weight_BT`` to a policy loss.
-    Returns ``(weight_BT, {"tis_mean", "tis_clip_frac"})``; the weight is 0 on masked positions.
-    """
-    if cap <= 0:
-        raise ConfigError(f"tis cap must be positive, got {cap}")
-    log_ratio = (old_logp_BT - infer_logp_BT).detach().clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-    if level == "sequence":
-        seq_B = masked_sum(log_ratio, mask_BT, dim=-1).clamp(max=_MAX_LOG_RATIO)
-        raw = seq_B.exp().unsqueeze(-1).expand_as(log_ratio)
-    elif level == "token":
-        raw = log_ratio.exp()
-    else:
-        raise ConfigError(f"tis level must be 'token' or 'sequence', got {level!r}")
-    weight_BT = raw.clamp(max=cap) * mask_BT.to(raw.dtype)
-    metrics = {
-        "tis_mean": masked_mean(weight_BT, mask_BT),
-        "tis_clip_frac": masked_mean((raw > cap).float(), mask_BT),
-    }
-    return weight_BT, metrics
-
-
-def entropy_from_logits(logits_BTV: torch.Tensor) -> torch.Tensor:
-    """Entropy of ``softmax(logits)`` per position: ``logsumexp(z) - sum softmax(z) z``, shape ``[B, T]``."""
-    probs_BTV = torch.softmax(logits_BTV, dim=-1)
-    return torch.logsumexp(logits_BTV, dim=-1) - (probs_BTV * logits_BTV).sum(dim=-1)
 
 
 def entropy_bonus(

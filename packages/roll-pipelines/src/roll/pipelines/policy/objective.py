@@ -30,7 +30,7 @@ from roll.pipelines.algorithms.presets import AlgorithmConfig
 if TYPE_CHECKING:
     import torch
 
-    from roll.pipelines.algorithms.advantages import RunningMeanStd
+    from roll.pipelines.algorithms.stats import RunningMeanStd
 
 
 class PolicyObjective:
@@ -50,7 +50,7 @@ class PolicyObjective:
         self.kl = build_kl_controller(a.kl_coef, target=a.kl_target, horizon=a.kl_horizon)
         self.running: RunningMeanStd | None = None
         if self.reward_norm == "running":
-            from roll.pipelines.algorithms.advantages import RunningMeanStd
+            from roll.pipelines.algorithms.stats import RunningMeanStd
 
             self.running = RunningMeanStd()
 
@@ -58,12 +58,8 @@ class PolicyObjective:
         """``advantages_BT`` (0 off ``response_mask_BT``) of ``batch`` for the per-row ``rewards_B``; ``params``
         override :class:`EstimatorParams` (GiGPO's ``step_weight``, ``norm_by_std``). Runs where the batch is
         torch (rlvr: in the train actor, :mod:`roll.pipelines.rlvr.tensor_work`)."""
-        from roll.pipelines.algorithms.estimators import (
-            AdvantageInputs,
-            EstimatorParams,
-            estimate_advantages,
-            normalize_rewards,
-        )
+        from roll.pipelines.algorithms.estimators import AdvantageInputs, EstimatorParams, estimate_advantages
+        from roll.pipelines.algorithms.stats import normalize_rewards
 
         t = batch.tensors
         mask_BT = t[C.RESPONSE_MASK].float()

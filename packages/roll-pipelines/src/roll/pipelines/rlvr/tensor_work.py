@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 def score(batch: Batch, *, pad_id: int, algorithm: AlgorithmConfig, max_new_tokens: int) -> Batch:
     """Padded ``[B, T]`` sequences of the ragged rollout, plus ``rewards_B``: the scores after the overlong
     penalty and clipping."""
-    from roll.pipelines.algorithms import advantages as adv
     from roll.pipelines.algorithms.dapo import soft_overlong_penalty
+    from roll.pipelines.algorithms.stats import clip_rewards
     from roll.workers.roles.sequences import to_sequences
 
     batch = to_sequences(batch.to_torch(), pad_id)
@@ -38,7 +38,7 @@ def score(batch: Batch, *, pad_id: int, algorithm: AlgorithmConfig, max_new_toke
             lengths_B, max_len=max_new_tokens, cache_len=cache, penalty_factor=a.overlong_penalty_factor
         )
     if a.reward_clip is not None:
-        rewards_B = adv.clip_rewards(rewards_B, max_abs=a.reward_clip)
+        rewards_B = clip_rewards(rewards_B, max_abs=a.reward_clip)
     batch[C.REWARDS] = rewards_B
     return batch
 
