@@ -42,7 +42,7 @@ def test_clip_reward_is_the_models_cosine_and_reaches_the_pixels(clip_folder: Pa
 
     from roll.core import plugins
     from roll.diffusion.reward_fl import REWARD_GROUP
-    from roll.diffusion.rewards.specs import ClipConfig
+    from roll.diffusion.rewards.config import ClipConfig
 
     spec = plugins.load(REWARD_GROUP, "clip")
     reward = spec.build(ClipConfig(model=str(clip_folder), scale=2.0))

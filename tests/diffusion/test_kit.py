@@ -58,8 +58,8 @@ def test_geometric_alignment_denies_a_one_colour_image_what_the_mean_gives(tiny_
     0.25 on average (measured; it scores wherever a prompt names blue, which is how the default run collapsed),
     the geometric mean 0.14; true renders score about 0.87 either way."""
     from roll.diffusion.reward_fl import DEFAULT_EVAL_PROMPTS as prompts
+    from roll.diffusion.rewards.config import ShapeAlignmentConfig
     from roll.diffusion.rewards.image import ShapeAlignmentReward
-    from roll.diffusion.rewards.specs import ShapeAlignmentConfig
 
     blue = (
         torch.tensor(shapes.COLORS["blue"]).float().div(255).view(1, 3, 1, 1).expand(len(prompts), 3, 16, 16)

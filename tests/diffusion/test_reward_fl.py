@@ -89,8 +89,8 @@ def test_export_loads_in_diffusers_and_draws_the_trainers_images(trained: Path) 
     from diffusers import StableDiffusionPipeline
 
     from roll.diffusion.reward_fl import DEFAULT_EVAL_PROMPTS
+    from roll.diffusion.rewards.config import ShapeAlignmentConfig
     from roll.diffusion.rewards.image import ShapeAlignmentReward
-    from roll.diffusion.rewards.specs import ShapeAlignmentConfig
     from roll.diffusion.stack import ImageStack
 
     export = trained / "diffusers"

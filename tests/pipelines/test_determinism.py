@@ -70,7 +70,8 @@ def test_quickstart_twice_gives_identical_metrics(ray_local: Any, tmp_path: Path
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_onpolicy_distillation_twice_gives_identical_metrics(ray_local: Any, tmp_path: Path) -> None:
-    from roll.pipelines.distill.onpolicy_config import SPEC, OnPolicyDistillConfig
+    from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
+    from roll.pipelines.distill.onpolicy_spec import SPEC
 
     overrides = [
         "~teachers.arith.warmup",

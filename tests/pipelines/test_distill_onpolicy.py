@@ -161,7 +161,7 @@ def test_onpolicy_distillation_raises_the_students_reward(
     0.149 -> 0.180, KL 0.77 -> 0.71; GRPO on the reward alone from the same start 0.15 -> 0.24. The margins below
     are half the measured rise and a KL drop of 15% (measured 37%).
     """
-    from roll.pipelines.distill.onpolicy_config import SPEC
+    from roll.pipelines.distill.onpolicy_spec import SPEC
 
     overrides = [
         f"output_dir={tmp_path}",
@@ -206,7 +206,7 @@ def test_onpolicy_distillation_resumes_exactly(ray_local: Any, tmp_path: Path, r
     """On-policy distillation (RLVR's pipeline with the teacher transform) resumed from its step-2 checkpoint logs
     steps 3-4 exactly as the uninterrupted run: rewards, the teacher's reverse KL, losses. The teacher is a frozen
     tiny-1m without warm-up (what it knows does not matter for resume)."""
-    from roll.pipelines.distill.onpolicy_config import SPEC
+    from roll.pipelines.distill.onpolicy_spec import SPEC
 
     common = [
         "~teachers.arith.warmup",

@@ -20,7 +20,7 @@ from roll.core.pipeline import BasePipeline
 from roll.core.samples import spread
 from roll.core.tracking import reduce_metrics
 from roll.diffusion import outputs
-from roll.diffusion.reward_fl import RewardFLConfig
+from roll.diffusion.reward_fl.config import RewardFLConfig
 from roll.diffusion.reward_fl.worker import DenoiserTrainer
 
 logger = logging.getLogger(__name__)

@@ -1,5 +1,8 @@
 """The pieces of a ``DenoiserTrainer`` step, as functions of the trainer (so the worker class stays short):
 stack loading, seeding, sampling, the DRaFT and DDPO losses of one micro-batch, full state dicts and export.
+
+They read the trainer through :class:`TrainerState`, the six attributes they use, so this module does not import
+the worker that calls it.
 """
 
 from __future__ import annotations
@@ -7,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -15,13 +18,25 @@ import torch
 from roll.core.errors import ConfigError, RollError
 from roll.diffusion import losses as L
 from roll.diffusion import sampling as S
-from roll.diffusion.reward_fl import DDPOConfig, DraftConfig
-
-if TYPE_CHECKING:
-    from roll.diffusion.reward_fl.worker import DenoiserTrainer
+from roll.diffusion.reward_fl.config import DDPOConfig, DraftConfig, RewardFLConfig
 
 LORA_DIR = "lora"
 DIFFUSERS_DIR = "diffusers"
+
+
+class TrainerState(Protocol):
+    """What the step functions read of a :class:`~roll.diffusion.reward_fl.worker.DenoiserTrainer`: the run config,
+    the diffusion stack, the trained denoiser, the frozen base for the KL term (``None`` without one), the reward
+    and the trainer's data-parallel rank."""
+
+    cfg: RewardFLConfig
+    stack: Any
+    denoiser: Any
+    base: Any
+    reward: Any
+
+    @property
+    def rank(self) -> int: ...
 
 
 class DiffusionConfigError(ConfigError):
@@ -103,7 +118,7 @@ def shard(model: Any) -> None:
 
 
 def sample_images(
-    tr: DenoiserTrainer, prompts: list[str], generator: torch.Generator | list[torch.Generator], *, eta: float
+    tr: TrainerState, prompts: list[str], generator: torch.Generator | list[torch.Generator], *, eta: float
 ) -> torch.Tensor:
     """Images (or videos) in [0, 1] sampled without gradients."""
     stack, cfg = tr.stack, tr.cfg.sampling
@@ -130,7 +145,7 @@ def per_sample(rewards: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
     return rewards.view(batch, -1).mean(dim=1)
 
 
-def grad_window(tr: DenoiserTrainer, algo: DraftConfig, step: int) -> tuple[int, int | None]:
+def grad_window(tr: TrainerState, algo: DraftConfig, step: int) -> tuple[int, int | None]:
     """``(grad_from, stop_at)``: DRaFT-K keeps the last K steps; ReFL stops at a random late step, the same on
     every rank and micro-batch of a training step."""
     n = tr.cfg.sampling.num_steps
@@ -142,7 +157,7 @@ def grad_window(tr: DenoiserTrainer, algo: DraftConfig, step: int) -> tuple[int,
 
 
 def draft_micro_loss(
-    tr: DenoiserTrainer, prompts: list[str], step: int, first: int, algo: DraftConfig
+    tr: TrainerState, prompts: list[str], step: int, first: int, algo: DraftConfig
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """One micro-batch of DRaFT/ReFL/AlignProp: sample with gradients through the window, score, regularize.
     ``first`` is the micro-batch's first index among the step's prompts (its samples' noise seeds)."""
@@ -178,7 +193,7 @@ def draft_micro_loss(
     return loss, metrics
 
 
-def kl_term(tr: DenoiserTrainer, traj: Any, emb: torch.Tensor) -> torch.Tensor:
+def kl_term(tr: TrainerState, traj: Any, emb: torch.Tensor) -> torch.Tensor:
     """Mean over the grad steps of :func:`~roll.diffusion.losses.eps_regularizer` against the frozen base."""
     base_eps = tr.stack.eps_fn(
         tr.base if tr.base is not None else tr.denoiser, tr.cfg.sampling.guidance_scale
@@ -194,7 +209,7 @@ def kl_term(tr: DenoiserTrainer, traj: Any, emb: torch.Tensor) -> torch.Tensor:
 class _adapters_off:
     """Context: LoRA adapters disabled (the frozen base), when the trainer has no separate base copy."""
 
-    def __init__(self, tr: DenoiserTrainer) -> None:
+    def __init__(self, tr: TrainerState) -> None:
         self.model = tr.denoiser if tr.base is None else None
 
     def __enter__(self) -> None:
@@ -206,7 +221,7 @@ class _adapters_off:
             self.model.enable_adapters()
 
 
-def pretrain_loss(tr: DenoiserTrainer, prompts: list[str], step: int, first: int) -> torch.Tensor:
+def pretrain_loss(tr: TrainerState, prompts: list[str], step: int, first: int) -> torch.Tensor:
     """The denoising loss on kit shapes rendered for ``prompts`` (kit captions only); each sample's picture,
     noise and timestep seeded by its index among the step's prompts."""
     from roll.diffusion.kit import shapes
@@ -242,7 +257,7 @@ class Rollouts:
 
 
 @torch.no_grad()
-def ddpo_rollouts(tr: DenoiserTrainer, prompts: list[str], step: int) -> Rollouts:
+def ddpo_rollouts(tr: TrainerState, prompts: list[str], step: int) -> Rollouts:
     stack, cfg = tr.stack, tr.cfg.sampling
     generator = sample_generators(tr.cfg.seed, step, tr.rank * len(prompts), len(prompts))
     emb = stack.text_embeddings(prompts, cfg.guidance_scale)
@@ -257,7 +272,7 @@ def ddpo_rollouts(tr: DenoiserTrainer, prompts: list[str], step: int) -> Rollout
 
 
 def ddpo_backward(
-    tr: DenoiserTrainer, ro: Rollouts, adv_B: torch.Tensor, idx: list[int], step: int, algo: DDPOConfig
+    tr: TrainerState, ro: Rollouts, adv_B: torch.Tensor, idx: list[int], step: int, algo: DDPOConfig
 ) -> dict[str, float]:
     """Accumulate the clipped surrogate's gradient over the chosen steps of samples ``idx``."""
     stack, cfg = tr.stack, tr.cfg.sampling
@@ -318,7 +333,7 @@ def load_full_state(model: Any, optimizer: torch.optim.Optimizer, state: dict[st
     )
 
 
-def export(tr: DenoiserTrainer, output_dir: Path) -> str:
+def export(tr: TrainerState, output_dir: Path) -> str:
     """Full fine-tuning: the whole pipeline folder; LoRA: ``pytorch_lora_weights.safetensors``."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 

@@ -18,8 +18,8 @@ import torch
 from roll.core import plugins
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.diffusion import losses as L
-from roll.diffusion.reward_fl import REWARD_GROUP, DDPOConfig, DraftConfig, RewardFLConfig
 from roll.diffusion.reward_fl import steps as T
+from roll.diffusion.reward_fl.config import REWARD_GROUP, DDPOConfig, DraftConfig, RewardFLConfig
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ Putting both in one group would let ``rlvr`` pick ``jpeg_compressibility`` for t
 pick ``math`` for images), errors the group boundary now rules out at load time; ``roll list`` shows both.
 The spec type is the same :class:`roll.core.types.RewardSpec` (name, ``build(config)``, config model).
 
-Built in (:mod:`.specs`): ``shape_alignment`` (the kit's differentiable colour/shape scorer), ``jpeg_compressibility``
+Built in (specs in :mod:`.specs`, their config models in :mod:`.config`): ``shape_alignment`` (the kit's differentiable colour/shape scorer), ``jpeg_compressibility``
 (DDPO's rule reward, not differentiable), ``clip`` (CLIP image-text similarity from a local folder or hub id,
 differentiable). The objects ``build`` returns follow :class:`roll.diffusion.rewards.types.ImageReward`.
 """

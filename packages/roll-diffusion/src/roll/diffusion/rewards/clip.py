@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from roll.diffusion.rewards.specs import ClipConfig
+from roll.diffusion.rewards.config import ClipConfig
 
 
 class ClipReward:

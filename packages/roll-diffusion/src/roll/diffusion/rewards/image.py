@@ -13,7 +13,7 @@ from roll.core.errors import DataError
 from roll.diffusion.kit import resolve_diffusion_path
 from roll.diffusion.kit.scorer import ShapeScorer, alignment_B, label_tensor
 from roll.diffusion.kit.tiny import SCORER_DIR
-from roll.diffusion.rewards.specs import JpegConfig, ShapeAlignmentConfig
+from roll.diffusion.rewards.config import JpegConfig, ShapeAlignmentConfig
 
 
 class ShapeAlignmentReward:

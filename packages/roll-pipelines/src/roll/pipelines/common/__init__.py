@@ -4,4 +4,6 @@
   is part of a checkpoint (light: no torch).
 - :mod:`.data`: load, tokenize and clean rows, and turn rows into :class:`~roll.core.batch.Batch` objects.
 - :mod:`.export`: the HF ``save_pretrained`` folder at the end of a run (model plus tokenizer).
+- :mod:`.host`: :class:`~.host.PipelineHost`, what a part that starts clusters of its own (a teacher warm-up, an
+  advantage transform) borrows from the pipeline running it.
 """

@@ -53,7 +53,7 @@ from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
 from roll.pipelines.distill.warmup import greedy_accuracy, warm_up_teacher
 from roll.pipelines.distill.worker import DistillTeacherWorker
 from roll.pipelines.policy.views import training_view
-from roll.pipelines.rlvr.pipeline import RLVRPipeline
+from roll.pipelines.rlvr.transform import TransformContext
 from roll.workers.roles.spec import ScorerSpec
 
 logger = logging.getLogger(__name__)
@@ -108,11 +108,11 @@ class OnPolicyDistill:
     def roles(self) -> Mapping[str, RoleConfig]:
         return {f"teacher_{n}": t for n, t in self.config.teachers.items()}
 
-    def prepare(self, pipeline: RLVRPipeline) -> list[Cluster]:
+    def prepare(self, context: TransformContext) -> list[Cluster]:
         """Warm up the teachers that ask for it, then start one frozen cluster per teacher."""
-        models = {name: self._teacher_model(pipeline, name) for name in self.config.teachers}
+        models = {name: self._teacher_model(context, name) for name in self.config.teachers}
         clusters = {
-            name: pipeline.make_cluster(
+            name: context.host.make_cluster(
                 f"teacher_{name}", DistillTeacherWorker, init_args=(ScorerSpec(model=model),)
             )
             for name, model in models.items()
@@ -120,22 +120,22 @@ class OnPolicyDistill:
         self.teachers = TeacherPanel(clusters, {n: t.tags for n, t in self.config.teachers.items()})
         return list(clusters.values())
 
-    def _teacher_model(self, pipeline: RLVRPipeline, name: str) -> Any:
+    def _teacher_model(self, context: TransformContext, name: str) -> Any:
         """The teacher's model after its optional warm-up; its tokenizer is checked against the student's."""
         teacher = self.config.teachers[name]
-        self._check_tokenizer(pipeline, name, teacher.model.tokenizer or teacher.model.path)
+        self._check_tokenizer(context.tokenizer, name, teacher.model.tokenizer or teacher.model.path)
         if teacher.warmup is None:
             return teacher.model
         data = teacher.warmup.data or (self.config.warmup.data if self.config.warmup else None)
         if data is None:
             raise DataError(f"teachers.{name}.warmup needs data: set teachers.{name}.warmup.data (SFT rows)")
-        rows = prepare_data(data, self.config.tokenize, kind="sft", tokenizer=pipeline.tokenizer).train
+        rows = prepare_data(data, self.config.tokenize, kind="sft", tokenizer=context.tokenizer).train
         return warm_up_teacher(
-            pipeline, f"teacher_{name}", teacher, teacher.warmup, rows=rows,
-            pad_id=pipeline.tokenizer.pad_token_id, summary=partial(self._accuracy, pipeline),
+            context.host, f"teacher_{name}", teacher, teacher.warmup, rows=rows,
+            pad_id=context.tokenizer.pad_token_id, summary=partial(self._accuracy, context),
         )  # fmt: skip
 
-    def _accuracy(self, pipeline: RLVRPipeline, cluster: Cluster) -> dict[str, float]:
+    def _accuracy(self, context: TransformContext, cluster: Cluster) -> dict[str, float]:
         """Greedy accuracy of a warmed-up teacher on the held-out prompts (``accuracy``, the prompts and token
         budget of the student's ``eval/accuracy``) and on up to 64 training prompts (``train_accuracy``: what it
         can teach), when a ``builtin:`` task verifies them."""
@@ -145,24 +145,19 @@ class OnPolicyDistill:
         v = self.config.validation
         score = partial(
             greedy_accuracy, cluster, verify=get_task(sources[0].path, **sources[0].builtin_options).verify,
-            tokenizer=pipeline.tokenizer, batch_size=v.num_prompts,
+            tokenizer=context.tokenizer, batch_size=v.num_prompts,
             max_new_tokens=v.max_new_tokens or self.config.rollout.max_new_tokens,
         )  # fmt: skip
-        train = pipeline.feeder.rows[: max(v.num_prompts, 64)]
+        train = context.train_rows[: max(v.num_prompts, 64)]
         out = {
             "train_accuracy": score([r[C.PROMPT_IDS] for r in train], [str(r[C.GROUND_TRUTH]) for r in train])
         }
-        if pipeline.eval_prompts is not None:
-            ids, truths = pipeline.eval_prompts[C.PROMPT_IDS], pipeline.eval_prompts[C.GROUND_TRUTH]
+        if context.eval_prompts is not None:
+            ids, truths = context.eval_prompts[C.PROMPT_IDS], context.eval_prompts[C.GROUND_TRUTH]
             out["accuracy"] = score(list(ids), [str(t) for t in truths])
         return out
 
-    def after_warmup(self, pipeline: RLVRPipeline) -> None:
-        """The student's held-out metrics before any distillation, at step 0."""
-        if self.config.eval_every:
-            pipeline.tracker.log({f"eval/{k}": v for k, v in pipeline.evaluate(0).items()}, 0)
-
-    def _check_tokenizer(self, pipeline: RLVRPipeline, name: str, reference: str) -> None:
+    def _check_tokenizer(self, student: Any, name: str, reference: str) -> None:
         from roll.pipelines.common.data import load_tokenizer
 
         model = self.config.policy_model
@@ -171,7 +166,7 @@ class OnPolicyDistill:
             f"teachers.{name}.model.{'tokenizer' if self.config.teachers[name].model.tokenizer else 'path'}"
         )
         check_same_tokenizer(
-            pipeline.tokenizer, load_tokenizer(reference), student_ref=model.tokenizer or model.path,
+            student, load_tokenizer(reference), student_ref=model.tokenizer or model.path,
             teacher_ref=reference, student_key=key, teacher_key=t_key,
         )  # fmt: skip
 
@@ -196,8 +191,3 @@ class OnPolicyDistill:
 
     def metrics(self) -> dict[str, float]:
         return {"distill/reverse_kl": self._reverse_kl}
-
-
-def build_pipeline(config: OnPolicyDistillConfig) -> RLVRPipeline:
-    """``distill_onpolicy``: RLVR's pipeline under its own name with the :class:`OnPolicyDistill` transform."""
-    return RLVRPipeline(config, name="distill_onpolicy", transform=OnPolicyDistill(config))

@@ -1,20 +1,19 @@
 """Config of on-policy distillation: the RLVR config plus teachers (routed by sample tag) and the advantage mix.
 
-Light: pydantic only. See :mod:`roll.pipelines.distill.onpolicy` for the algorithm.
+Light: pydantic only. See :mod:`roll.pipelines.distill.onpolicy` for the algorithm and
+:mod:`roll.pipelines.distill.onpolicy_spec` for the plugin spec.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Self
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
 from roll.core.config.base import RollModel
 from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
-from roll.core.types import Pipeline, PipelineSpec
 from roll.pipelines.common.config import TrainRoleConfig
-from roll.pipelines.common.exporter import POLICY_EXPORT
 from roll.pipelines.distill import TeacherWarmupConfig
 from roll.pipelines.rlvr.config import RLVRConfig
 
@@ -89,25 +88,3 @@ class OnPolicyDistillConfig(RLVRConfig):
         if issues:
             raise issues_error(issues)
         return self
-
-
-def _preflight(config: Any) -> list[ConfigIssue]:
-    from roll.pipelines.preflight import rlvr_preflight
-
-    return rlvr_preflight(config)
-
-
-def _build(config: Any) -> Pipeline:
-    from roll.pipelines.distill.onpolicy import build_pipeline
-
-    return build_pipeline(config)
-
-
-SPEC = PipelineSpec(
-    name="distill_onpolicy",
-    config_model=OnPolicyDistillConfig,
-    build=_build,
-    preflight=_preflight,
-    description="on-policy distillation: RLVR rollouts, advantage from -(logp_student - logp_teacher) per token",
-    export=POLICY_EXPORT,
-)

@@ -29,6 +29,7 @@ from roll.pipelines.common import data as D
 from roll.pipelines.common.config import answer_source, strategy_for
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
+from roll.pipelines.common.host import PipelineHost
 from roll.pipelines.common.loop import TRAIN_METRIC_REDUCTION, optimizer_chunks, sum_metrics
 from roll.pipelines.common.samples import answer_samples
 from roll.pipelines.distill import DistillConfig, TeacherWarmupConfig
@@ -180,7 +181,7 @@ class DistillPipeline(BasePipeline):
                 image_processor=self.image_processor,
             ).train
         return warm_up_teacher(
-            self, "teacher", cfg.teacher, warm, rows=rows, pad_id=self.tokenizer.pad_token_id,
+            PipelineHost.of(self), "teacher", cfg.teacher, warm, rows=rows, pad_id=self.tokenizer.pad_token_id,
             summary=self.warmup_summary,
         )  # fmt: skip
 

@@ -24,7 +24,6 @@ import torch
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
-from roll.core.pipeline import BasePipeline
 from roll.core.tracking import reduce_metrics
 from roll.data._cache import build_once, cache_root, recipe_hash
 from roll.data.collate import collate_prompts
@@ -33,6 +32,7 @@ from roll.pipelines.common import data as D
 from roll.pipelines.common.config import TrainRoleConfig
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
+from roll.pipelines.common.host import PipelineHost
 from roll.pipelines.common.loop import TRAIN_METRIC_REDUCTION
 from roll.pipelines.distill import TeacherWarmupConfig
 from roll.pipelines.sft.losses import SFTLoss
@@ -61,7 +61,7 @@ def warmup_strategy(teacher: TrainRoleConfig, warm: TeacherWarmupConfig) -> Any:
 
 
 def warm_up_teacher(
-    pipeline: BasePipeline,
+    host: PipelineHost,
     role: str,
     teacher: TrainRoleConfig,
     warm: TeacherWarmupConfig,
@@ -74,7 +74,7 @@ def warm_up_teacher(
     to the cache folder of its recipe); the model to use next."""
 
     def run(export: Callable[[Cluster], object]) -> None:
-        trainer = pipeline.make_cluster(
+        trainer = host.make_cluster(
             role,
             SFTWorker,
             init_args=(
@@ -84,21 +84,21 @@ def warm_up_teacher(
             ),
         )
         trainer.setup()
-        metrics = _train(trainer, warm, rows, pad_id, seed=pipeline.config.seed + 1, role=role)
+        metrics = _train(trainer, warm, rows, pad_id, seed=host.seed + 1, role=role)
         metrics.update(summary(trainer) if summary is not None else {})
-        pipeline.tracker.log({f"{role}_warmup/{k}": v for k, v in metrics.items()}, 0)
+        host.log({f"{role}_warmup/{k}": v for k, v in metrics.items()}, 0)
         export(trainer)
         trainer.shutdown()  # its bundles go to the frozen teacher next
-        pipeline.clusters.remove(trainer)
+        host.release_cluster(trainer)
 
     if warm.cache:
-        target = cache_folder(role, teacher, warm, rows, seed=pipeline.config.seed)
+        target = cache_folder(role, teacher, warm, rows, seed=host.seed)
         was_there = target.is_dir()
         build_once(target, lambda tmp: run(lambda trainer: export_hf(trainer, tmp)))
         logger.info("%s warm-up: %s %s", role, "reusing" if was_there else "cached", target)
         target = target / "hf"
     else:
-        target = pipeline.output_dir / f"{role}_warmup"
+        target = host.output_dir / f"{role}_warmup"
         if (target / DONE_MARKER).exists():
             logger.info("%s warm-up: reusing %s", role, target)
         else:

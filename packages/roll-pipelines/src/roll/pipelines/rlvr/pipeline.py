@@ -38,6 +38,7 @@ from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardSchedu
 from roll.data.vision import has_vision
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
 from roll.pipelines.common.data import load_image_processor_for, load_tokenizer, prepare_data
+from roll.pipelines.common.host import PipelineHost
 from roll.pipelines.common.sampled_eval import sampled_metrics, vote_key
 from roll.pipelines.curriculum import CurriculumFeeder, curriculum_feeder
 from roll.pipelines.policy.group import PolicyGroup, policy_spec
@@ -48,7 +49,7 @@ from roll.pipelines.rlvr import tensor_work
 from roll.pipelines.rlvr.config import RLVRConfig, reward_routes
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, IMAGE_COLUMNS, PromptFeeder, prompt_batch
 from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker, timed_out_rows
-from roll.pipelines.rlvr.transform import AdvantageTransform
+from roll.pipelines.rlvr.transform import AdvantageTransform, TransformContext
 from roll.workers.config import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ class RLVRPipeline(BasePipeline):
             cfg, warmup_steps=cfg.warmup.steps if cfg.warmup else 0, norm_len=cfg.rollout.max_new_tokens
         )
         self.policy = PolicyGroup(spec, self.make_cluster)
-        extra = self.transform.prepare(self) if self.transform is not None else []
+        extra = self.transform.prepare(self._transform_context()) if self.transform is not None else []
         self.reward_clusters = {
             name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
             for name, d in cfg.rewards.items()
@@ -122,6 +123,16 @@ class RLVRPipeline(BasePipeline):
         self.ahead: StepAhead[Any] = StepAhead(make, enabled=cfg.rollout.async_mode == "step_ahead")
         self._buffers: dict[str, Any] | None = (
             None  # partial: the rollout buffers of the checkpoint being saved
+        )
+
+    def _transform_context(self) -> TransformContext:
+        """What :meth:`AdvantageTransform.prepare <roll.pipelines.rlvr.transform.AdvantageTransform.prepare>`
+        may use of this run; built in ``setup``, after the data."""
+        return TransformContext(
+            host=PipelineHost.of(self),
+            tokenizer=self.tokenizer,
+            train_rows=self.feeder.rows,
+            eval_prompts=self.eval_prompts,
         )
 
     def _curriculum(self) -> CurriculumFeeder | None:
@@ -330,8 +341,6 @@ class RLVRPipeline(BasePipeline):
         )  # fmt: skip
         metrics = self.policy.warmup_sft(batches, MaskedNLLLoss("labels"), lr=wu.lr, log=self.tracker.log)
         logger.info("warm-up: last nll %.3f", metrics.get("actor/nll", float("nan")))
-        if self.transform is not None:
-            self.transform.after_warmup(self)
         if self.config.eval_every:
             # step 0: the held-out score RL starts from, so a run shows what RL added beyond the warm-up
             self.tracker.log({f"eval/{k}": v for k, v in self.evaluate(0).items()}, 0)
