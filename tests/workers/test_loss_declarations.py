@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from roll.core import columns as C
@@ -63,3 +64,27 @@ def test_zero_weight_keeps_the_inner_entropy_and_declares_nothing_else() -> None
     out = ForwardOutput(logp_BT=torch.full((2, 3), -1.0, requires_grad=True))
     loss_sum, metrics = zero(out, mb)
     assert float(loss_sum.detach()) == 0.0 and metrics == {} and zero.count_units(mb) == 0.0
+
+
+def test_a_loss_without_declarations_or_a_batch_with_old_keys_fails_naming_the_fix() -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from roll.core.errors import DataError, WorkerError
+    from roll.workers.config import FSDP2Config
+    from roll.workers.fsdp2 import FSDP2TrainStrategy
+
+    cfg = Qwen2Config(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, intermediate_size=32)  # fmt: skip
+    strategy = FSDP2TrainStrategy(Qwen2ForCausalLM(cfg), FSDP2Config.model_validate({"device": "cpu"}))
+    ids_BT = torch.tensor([[5, 6, 7]])
+    batch = {
+        C.INPUT_IDS: ids_BT,
+        C.ATTENTION_MASK: torch.ones_like(ids_BT),
+        C.RESPONSE_MASK: torch.ones_like(ids_BT),
+    }
+    with pytest.raises(WorkerError, match=r"_Undeclared is not a LossFn: it lacks \['paired_rows', 'score_mask', "
+                       r"'inert_rows'\]; derive it from roll.workers.types.LossDefaults"):  # fmt: skip
+        strategy.train_step(batch, _Undeclared())  # type: ignore[arg-type]
+    old = {"input_ids": ids_BT, "attention_mask": torch.ones_like(ids_BT)}
+    with pytest.raises(DataError, match=r"has no 'attention_mask_BT'.*roll\.core\.columns names"):
+        strategy.train_step(old, _NLL())

@@ -47,7 +47,14 @@ from roll.workers.metrics import UnitWeightedMeans
 from roll.workers.offload import StateOffloader, train_state_tensors
 from roll.workers.pair_prefix import pair_prefix_scores
 from roll.workers.shared_prefix import shared_prefix_scores
-from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
+from roll.workers.types import (
+    ForwardOutput,
+    LossFn,
+    MicroBatch,
+    TokenScores,
+    TrainStepResult,
+    check_declared,
+)
 from roll.workers.vision import Vision, vision_of
 
 
@@ -140,6 +147,7 @@ class FSDP2TrainStrategy:
 
     def train_step(self, batch: MicroBatch, loss_fn: LossFn, *, temperature: float = 1.0) -> TrainStepResult:
         """Split ``batch`` into micro-batches (per config), accumulate gradients, take one optimizer step."""
+        check_declared(loss_fn)
         micro_batches = self.split(batch)
         loss, units, metrics = self.forward_backward(micro_batches, loss_fn, temperature=temperature)
         lr = self.optimizer.param_groups[0]["lr"]

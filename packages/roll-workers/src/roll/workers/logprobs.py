@@ -340,6 +340,11 @@ def split_micro_batches(
     single row above the cap gets its own micro-batch); neither gives one micro-batch. Tensors whose first
     dimension is not the batch size are copied to every micro-batch as is.
     """
+    if mask_key not in batch:
+        raise DataError(
+            f"the micro-batch has no {mask_key!r} (its keys: {sorted(batch)}); key its tensors by their "
+            "roll.core.columns names (C.INPUT_IDS, C.ATTENTION_MASK ...), as Batch columns are"
+        )
     mask_BT = batch[mask_key]
     B = mask_BT.shape[0]
     if micro_batch_size is not None:

@@ -38,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+from roll.core.errors import WorkerError
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -169,6 +171,18 @@ class LossDefaults:
 
     def inert_rows(self, micro_batch: MicroBatch) -> torch.Tensor | None:
         return None
+
+
+def check_declared(loss_fn: object) -> None:
+    """Raise naming the :class:`LossFn` members ``loss_fn`` lacks (a loss written before the declarations)."""
+    if isinstance(loss_fn, LossFn):
+        return
+    members = ("needs_entropy", "paired_rows", "score_mask", "inert_rows", "count_units", "__call__")
+    missing = [m for m in members if not hasattr(loss_fn, m)]
+    raise WorkerError(
+        f"{type(loss_fn).__name__} is not a LossFn: it lacks {missing}; derive it from "
+        "roll.workers.types.LossDefaults, which declares the optional members at their 'not asked' values"
+    )
 
 
 @runtime_checkable
