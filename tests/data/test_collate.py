@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from roll.core import columns as C
 from roll.core.errors import DataError
 from roll.data.collate import (
     TokenBudgetSampler,
@@ -36,18 +37,18 @@ def t(rows: list[list[int]]) -> torch.Tensor:
 
 def test_sft_right_padding() -> None:
     batch = collate_sft(ROWS, pad_id=PAD)
-    assert_close(batch["input_ids"], t([[11, 12, 13, 0, 0], [21, 22, 23, 24, 25], [31, 32, 0, 0, 0]]))
-    assert_close(batch["attention_mask"], t([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]))
-    assert_close(batch["labels"], t([[X, 12, 13, X, X], [X, X, 23, 24, 25], [31, 32, X, X, X]]))
-    assert collate_sft(ROWS, pad_id=PAD, pad_to_multiple_of=4)["input_ids"].shape == (3, 8)
+    assert_close(batch[C.INPUT_IDS], t([[11, 12, 13, 0, 0], [21, 22, 23, 24, 25], [31, 32, 0, 0, 0]]))
+    assert_close(batch[C.ATTENTION_MASK], t([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]))
+    assert_close(batch[C.LABELS], t([[X, 12, 13, X, X], [X, X, 23, 24, 25], [31, 32, X, X, X]]))
+    assert collate_sft(ROWS, pad_id=PAD, pad_to_multiple_of=4)[C.INPUT_IDS].shape == (3, 8)
 
 
 def test_packing_boundaries_are_exact() -> None:
     batch = collate_packed(ROWS, budget=10)
-    assert_close(batch["input_ids"], t([[11, 12, 13, 21, 22, 23, 24, 25, 31, 32]]))
-    assert_close(batch["position_ids"], t([[0, 1, 2, 0, 1, 2, 3, 4, 0, 1]]))
+    assert_close(batch[C.INPUT_IDS], t([[11, 12, 13, 21, 22, 23, 24, 25, 31, 32]]))
+    assert_close(batch[C.POSITION_IDS], t([[0, 1, 2, 0, 1, 2, 3, 4, 0, 1]]))
     # The first label of each sequence is masked: 31 would otherwise be learned from 25's position.
-    assert_close(batch["labels"], t([[X, 12, 13, X, X, 23, 24, 25, X, 32]]))
+    assert_close(batch[C.LABELS], t([[X, 12, 13, X, X, 23, 24, 25, X, 32]]))
     assert_close(batch["cu_seqlens"], torch.tensor([0, 3, 8, 10], dtype=torch.int32))
     assert int(batch["max_seqlen"]) == 5
     with pytest.raises(DataError, match="10 tokens > budget 9"):
@@ -60,22 +61,22 @@ def test_preference_stacks_chosen_then_rejected() -> None:
         {"prompt_ids": [6], "chosen_ids": [7, 8, 9], "rejected_ids": [10]},
     ]
     batch = collate_preference(rows, pad_id=PAD)
-    assert_close(batch["input_ids"], t([[1, 2, 3, 0], [6, 7, 8, 9], [1, 2, 4, 5], [6, 10, 0, 0]]))
-    assert_close(batch["attention_mask"], t([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]]))
-    assert_close(batch["labels"], t([[X, X, 3, X], [X, 7, 8, 9], [X, X, 4, 5], [X, 10, X, X]]))
-    assert_close(batch["prompt_lengths"], torch.tensor([2, 1, 2, 1]))
+    assert_close(batch[C.INPUT_IDS], t([[1, 2, 3, 0], [6, 7, 8, 9], [1, 2, 4, 5], [6, 10, 0, 0]]))
+    assert_close(batch[C.ATTENTION_MASK], t([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]]))
+    assert_close(batch[C.LABELS], t([[X, X, 3, X], [X, 7, 8, 9], [X, X, 4, 5], [X, 10, X, X]]))
+    assert_close(batch[C.PROMPT_LENGTH], torch.tensor([2, 1, 2, 1]))
     reward = collate_reward_pairs(rows, pad_id=PAD)
-    assert_close(reward["input_ids"], batch["input_ids"])
-    assert_close(reward["last_index"], torch.tensor([2, 3, 3, 1]))
+    assert_close(reward[C.INPUT_IDS], batch[C.INPUT_IDS])
+    assert_close(reward[C.LAST_INDEX], torch.tensor([2, 3, 3, 1]))
 
 
 def test_prompts_left_padded_with_positions_from_first_real_token() -> None:
     batch = collate_prompts(
         [{"prompt_ids": [5, 6, 7]}, {"prompt_ids": [8]}, {"prompt_ids": [1, 2]}], pad_id=PAD
     )
-    assert_close(batch["input_ids"], t([[5, 6, 7], [0, 0, 8], [0, 1, 2]]))
-    assert_close(batch["attention_mask"], t([[1, 1, 1], [0, 0, 1], [0, 1, 1]]))
-    assert_close(batch["position_ids"], t([[0, 1, 2], [0, 0, 0], [0, 0, 1]]))
+    assert_close(batch[C.INPUT_IDS], t([[5, 6, 7], [0, 0, 8], [0, 1, 2]]))
+    assert_close(batch[C.ATTENTION_MASK], t([[1, 1, 1], [0, 0, 1], [0, 1, 1]]))
+    assert_close(batch[C.POSITION_IDS], t([[0, 1, 2], [0, 0, 0], [0, 0, 1]]))
 
 
 @pytest.mark.parametrize("packed", [False, True])

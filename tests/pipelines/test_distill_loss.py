@@ -34,9 +34,7 @@ def fixed_batch() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     logits = torch.randn(B, T, V, generator=g)
     mb = {
         C.INPUT_IDS: ids,
-        "input_ids": ids,
         C.ATTENTION_MASK: mask,
-        "attention_mask": mask,
         LABELS: labels,
         C.TOPK_VALUES: top.values,
         C.TOPK_INDICES: top.indices,

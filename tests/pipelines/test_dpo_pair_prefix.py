@@ -55,12 +55,12 @@ def test_dpo_steps_equal_the_plain_steps_with_less_work() -> None:
     for i in range(2):
         batch = pair_batch(rows[i * 8 : (i + 1) * 8], pad_id=tokenizer.pad_token_id)
         tensors = {
-            "input_ids": batch[C.INPUT_IDS],
-            "attention_mask": batch[C.ATTENTION_MASK],
+            C.INPUT_IDS: batch[C.INPUT_IDS],
+            C.ATTENTION_MASK: batch[C.ATTENTION_MASK],
             C.LABELS: batch[C.LABELS],
         }
         with torch.no_grad():
-            logp_BT = _plain_logp(reference, tensors["input_ids"], tensors["attention_mask"])
+            logp_BT = _plain_logp(reference, tensors[C.INPUT_IDS], tensors[C.ATTENTION_MASK])
         tensors[C.REF_SEQ_LOGP] = response_logp(logp_BT, batch[C.LABELS])
         batches.append(tensors)
     plain, plain_params, plain_positions = _steps(False, batches, vocab)

@@ -151,7 +151,7 @@ def student_tp_run(tp: int) -> dict[str, Any]:
     mask = torch.ones_like(ids)
     mask[0, :5] = 0
     batch = {
-        "input_ids": ids * mask, "attention_mask": mask, C.ATTENTION_MASK: mask, C.LABELS: ids * mask,
+        C.INPUT_IDS: ids * mask, C.ATTENTION_MASK: mask, C.LABELS: ids * mask,
         C.TOPK_VALUES: torch.randn(4, 16, 8, generator=g), C.TOPK_INDICES: torch.randint(0, 512, (4, 16, 8), generator=g),
     }  # fmt: skip
     loss = DistillLoss().bind(batch)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from roll.core import columns as C
 from roll.core.config.loader import load_config
 from roll.pipelines.reward_model import RewardModelConfig
 
@@ -110,7 +111,7 @@ def test_loss_equals_bradley_terry_by_hand() -> None:
     from roll.workers.types import ForwardOutput
 
     loss_fn = BradleyTerryLoss()
-    batch = {"input_ids": torch.zeros(4, 3, dtype=torch.long)}
+    batch = {C.INPUT_IDS: torch.zeros(4, 3, dtype=torch.long)}
     out = ForwardOutput(logp_BT=torch.zeros(4, 0), scores_B=torch.tensor([2.0, 1.0, 0.0, 3.0]))
     mean = float(loss_fn(out, batch)[0]) / loss_fn.count_units(batch)
     assert mean == pytest.approx((math.log1p(math.exp(-1)) + math.log1p(math.exp(3))) / 2)

@@ -37,8 +37,8 @@ def _batches(count: int, rows: int) -> list[dict[str, Any]]:
         batch = sft_batch(prepared.train[i * rows : (i + 1) * rows], pad_id=tokenizer.pad_token_id)
         out.append(
             {
-                "input_ids": batch[C.INPUT_IDS],
-                "attention_mask": batch[C.ATTENTION_MASK],
+                C.INPUT_IDS: batch[C.INPUT_IDS],
+                C.ATTENTION_MASK: batch[C.ATTENTION_MASK],
                 C.LABELS: batch[C.LABELS],
             }
         )
@@ -82,7 +82,7 @@ def test_compiled_sft_steps_equal_the_eager_steps() -> None:
     graphs = counters["stats"]["unique_graphs"] - graphs_before
     assert 1 <= graphs <= 2
     # a forward with a KV cache (greedy evaluation, the shared-prefix path) runs eager: no graph per layer
-    ids, mask = batches[0]["input_ids"][:2], batches[0]["attention_mask"][:2]
+    ids, mask = batches[0][C.INPUT_IDS][:2], batches[0][C.ATTENTION_MASK][:2]
     with torch.no_grad():
         cached = [s.model(input_ids=ids, attention_mask=mask, use_cache=True) for s in (eager, compiled)]
     assert cached[1].past_key_values is not None

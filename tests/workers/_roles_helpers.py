@@ -19,7 +19,7 @@ from roll.core.cluster import Cluster, Worker
 from roll.core.config.sections import RoleConfig
 from roll.workers.config import FSDP2Config, HFInferConfig, OptimizerConfig
 from roll.workers.roles import ModelConfig
-from roll.workers.types import ForwardOutput, MicroBatch
+from roll.workers.types import ForwardOutput, LossDefaults, MicroBatch
 
 # Ray workers cannot import the tests folder: ship this module's classes by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
@@ -39,10 +39,8 @@ def hf_infer() -> HFInferConfig:
     return HFInferConfig(device="cpu")
 
 
-class TokenSumNLL:
+class TokenSumNLL(LossDefaults):
     """SFT loss: summed NLL over ``response_mask_BT`` tokens; the units are those tokens."""
-
-    needs_entropy = False
 
     def __call__(
         self, output: ForwardOutput, micro_batch: MicroBatch

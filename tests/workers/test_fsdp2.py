@@ -12,11 +12,12 @@ import torch.distributed as dist
 from torch.multiprocessing.spawn import start_processes
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from roll.core import columns as C
 from roll.core.errors import CheckpointError
 from roll.workers.config import FSDP2Config, LoraConfig, OptimizerConfig, SchedulerConfig
 from roll.workers.fsdp2 import FSDP2TrainStrategy, lr_multiplier
 from roll.workers.specs import FSDP2
-from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TrainStrategy
+from roll.workers.types import ForwardOutput, LossDefaults, LossFn, MicroBatch, TrainStrategy
 
 
 def tiny_model(seed: int = 0) -> Qwen2ForCausalLM:
@@ -33,25 +34,23 @@ def tiny_model(seed: int = 0) -> Qwen2ForCausalLM:
     return Qwen2ForCausalLM(cfg)
 
 
-class TokenMeanNLL:
-    """SFT loss: summed negative log-likelihood over ``loss_mask`` tokens; units are those tokens."""
-
-    needs_entropy = False
+class TokenMeanNLL(LossDefaults):
+    """SFT loss: summed negative log-likelihood over ``response_mask_BT`` tokens; units are those tokens."""
 
     def __call__(
         self, output: ForwardOutput, micro_batch: MicroBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        return -(output.logp_BT * micro_batch["loss_mask"]).sum(), {}
+        return -(output.logp_BT * micro_batch[C.RESPONSE_MASK]).sum(), {}
 
     def count_units(self, micro_batch: MicroBatch) -> float:
-        return float(micro_batch["loss_mask"].sum())
+        return float(micro_batch[C.RESPONSE_MASK].sum())
 
 
 class ScoredNLL(TokenMeanNLL):
-    """The same loss, telling the strategy it reads only the ``loss_mask`` positions (``score_mask``)."""
+    """The same loss, telling the strategy it reads only the ``response_mask_BT`` positions (``score_mask``)."""
 
     def score_mask(self, micro_batch: MicroBatch) -> torch.Tensor:
-        return micro_batch["loss_mask"].bool()
+        return micro_batch[C.RESPONSE_MASK].bool()
 
 
 def make_batch(rows: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -62,7 +61,7 @@ def make_batch(rows: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
     mask = (torch.arange(12)[None, :] < lengths[:, None]).long()
     loss_mask = mask.clone()
     loss_mask[:, 0] = 0
-    return {"input_ids": ids * mask, "attention_mask": mask, "loss_mask": loss_mask}
+    return {C.INPUT_IDS: ids * mask, C.ATTENTION_MASK: mask, C.RESPONSE_MASK: loss_mask}
 
 
 OPTIM = OptimizerConfig(lr=1e-2, eps=1e-3)
@@ -126,7 +125,7 @@ def test_packed_equals_padded() -> None:
 @pytest.mark.parametrize("packed", [False, True])
 def test_score_mask_projects_only_loss_positions_and_changes_nothing(packed: bool) -> None:
     batch = make_batch()
-    batch["loss_mask"][:, :4] = 0  # a 4-token "prompt": no logits needed there
+    batch[C.RESPONSE_MASK][:, :4] = 0  # a 4-token "prompt": no logits needed there
     full = FSDP2TrainStrategy(tiny_model(), config(micro_batch_size=3, packed=packed))
     scored = FSDP2TrainStrategy(tiny_model(), config(micro_batch_size=3, packed=packed))
     rows: list[int] = []
@@ -136,7 +135,7 @@ def test_score_mask_projects_only_loss_positions_and_changes_nothing(packed: boo
         r_full, r_scored = full.train_step(batch, TokenMeanNLL()), scored.train_step(batch, ScoredNLL())
         assert r_scored.loss == pytest.approx(r_full.loss, abs=1e-6)
         assert r_scored.grad_norm == pytest.approx(r_full.grad_norm, rel=1e-5)
-    assert sum(rows) == 2 * int(batch["loss_mask"].sum())  # the projection ran on the loss positions only
+    assert sum(rows) == 2 * int(batch[C.RESPONSE_MASK].sum())  # the projection ran on the loss positions only
     assert_params_close(params_of(full), params_of(scored), atol=1e-6)
 
 
@@ -289,7 +288,7 @@ def test_bf16_on_one_cpu_rank_runs_bf16_matmuls_on_fp32_weights() -> None:
     bf16 = FSDP2TrainStrategy(tiny_model(), config(mixed_precision="bf16"))
     head_dtypes: list[torch.dtype] = []
     bf16.model.get_output_embeddings().register_forward_hook(lambda m, a, out: head_dtypes.append(out.dtype))
-    scores = bf16.compute_logprobs(batch["input_ids"], batch["attention_mask"])
+    scores = bf16.compute_logprobs(batch[C.INPUT_IDS], batch[C.ATTENTION_MASK])
     assert head_dtypes == [torch.bfloat16] and scores.logp_BT.dtype == torch.float32
     r32, r16 = fp32.train_step(batch, TokenMeanNLL()), bf16.train_step(batch, TokenMeanNLL())
     assert r16.loss != r32.loss and r16.loss == pytest.approx(r32.loss, rel=1e-2)
@@ -301,9 +300,9 @@ def test_bf16_on_one_cpu_rank_runs_bf16_matmuls_on_fp32_weights() -> None:
 def test_compute_logprobs_matches_training_forward() -> None:
     batch = make_batch()
     strategy = FSDP2TrainStrategy(tiny_model(), config(micro_batch_size=3))
-    scores = strategy.compute_logprobs(batch["input_ids"], batch["attention_mask"], with_entropy=True)
+    scores = strategy.compute_logprobs(batch[C.INPUT_IDS], batch[C.ATTENTION_MASK], with_entropy=True)
     assert scores.logp_BT.shape == (8, 12) and scores.entropy_BT is not None
-    nll = -(scores.logp_BT * batch["loss_mask"]).sum() / batch["loss_mask"].sum()
+    nll = -(scores.logp_BT * batch[C.RESPONSE_MASK]).sum() / batch[C.RESPONSE_MASK].sum()
     result = strategy.train_step(batch, TokenMeanNLL())
     assert result.loss == pytest.approx(float(nll), abs=1e-5)
 

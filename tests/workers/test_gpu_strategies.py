@@ -27,12 +27,13 @@ from typing import Any
 import pytest
 import torch
 
+from roll.core import columns as C
 from roll.core.errors import PluginError
 from roll.workers.config import OptimizerConfig, SamplingParams
 from roll.workers.megatron_config import MegatronConfig
 from roll.workers.megatron_heads import align_left, restore_layout
 from roll.workers.megatron_train import _pad_micro_batch
-from roll.workers.types import ForwardOutput, GeneratedSample
+from roll.workers.types import ForwardOutput, GeneratedSample, LossDefaults
 from roll.workers.vllm_config import VLLMConfig
 from roll.workers.vllm_infer import sampled_logprobs
 
@@ -95,9 +96,9 @@ def test_align_left_and_restore_round_trip() -> None:
 
 
 def test_pad_micro_batch_pads_rows_and_token_columns() -> None:
-    mb = {"input_ids": torch.ones(2, 3, dtype=torch.long), "adv": torch.ones(2), "mask": torch.ones(2, 3)}
+    mb = {C.INPUT_IDS: torch.ones(2, 3, dtype=torch.long), "adv": torch.ones(2), "mask": torch.ones(2, 3)}
     out = _pad_micro_batch(mb, rows=3, cols=5)
-    assert out["input_ids"].shape == (3, 5) and out["mask"].shape == (3, 5) and out["adv"].shape == (3,)
+    assert out[C.INPUT_IDS].shape == (3, 5) and out["mask"].shape == (3, 5) and out["adv"].shape == (3,)
     assert out["mask"].sum() == 6 and out["adv"].sum() == 2
 
 
@@ -294,18 +295,16 @@ def test_vllm_lora_adapter_serves_the_merged_model(model_dirs: tuple[Path, Path]
 # ---- Megatron on GPU ---------------------------------------------------------------------------------------------
 
 
-class _TokenNLL:
-    """Sum of ``-logp`` over ``loss_mask``; units are masked tokens."""
-
-    needs_entropy = False
+class _TokenNLL(LossDefaults):
+    """Sum of ``-logp`` over ``response_mask_BT``; units are masked tokens."""
 
     def __call__(
         self, output: ForwardOutput, micro_batch: Mapping[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        return -(output.logp_BT * micro_batch["loss_mask"].to(output.logp_BT.device)).sum(), {}
+        return -(output.logp_BT * micro_batch[C.RESPONSE_MASK].to(output.logp_BT.device)).sum(), {}
 
     def count_units(self, micro_batch: Mapping[str, torch.Tensor]) -> float:
-        return float(micro_batch["loss_mask"].sum())
+        return float(micro_batch[C.RESPONSE_MASK].sum())
 
 
 def _batch() -> dict[str, torch.Tensor]:
@@ -318,7 +317,7 @@ def _batch() -> dict[str, torch.Tensor]:
     ids = ids * mask
     loss_mask = mask.clone()
     loss_mask[torch.arange(3), mask.argmax(1)] = 0  # a row's first token has no prediction
-    return {"input_ids": ids, "attention_mask": mask, "loss_mask": loss_mask}
+    return {C.INPUT_IDS: ids, C.ATTENTION_MASK: mask, C.RESPONSE_MASK: loss_mask}
 
 
 @pytest.mark.gpu
@@ -336,13 +335,13 @@ def test_megatron_step_lowers_loss_and_exports_to_hf(tmp_path: Path) -> None:
     batch, loss_fn = _batch(), _TokenNLL()
 
     def loss_now() -> float:
-        scores = strategy.compute_logprobs(batch["input_ids"], batch["attention_mask"])
-        return float(-(scores.logp_BT.cpu() * batch["loss_mask"]).sum() / batch["loss_mask"].sum())
+        scores = strategy.compute_logprobs(batch[C.INPUT_IDS], batch[C.ATTENTION_MASK])
+        return float(-(scores.logp_BT.cpu() * batch[C.RESPONSE_MASK]).sum() / batch[C.RESPONSE_MASK].sum())
 
     before = loss_now()
     result = strategy.train_step(batch, loss_fn)
     assert result.loss == pytest.approx(before, rel=1e-4)  # the step's loss is the pre-step loss
-    assert result.num_units == float(batch["loss_mask"].sum()) and result.grad_norm > 0
+    assert result.num_units == float(batch[C.RESPONSE_MASK].sum()) and result.grad_norm > 0
     after = loss_now()
     assert after < before
 
@@ -350,6 +349,6 @@ def test_megatron_step_lowers_loss_and_exports_to_hf(tmp_path: Path) -> None:
     hf: Any = AutoModelForCausalLM.from_pretrained(str(tmp_path / "export"), dtype=torch.float32)
     hf = hf.cuda().eval()
     with torch.no_grad():
-        hf_logp, _ = forward_scores(hf, batch["input_ids"].cuda(), batch["attention_mask"].cuda())
-    ours = strategy.compute_logprobs(batch["input_ids"], batch["attention_mask"]).logp_BT
+        hf_logp, _ = forward_scores(hf, batch[C.INPUT_IDS].cuda(), batch[C.ATTENTION_MASK].cuda())
+    ours = strategy.compute_logprobs(batch[C.INPUT_IDS], batch[C.ATTENTION_MASK]).logp_BT
     torch.testing.assert_close(ours.cpu(), hf_logp.float().cpu(), atol=2e-3, rtol=1e-3)

@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from roll.core import columns as C
 from roll.core.errors import DataError
 from roll.workers import logprobs as lp
 
@@ -105,20 +106,20 @@ def test_score_mask_scores_only_the_asked_positions(packed: bool) -> None:
 
 def test_split_micro_batches_by_rows_and_tokens() -> None:
     mask_BT = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 1]])
-    batch = {"input_ids": torch.arange(20).view(5, 4), "attention_mask": mask_BT, "scale": torch.tensor(2.0)}
+    batch = {C.INPUT_IDS: torch.arange(20).view(5, 4), C.ATTENTION_MASK: mask_BT, "scale": torch.tensor(2.0)}
     by_rows = lp.split_micro_batches(batch, micro_batch_size=2)
-    assert [mb["input_ids"].shape[0] for mb in by_rows] == [2, 2, 1]
+    assert [mb[C.INPUT_IDS].shape[0] for mb in by_rows] == [2, 2, 1]
     assert all(mb["scale"] is batch["scale"] for mb in by_rows)
     # valid tokens 3, 2, 4, 1, 4 with budget 5: [3] [2] -> 5 | [4, 1] -> 5 | [4]
     by_tokens = lp.split_micro_batches(batch, max_tokens=5)
-    assert [mb["attention_mask"].sum().item() for mb in by_tokens] == [5, 5, 4]
-    assert torch.equal(torch.cat([mb["input_ids"] for mb in by_tokens]), batch["input_ids"])
+    assert [mb[C.ATTENTION_MASK].sum().item() for mb in by_tokens] == [5, 5, 4]
+    assert torch.equal(torch.cat([mb[C.INPUT_IDS] for mb in by_tokens]), batch[C.INPUT_IDS])
 
 
 def test_trim_padding_and_positions() -> None:
     mask_BT = torch.tensor([[0, 0, 1, 1, 0], [0, 1, 1, 0, 0]])
-    trimmed = lp.trim_padding({"attention_mask": mask_BT, "input_ids": torch.ones(2, 5)})
-    assert trimmed["attention_mask"].tolist() == [[0, 1, 1], [1, 1, 0]]
+    trimmed = lp.trim_padding({C.ATTENTION_MASK: mask_BT, C.INPUT_IDS: torch.ones(2, 5)})
+    assert trimmed[C.ATTENTION_MASK].tolist() == [[0, 1, 1], [1, 1, 0]]
     assert lp.position_ids_from_mask(mask_BT).tolist() == [[0, 0, 0, 1, 1], [0, 0, 1, 1, 1]]
 
 

@@ -11,11 +11,13 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from roll.core import columns as C
 from roll.core.errors import WorkerError
 from roll.workers.config import HFInferConfig, LoraConfig
 from roll.workers.fsdp2 import apply_lora, merge_lora_state_dict
 from roll.workers.hf_infer import HFInferStrategy
 from roll.workers.lora import LORA_A, LORA_B, wire_name, write_peft_adapter
+from roll.workers.types import LossDefaults
 
 LORA = LoraConfig(r=2, alpha=6, target_modules=["q_proj", "v_proj"])
 IDS = torch.tensor([[3, 9, 27, 81, 17, 51]])
@@ -92,7 +94,7 @@ def test_sync_in_process_hands_over_the_adapter_alone() -> None:
     cfg = FSDP2Config(device="cpu", optimizer=OptimizerConfig(lr=1e-2), lora=LORA)
     train = FSDP2TrainStrategy(tiny_model(), cfg)
     infer = HFInferStrategy(tiny_model(), HFInferConfig(device="cpu"))
-    batch = {"input_ids": IDS, "attention_mask": torch.ones_like(IDS), "loss_mask": torch.ones_like(IDS)}
+    batch = {C.INPUT_IDS: IDS, C.ATTENTION_MASK: torch.ones_like(IDS), C.RESPONSE_MASK: torch.ones_like(IDS)}
     for version in (1, 2):
         train.train_step(batch, LogpSum())
         assert sync_in_process(train, infer, version, bucket_mb=1e-4) == 1  # whole adapter, one bucket
@@ -100,14 +102,12 @@ def test_sync_in_process_hands_over_the_adapter_alone() -> None:
     assert weights_checksum(infer.model.state_dict()) != weights_checksum(tiny_model().state_dict())
 
 
-class LogpSum:
-    needs_entropy = False
-
+class LogpSum(LossDefaults):
     def __call__(self, output: Any, micro_batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
-        return -(output.logp_BT * micro_batch["loss_mask"]).sum(), {}
+        return -(output.logp_BT * micro_batch[C.RESPONSE_MASK]).sum(), {}
 
     def count_units(self, micro_batch: Any) -> float:
-        return float(micro_batch["loss_mask"].sum())
+        return float(micro_batch[C.RESPONSE_MASK].sum())
 
 
 def test_peft_folder_loads_back_to_the_same_logits(tmp_path: Path) -> None:

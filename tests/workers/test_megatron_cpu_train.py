@@ -22,6 +22,9 @@ from typing import Any
 import pytest
 import torch
 
+from roll.core import columns as C
+from roll.workers.types import LossDefaults
+
 pytestmark = pytest.mark.megatron
 
 ROWS, T, VOCAB = 6, 10, 128
@@ -50,23 +53,21 @@ def _batch(seed: int) -> dict[str, torch.Tensor]:
     loss_mask = mask.clone()
     loss_mask[:, 1:] *= mask[:, :-1]  # a row's first token is not predicted
     loss_mask[:, 0] = 0
-    return {"input_ids": ids, "attention_mask": mask, "loss_mask": loss_mask}
+    return {C.INPUT_IDS: ids, C.ATTENTION_MASK: mask, C.RESPONSE_MASK: loss_mask}
 
 
-class TokenNLL:
-    needs_entropy = False
-
+class TokenNLL(LossDefaults):
     def __call__(self, output: Any, micro_batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
-        return -(output.logp_BT * micro_batch["loss_mask"]).sum(), {}
+        return -(output.logp_BT * micro_batch[C.RESPONSE_MASK]).sum(), {}
 
     def count_units(self, micro_batch: Any) -> float:
-        return float(micro_batch["loss_mask"].sum())
+        return float(micro_batch[C.RESPONSE_MASK].sum())
 
 
 def _train(strategy: Any, tmp: Path, rebuild: Any) -> dict[str, Any]:
     """Two steps, a save, a rebuild that loads it, a third step; what each side reports."""
     b0 = _batch(0)
-    logp = strategy.compute_logprobs(b0["input_ids"], b0["attention_mask"]).logp_BT
+    logp = strategy.compute_logprobs(b0[C.INPUT_IDS], b0[C.ATTENTION_MASK]).logp_BT
     results = [strategy.train_step(_batch(s), TokenNLL()) for s in (1, 2)]
     weights = strategy.state_dict(all_ranks=True)
     strategy.save_optimizer(tmp / "optimizer.pt")
@@ -75,7 +76,7 @@ def _train(strategy: Any, tmp: Path, rebuild: Any) -> dict[str, Any]:
     fresh.load_optimizer(tmp / "optimizer.pt")
     results.append(fresh.train_step(_batch(3), TokenNLL()))
     return {
-        "logp": (logp * b0["loss_mask"]).tolist(),
+        "logp": (logp * b0[C.RESPONSE_MASK]).tolist(),
         "loss": [r.loss for r in results],
         "grad_norm": [r.grad_norm for r in results],
         "lr": [r.lr for r in results],

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import torch
 
+from roll.core import columns as C
 from roll.core.errors import CheckpointError
 from roll.workers.fsdp2 import _concat_outputs
 from roll.workers.megatron_config import MegatronConfig
@@ -38,7 +39,7 @@ from roll.workers.megatron_heads import (
 from roll.workers.megatron_train import check_optimizer_shard, checkpoint_files, concat_outputs, trim_output
 from roll.workers.model_update import pack_bucket, plan_update, unpack_bucket
 from roll.workers.roles.heads import SCORE_FORWARD, VALUE_FORWARD
-from roll.workers.types import ForwardOutput
+from roll.workers.types import ForwardOutput, LossDefaults
 
 HAS_MEGATRON = importlib.util.find_spec("megatron") is not None
 
@@ -223,9 +224,9 @@ def critic_tp_run(tp: int, export_dir: str | None = None) -> dict[str, Any]:
     hf_values = _hf_values(
         model, batch
     )  # before the step (export_hf loads the trained weights into ``model``)
-    values = strategy.forward_only(batch["input_ids"], batch["attention_mask"]).values_BT.cpu()
+    values = strategy.forward_only(batch[C.INPUT_IDS], batch[C.ATTENTION_MASK]).values_BT.cpu()
     result = strategy.train_step(batch, _ValueMSE())
-    after = strategy.forward_only(batch["input_ids"], batch["attention_mask"]).values_BT.cpu()
+    after = strategy.forward_only(batch[C.INPUT_IDS], batch[C.ATTENTION_MASK]).values_BT.cpu()
     if export_dir is not None:
         strategy.export_hf(export_dir)
     digest = {k: float(v.double().sum()) for k, v in strategy.state_dict().items()}
@@ -235,18 +236,16 @@ def critic_tp_run(tp: int, export_dir: str | None = None) -> dict[str, Any]:
     }  # fmt: skip
 
 
-class _ValueMSE:
+class _ValueMSE(LossDefaults):
     """Sum over valid tokens of (value - 1)^2; units are those tokens."""
-
-    needs_entropy = False
 
     def __call__(self, output: ForwardOutput, mb: Any) -> tuple[torch.Tensor, dict[str, float]]:
         assert output.values_BT is not None
-        mask = mb["attention_mask"].to(output.values_BT.device)
+        mask = mb[C.ATTENTION_MASK].to(output.values_BT.device)
         return (((output.values_BT - 1.0) ** 2) * mask).sum(), {}
 
     def count_units(self, mb: Any) -> float:
-        return float(mb["attention_mask"].sum())
+        return float(mb[C.ATTENTION_MASK].sum())
 
 
 def _gpu_batch() -> dict[str, torch.Tensor]:
@@ -255,7 +254,7 @@ def _gpu_batch() -> dict[str, torch.Tensor]:
     mask = torch.ones_like(ids)
     mask[0, :5] = 0
     mask[2, 12:] = 0
-    return {"input_ids": ids * mask, "attention_mask": mask}
+    return {C.INPUT_IDS: ids * mask, C.ATTENTION_MASK: mask}
 
 
 def _hf_values(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -263,7 +262,7 @@ def _hf_values(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
     with torch.no_grad():
         return value_forward(
-            model.float().eval(), batch["input_ids"], batch["attention_mask"], False, 1.0
+            model.float().eval(), batch[C.INPUT_IDS], batch[C.ATTENTION_MASK], False, 1.0
         ).values_BT
 
 
@@ -276,7 +275,7 @@ def test_megatron_critic_tp1_gives_the_hf_values_learns_and_exports(tmp_path: Pa
     torch.testing.assert_close(
         torch.tensor(one["values"]), torch.tensor(one["hf_values"]), atol=1e-3, rtol=1e-3
     )
-    mask = _gpu_batch()["attention_mask"]
+    mask = _gpu_batch()[C.ATTENTION_MASK]
     before = float(((torch.tensor(one["values"]) - 1) ** 2 * mask).sum() / mask.sum())
     after = float(((torch.tensor(one["after"]) - 1) ** 2 * mask).sum() / mask.sum())
     assert one["loss"] == pytest.approx(before, rel=1e-4) and after < before

@@ -20,6 +20,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from roll.core import columns as C
 from roll.workers.megatron_convert import GPTLayout, hf_to_megatron, megatron_to_hf
 from roll.workers.model_update import pack_bucket, plan_update, unpack_bucket
 from roll.workers.roles.config import TrainRoleConfig
@@ -101,16 +102,14 @@ def tp_run(tp: int) -> dict[str, Any]:
     from roll.workers.config import OptimizerConfig
     from roll.workers.megatron_config import MegatronConfig
     from roll.workers.megatron_train import MegatronTrainStrategy
-    from roll.workers.types import ForwardOutput
+    from roll.workers.types import ForwardOutput, LossDefaults
 
-    class TokenNLL:
-        needs_entropy = False
-
+    class TokenNLL(LossDefaults):
         def __call__(self, output: ForwardOutput, mb: Any) -> tuple[torch.Tensor, dict[str, float]]:
-            return -(output.logp_BT * mb["loss_mask"].to(output.logp_BT.device)).sum(), {}
+            return -(output.logp_BT * mb[C.RESPONSE_MASK].to(output.logp_BT.device)).sum(), {}
 
         def count_units(self, mb: Any) -> float:
-            return float(mb["loss_mask"].sum())
+            return float(mb[C.RESPONSE_MASK].sum())
 
     config = Qwen2Config(
         vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
@@ -129,7 +128,7 @@ def tp_run(tp: int) -> dict[str, Any]:
     ids = ids * mask
     loss_mask = mask.clone()
     loss_mask[torch.arange(4), mask.argmax(1)] = 0
-    batch = {"input_ids": ids, "attention_mask": mask, "loss_mask": loss_mask}
+    batch = {C.INPUT_IDS: ids, C.ATTENTION_MASK: mask, C.RESPONSE_MASK: loss_mask}
     logp = strategy.compute_logprobs(ids, mask).logp_BT.cpu()
     result = strategy.train_step(batch, TokenNLL())
     after = strategy.state_dict()

@@ -10,20 +10,19 @@ from __future__ import annotations
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from roll.core import columns as C
 from roll.workers.config import FSDP2Config, OptimizerConfig
 from roll.workers.fsdp2 import FSDP2TrainStrategy
 from roll.workers.offload import StateOffloader, measured, train_state_tensors
-from roll.workers.types import ForwardOutput, MicroBatch
+from roll.workers.types import ForwardOutput, LossDefaults, MicroBatch
 
 
-class TokenNLL:
-    needs_entropy = False
-
+class TokenNLL(LossDefaults):
     def __call__(self, output: ForwardOutput, mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        return -(output.logp_BT * mb["attention_mask"]).sum(), {}
+        return -(output.logp_BT * mb[C.ATTENTION_MASK]).sum(), {}
 
     def count_units(self, mb: MicroBatch) -> float:
-        return float(mb["attention_mask"].sum())
+        return float(mb[C.ATTENTION_MASK].sum())
 
 
 def _strategy() -> FSDP2TrainStrategy:
@@ -38,7 +37,7 @@ def _strategy() -> FSDP2TrainStrategy:
 
 def _batch() -> dict[str, torch.Tensor]:
     ids = torch.randint(1, 64, (4, 10), generator=torch.Generator().manual_seed(1))
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    return {C.INPUT_IDS: ids, C.ATTENTION_MASK: torch.ones_like(ids)}
 
 
 def _train(offload: bool) -> tuple[list[float], dict[str, torch.Tensor], list[float]]:

@@ -10,6 +10,7 @@ import pytest
 import torch
 from test_fsdp2 import ScoredNLL, assert_params_close, config, params_of, tiny_model
 
+from roll.core import columns as C
 from roll.workers import pair_prefix
 from roll.workers.fsdp2 import FSDP2TrainStrategy
 from roll.workers.logprobs import forward_scores
@@ -37,7 +38,7 @@ def pair_rows(pairs: int = 4, seed: int = 0) -> dict[str, torch.Tensor]:
     mask, loss_mask = torch.zeros_like(ids), torch.zeros_like(ids)
     for r, (s, n) in enumerate(zip(seqs, n_prompt, strict=True)):
         ids[r, : len(s)], mask[r, : len(s)], loss_mask[r, n : len(s)] = torch.tensor(s), 1, 1
-    return {"input_ids": ids, "attention_mask": mask, "loss_mask": loss_mask}
+    return {C.INPUT_IDS: ids, C.ATTENTION_MASK: mask, C.RESPONSE_MASK: loss_mask}
 
 
 def test_layout_golden() -> None:
@@ -59,7 +60,7 @@ def test_layout_golden() -> None:
 def test_scores_entropy_and_gradients_equal_the_plain_forward() -> None:
     model = tiny_model()
     batch = pair_rows()
-    ids, mask, scored = batch["input_ids"], batch["attention_mask"], batch["loss_mask"].bool()
+    ids, mask, scored = batch[C.INPUT_IDS], batch[C.ATTENTION_MASK], batch[C.RESPONSE_MASK].bool()
     weights_BT = torch.randn(ids.shape, generator=torch.Generator().manual_seed(1))
     outs = []
     for paired in (False, True):
@@ -88,7 +89,7 @@ def test_falls_back_where_it_does_not_apply() -> None:
     take the plain path."""
     model = tiny_model()
     batch = pair_rows()
-    ids, mask, scored = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
+    ids, mask, scored = batch[C.INPUT_IDS], batch[C.ATTENTION_MASK], batch[C.RESPONSE_MASK]
     assert pair_prefix_scores(model, ids[:7], mask[:7], scored[:7]) is None
     unrelated = ids.clone()
     unrelated[1::2, 0] = (

@@ -21,7 +21,7 @@ from roll.workers.config import SamplingParams
 from roll.workers.model_update import ModelUpdateGroup
 from roll.workers.roles import CriticWorker, RewardModelWorker, to_sequences
 from roll.workers.roles.spec import TrainerSpec
-from roll.workers.types import ForwardOutput
+from roll.workers.types import ForwardOutput, LossDefaults
 
 
 @pytest.fixture(scope="module")
@@ -133,25 +133,21 @@ def test_reward_model_scores_read_the_last_valid_token(clusters: dict[str, Clust
     assert metrics[0]["grad_norm"] > 0
 
 
-class ValueToZero:
+class ValueToZero(LossDefaults):
     """Critic loss: summed squared values over valid tokens."""
-
-    needs_entropy = False
 
     def __call__(
         self, output: ForwardOutput, micro_batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, float]]:
         assert output.values_BT is not None
-        return (output.values_BT**2 * micro_batch["attention_mask"]).sum(), {}
+        return (output.values_BT**2 * micro_batch[C.ATTENTION_MASK]).sum(), {}
 
     def count_units(self, micro_batch: dict[str, torch.Tensor]) -> float:
-        return float(micro_batch["attention_mask"].sum())
+        return float(micro_batch[C.ATTENTION_MASK].sum())
 
 
-class ScoreUp:
+class ScoreUp(LossDefaults):
     """RM loss: push every score up (one unit per sequence)."""
-
-    needs_entropy = False
 
     def __call__(
         self, output: ForwardOutput, micro_batch: dict[str, torch.Tensor]
@@ -160,7 +156,7 @@ class ScoreUp:
         return -output.scores_B.sum(), {}
 
     def count_units(self, micro_batch: dict[str, torch.Tensor]) -> float:
-        return float(micro_batch["input_ids"].shape[0])
+        return float(micro_batch[C.INPUT_IDS].shape[0])
 
 
 import ray  # noqa: E402

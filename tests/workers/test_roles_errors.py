@@ -19,6 +19,7 @@ from roll.core.testing import tiny_role
 from roll.workers.roles import ActorTrainWorker, ModelConfig, load_causal_lm, load_tokenizer
 from roll.workers.roles.model import check_vocab
 from roll.workers.roles.spec import TrainerSpec
+from roll.workers.types import LossDefaults
 
 
 def test_missing_local_path_names_role_and_key() -> None:
@@ -73,10 +74,8 @@ def test_worker_killed_mid_step_names_role_rank_method(train: Cluster) -> None:
     assert info.value.role == "actor_train" and info.value.method == "train_step"  # type: ignore[attr-defined]
 
 
-class DieMidStep:
+class DieMidStep(LossDefaults):
     """Kills the worker process inside the forward/backward, as an OOM kill would."""
-
-    needs_entropy = False
 
     def __call__(self, output: object, micro_batch: object) -> tuple[object, dict[str, float]]:
         os._exit(1)

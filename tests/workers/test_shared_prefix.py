@@ -39,14 +39,15 @@ def grouped_batch(groups: int = 4, samples: int = 8, seed: int = 0) -> dict[str,
 
 
 def as_training_rows(prompts: list[list[int]], responses: list[list[int]]) -> dict[str, torch.Tensor]:
-    """``input_ids``/``attention_mask`` from ``to_sequences``, the loss on the response tokens (``loss_mask``)."""
+    """``input_ids_BT``/``attention_mask_BT`` from ``to_sequences``, the loss on the response tokens
+    (``response_mask_BT``)."""
     logps = [[0.0] * len(r) for r in responses]
     columns = {C.PROMPT_IDS: prompts, C.RESPONSE_IDS: responses, C.RESPONSE_LOGP: logps}
     rows = to_sequences(Batch(non_tensors=columns), pad_token_id=0)
     return {
-        "input_ids": rows[C.INPUT_IDS],
-        "attention_mask": rows[C.ATTENTION_MASK],
-        "loss_mask": rows[C.RESPONSE_MASK],
+        C.INPUT_IDS: rows[C.INPUT_IDS],
+        C.ATTENTION_MASK: rows[C.ATTENTION_MASK],
+        C.RESPONSE_MASK: rows[C.RESPONSE_MASK],
     }
 
 
@@ -60,7 +61,7 @@ def test_prefix_lengths_golden() -> None:
 def test_scores_entropy_and_gradients_equal_the_plain_forward() -> None:
     model = tiny_model()
     batch = grouped_batch()
-    ids, mask, scored = batch["input_ids"], batch["attention_mask"], batch["loss_mask"].bool()
+    ids, mask, scored = batch[C.INPUT_IDS], batch[C.ATTENTION_MASK], batch[C.RESPONSE_MASK].bool()
     weights_BT = torch.randn(ids.shape, generator=torch.Generator().manual_seed(1))
     outs = []
     for shared in (False, True):
@@ -87,11 +88,11 @@ def test_scores_entropy_and_gradients_equal_the_plain_forward() -> None:
 def test_falls_back_without_sharing_or_right_padding() -> None:
     model = tiny_model()
     distinct = grouped_batch(groups=8, samples=1)
-    ids, mask, scored = distinct["input_ids"], distinct["attention_mask"], distinct["loss_mask"]
+    ids, mask, scored = distinct[C.INPUT_IDS], distinct[C.ATTENTION_MASK], distinct[C.RESPONSE_MASK]
     assert shared_prefix_scores(model, ids, mask, scored) is None  # one row per prompt: nothing to share
     grouped = grouped_batch()
-    left = grouped["attention_mask"].flip(-1)  # valid tokens at the right end: not the layout it reads
-    assert shared_prefix_scores(model, grouped["input_ids"], left, grouped["loss_mask"].flip(-1)) is None
+    left = grouped[C.ATTENTION_MASK].flip(-1)  # valid tokens at the right end: not the layout it reads
+    assert shared_prefix_scores(model, grouped[C.INPUT_IDS], left, grouped[C.RESPONSE_MASK].flip(-1)) is None
 
 
 def test_runs_only_where_it_saves_enough_work() -> None:
@@ -105,10 +106,10 @@ def test_runs_only_where_it_saves_enough_work() -> None:
     groups = as_training_rows([p] * 4 + [q] * 4, [[t] for t in range(1, 9)])
     assert shared_prefix.MAX_WORK_FRACTION == 0.6
     for rows, shared in ((pairs, False), (groups, True)):
-        length_B = rows["attention_mask"].sum(-1)
-        prefix_B = prefix_lengths(rows["loss_mask"], length_B)
+        length_B = rows[C.ATTENTION_MASK].sum(-1)
+        prefix_B = prefix_lengths(rows[C.RESPONSE_MASK], length_B)
         assert shared_prefix._work([p, q], prefix_B, length_B) == (16 if shared else 24)
-        out = shared_prefix_scores(model, rows["input_ids"], rows["attention_mask"], rows["loss_mask"])
+        out = shared_prefix_scores(model, rows[C.INPUT_IDS], rows[C.ATTENTION_MASK], rows[C.RESPONSE_MASK])
         assert (out is not None) == shared
 
 
@@ -141,7 +142,7 @@ def _two_rank_worker(rank: int, port: int, out_dir: str) -> None:
         for step in range(2):
             batch = {k: v[rank * 8 : (rank + 1) * 8] for k, v in grouped_batch(groups=2, seed=step).items()}
             strategy.train_step(batch, ScoredNLL())
-            plain += batch["input_ids"].numel()
+            plain += batch[C.INPUT_IDS].numel()
         assert sum(seen) < 0.8 * plain  # each rank's group ran its prompt once
         state = strategy.state_dict()
         if rank == 0:

@@ -133,7 +133,7 @@ def test_fsdp2_scores_video_rows_like_hf_and_trains_the_vision_tower(kit: dict[s
     )
     loss_mask = mask.clone()
     loss_mask[:, 0] = 0
-    batch: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, C.RESPONSE_MASK: loss_mask, **vision}
+    batch: dict[str, Any] = {C.INPUT_IDS: ids, C.ATTENTION_MASK: mask, C.RESPONSE_MASK: loss_mask, **vision}
     patch = model.model.visual.patch_embed.proj.weight.detach().clone()
     losses = [strategy.train_step(batch, TokenSumNLL()).loss for _ in range(2)]
     assert losses[-1] < losses[0], losses

@@ -25,7 +25,7 @@ from roll.workers.fsdp2 import FSDP2TrainStrategy
 from roll.workers.hf_infer import HFInferStrategy
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.model import load_causal_lm
-from roll.workers.types import ForwardOutput, MicroBatch
+from roll.workers.types import ForwardOutput, LossDefaults, MicroBatch
 from roll.workers.vision import collapse_image_pads, multimodal_prompt, vision_token_ids
 
 
@@ -114,16 +114,14 @@ def _one(vision: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {k: v[:1] for k, v in vision.items()}
 
 
-class _NLL:
-    needs_entropy = False
-
+class _NLL(LossDefaults):
     def __call__(
         self, output: ForwardOutput, micro_batch: MicroBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        return -(output.logp_BT * micro_batch["loss_mask"]).sum(), {}
+        return -(output.logp_BT * micro_batch[C.RESPONSE_MASK]).sum(), {}
 
     def count_units(self, micro_batch: MicroBatch) -> float:
-        return float(micro_batch["loss_mask"].sum())
+        return float(micro_batch[C.RESPONSE_MASK].sum())
 
 
 def test_fsdp2_trains_on_images_and_scores_like_hf(kit: dict[str, Any]) -> None:
@@ -139,7 +137,7 @@ def test_fsdp2_trains_on_images_and_scores_like_hf(kit: dict[str, Any]) -> None:
     )
     loss_mask = mask.clone()
     loss_mask[:, 0] = 0
-    batch: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "loss_mask": loss_mask, **vision}
+    batch: dict[str, Any] = {C.INPUT_IDS: ids, C.ATTENTION_MASK: mask, C.RESPONSE_MASK: loss_mask, **vision}
     patch = model.model.visual.patch_embed.proj.weight.detach().clone()
     losses = [strategy.train_step(batch, _NLL()).loss for _ in range(4)]
     assert losses[-1] < losses[0] - 0.1, losses

@@ -1,9 +1,12 @@
 """Collators (rows of token ids -> dicts of torch tensors) and batch samplers (by count or by token budget).
 
-Conventions: ``labels`` are *unshifted* (the Hugging Face convention: the model predicts ``labels[t + 1]`` from
+A collator's tensors are keyed by their :mod:`roll.core.columns` names (``input_ids_BT``, ``attention_mask_BT``,
+``labels_BT``, ``position_ids_BT`` ...), so they are a :class:`~roll.core.batch.Batch`'s columns as they are.
+Conventions: ``labels_BT`` are *unshifted* (the Hugging Face convention: the model predicts ``labels[t + 1]`` from
 position ``t`` and shifts internally) and ``-100`` where no loss is taken. Shapes use B batch, T tokens, N packed
 sequences. Rows are the outputs of :mod:`roll.data.tokenize` (``input_ids``/``labels`` for SFT,
-``prompt_ids``/``chosen_ids``/``rejected_ids`` for pairs, ``prompt_ids`` for generation).
+``prompt_ids``/``chosen_ids``/``rejected_ids`` for pairs, ``prompt_ids`` for generation): data fields, not
+columns, so they keep their plain names.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 import torch
 
+from roll.core import columns as C
 from roll.core.columns import IGNORE_INDEX
 from roll.core.errors import DataError
 
@@ -35,22 +39,22 @@ def _round_up(n: int, multiple: int | None) -> int:
 def collate_sft(
     rows: Sequence[Row], *, pad_id: int, pad_to_multiple_of: int | None = None
 ) -> dict[str, torch.Tensor]:
-    """Right-padded SFT batch: ``input_ids`` [B, T], ``attention_mask`` [B, T], ``labels`` [B, T] (-100 on pad)."""
+    """Right-padded SFT batch: ``input_ids_BT``, ``attention_mask_BT``, ``labels_BT`` (-100 on pad)."""
     ids = [r["input_ids"] for r in rows]
     width = _round_up(max(len(s) for s in ids), pad_to_multiple_of)
     input_ids = _pad_right(ids, pad_id, width)  # [B, T]
     attention_mask = _pad_right([[1] * len(s) for s in ids], 0, width)  # [B, T]
     labels = _pad_right([r["labels"] for r in rows], IGNORE_INDEX, width)  # [B, T]
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    return {C.INPUT_IDS: input_ids, C.ATTENTION_MASK: attention_mask, C.LABELS: labels}
 
 
 def collate_packed(rows: Sequence[Row], *, budget: int | None = None) -> dict[str, torch.Tensor]:
     """Padding-free SFT batch: every row concatenated into one row of length T = sum of lengths (<= ``budget``).
 
-    Returns ``input_ids`` [1, T], ``position_ids`` [1, T] (restart at 0 for each sequence), ``labels`` [1, T]
-    with the first token of every sequence set to -100 (so the last token of one sequence never learns to
-    predict the first of the next), ``cu_seqlens`` [N + 1] int32 boundaries (flash-attention varlen layout) and
-    ``max_seqlen`` (a 0-d tensor).
+    Returns ``input_ids_BT`` [1, T], ``position_ids_BT`` [1, T] (restart at 0 for each sequence), ``labels_BT``
+    [1, T] with the first token of every sequence set to -100 (so the last token of one sequence never learns to
+    predict the first of the next), and the flash-attention varlen arguments under the kernel's own names:
+    ``cu_seqlens`` [N + 1] int32 boundaries and ``max_seqlen`` (a 0-d tensor).
     """
     lengths = [len(r["input_ids"]) for r in rows]
     if budget is not None and sum(lengths) > budget:
@@ -64,9 +68,9 @@ def collate_packed(rows: Sequence[Row], *, budget: int | None = None) -> dict[st
     cu_seqlens[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int32), 0)
     labels[cu_seqlens[:-1].long()] = IGNORE_INDEX
     return {
-        "input_ids": input_ids[None],
-        "position_ids": position_ids[None],
-        "labels": labels[None],
+        C.INPUT_IDS: input_ids[None],
+        C.POSITION_IDS: position_ids[None],
+        C.LABELS: labels[None],
         "cu_seqlens": cu_seqlens,
         "max_seqlen": torch.tensor(max(lengths), dtype=torch.int32),
     }
@@ -83,39 +87,39 @@ def _pair_rows(rows: Sequence[Row]) -> tuple[list[list[int]], list[int]]:
 def collate_preference(rows: Sequence[Row], *, pad_id: int) -> dict[str, torch.Tensor]:
     """DPO batch: chosen rows 0..B-1 and rejected rows B..2B-1, right-padded.
 
-    ``input_ids`` [2B, T], ``attention_mask`` [2B, T], ``labels`` [2B, T] (-100 on the prompt and on pad, so a
-    summed label log-prob is the continuation's), ``prompt_lengths`` [2B].
+    ``input_ids_BT``, ``attention_mask_BT``, ``labels_BT`` (-100 on the prompt and on pad, so a summed label
+    log-prob is the continuation's), ``prompt_length_B``; B here is 2 x the pairs.
     """
     seqs, prompt_lengths = _pair_rows(rows)
     labels = [[IGNORE_INDEX] * p + s[p:] for s, p in zip(seqs, prompt_lengths)]
     return {
-        "input_ids": _pad_right(seqs, pad_id),  # [2B, T]
-        "attention_mask": _pad_right([[1] * len(s) for s in seqs], 0),  # [2B, T]
-        "labels": _pad_right(labels, IGNORE_INDEX),  # [2B, T]
-        "prompt_lengths": torch.tensor(prompt_lengths, dtype=torch.long),  # [2B]
+        C.INPUT_IDS: _pad_right(seqs, pad_id),  # [2B, T]
+        C.ATTENTION_MASK: _pad_right([[1] * len(s) for s in seqs], 0),  # [2B, T]
+        C.LABELS: _pad_right(labels, IGNORE_INDEX),  # [2B, T]
+        C.PROMPT_LENGTH: torch.tensor(prompt_lengths, dtype=torch.long),  # [2B]
     }
 
 
 def collate_reward_pairs(rows: Sequence[Row], *, pad_id: int) -> dict[str, torch.Tensor]:
     """Reward-model batch: chosen rows 0..B-1, rejected B..2B-1, right-padded.
 
-    ``input_ids`` [2B, T], ``attention_mask`` [2B, T], ``last_index`` [2B] (position of each sequence's last real
-    token, where the scalar reward is read), ``prompt_lengths`` [2B].
+    ``input_ids_BT``, ``attention_mask_BT``, ``last_index_B`` (position of each sequence's last real token, where
+    the scalar reward is read), ``prompt_length_B``; B here is 2 x the pairs.
     """
     seqs, prompt_lengths = _pair_rows(rows)
     return {
-        "input_ids": _pad_right(seqs, pad_id),  # [2B, T]
-        "attention_mask": _pad_right([[1] * len(s) for s in seqs], 0),  # [2B, T]
-        "last_index": torch.tensor([len(s) - 1 for s in seqs], dtype=torch.long),  # [2B]
-        "prompt_lengths": torch.tensor(prompt_lengths, dtype=torch.long),  # [2B]
+        C.INPUT_IDS: _pad_right(seqs, pad_id),  # [2B, T]
+        C.ATTENTION_MASK: _pad_right([[1] * len(s) for s in seqs], 0),  # [2B, T]
+        C.LAST_INDEX: torch.tensor([len(s) - 1 for s in seqs], dtype=torch.long),  # [2B]
+        C.PROMPT_LENGTH: torch.tensor(prompt_lengths, dtype=torch.long),  # [2B]
     }
 
 
 def collate_prompts(rows: Sequence[Row], *, pad_id: int) -> dict[str, torch.Tensor]:
     """Left-padded prompts for generation, so every prompt ends at the last column where generation starts.
 
-    ``input_ids`` [B, P], ``attention_mask`` [B, P], ``position_ids`` [B, P]: 0 at each row's first real token,
-    counting up; pad positions hold 0 (masked anyway).
+    ``input_ids_BT``, ``attention_mask_BT``, ``position_ids_BT``, each [B, P]: positions are 0 at each row's first
+    real token, counting up; pad positions hold 0 (masked anyway).
     """
     ids = [list(r["prompt_ids"]) for r in rows]
     width = max(len(s) for s in ids)
@@ -126,7 +130,7 @@ def collate_prompts(rows: Sequence[Row], *, pad_id: int) -> dict[str, torch.Tens
             input_ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
             attention_mask[i, width - len(s) :] = 1
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)  # [B, P]
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+    return {C.INPUT_IDS: input_ids, C.ATTENTION_MASK: attention_mask, C.POSITION_IDS: position_ids}
 
 
 # -------------------------------------------------------------------------------------------------- samplers

@@ -37,6 +37,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.tensor import DTensor
 
+from roll.core import columns as C
 from roll.core.errors import CheckpointError, WorkerError
 from roll.workers.config import FSDP2Config, LoraConfig, OptimizerConfig, SchedulerConfig
 from roll.workers.hf_infer import resolve_device
@@ -46,7 +47,14 @@ from roll.workers.metrics import UnitWeightedMeans
 from roll.workers.offload import StateOffloader, train_state_tensors
 from roll.workers.pair_prefix import pair_prefix_scores
 from roll.workers.shared_prefix import shared_prefix_scores
-from roll.workers.types import ForwardOutput, LossFn, MicroBatch, TokenScores, TrainStepResult
+from roll.workers.types import (
+    ForwardOutput,
+    LossFn,
+    MicroBatch,
+    TokenScores,
+    TrainStepResult,
+    check_declared,
+)
 from roll.workers.vision import Vision, vision_of
 
 
@@ -139,6 +147,7 @@ class FSDP2TrainStrategy:
 
     def train_step(self, batch: MicroBatch, loss_fn: LossFn, *, temperature: float = 1.0) -> TrainStepResult:
         """Split ``batch`` into micro-batches (per config), accumulate gradients, take one optimizer step."""
+        check_declared(loss_fn)
         micro_batches = self.split(batch)
         loss, units, metrics = self.forward_backward(micro_batches, loss_fn, temperature=temperature)
         lr = self.optimizer.param_groups[0]["lr"]
@@ -175,8 +184,8 @@ class FSDP2TrainStrategy:
         for i, (mb, weight) in enumerate(schedule):
             _set_grad_sync(self.model, i == len(schedule) - 1)
             with self._autocast():
-                score_mask = _score_mask(loss_fn, mb)
-                out = self._forward(mb, loss_fn.needs_entropy, temperature, score_mask, _paired(loss_fn))
+                score_mask = loss_fn.score_mask(mb)
+                out = self._forward(mb, loss_fn.needs_entropy, temperature, score_mask, loss_fn.paired_rows)
                 loss_sum, mb_metrics = loss_fn(out, mb)
                 loss_sum = loss_sum * weight
             torch.autograd.backward(loss_sum * scale)
@@ -199,8 +208,8 @@ class FSDP2TrainStrategy:
         score_mask: torch.Tensor | None = None,
         paired: bool = False,
     ) -> ForwardOutput:
-        ids = mb["input_ids"].to(self.device)
-        mask = mb["attention_mask"].to(self.device)
+        ids = mb[C.INPUT_IDS].to(self.device)
+        mask = mb[C.ATTENTION_MASK].to(self.device)
         if self._forward_fn is not None:
             images = vision_of(
                 mb
@@ -308,7 +317,7 @@ class FSDP2TrainStrategy:
 
         Collective when sharded: every rank runs the same number of micro-batch forwards.
         """
-        batch: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        batch: dict[str, Any] = {C.INPUT_IDS: input_ids, C.ATTENTION_MASK: attention_mask}
         batch.update({k: list(v) for k, v in (vision or {}).items()})
         parts: list[ForwardOutput] = []
         for mb, weight in self._equalized(self.split(batch)):
@@ -468,17 +477,6 @@ def _adamw(params: list[torch.nn.Parameter], opt: OptimizerConfig) -> torch.opti
         return torch.optim.AdamW(params, fused=True, **kwargs)
     except (RuntimeError, ValueError):  # a device or dtype without the fused kernel
         return torch.optim.AdamW(params, **kwargs)
-
-
-def _score_mask(loss_fn: LossFn, mb: MicroBatch) -> torch.Tensor | None:
-    """The positions ``loss_fn`` reads, when it says so with an optional ``score_mask(micro_batch)`` method."""
-    method: Callable[[MicroBatch], torch.Tensor | None] | None = getattr(loss_fn, "score_mask", None)
-    return method(mb) if method is not None else None
-
-
-def _paired(loss_fn: LossFn) -> bool:
-    """Whether ``loss_fn`` reads interleaved chosen/rejected pairs (its optional ``paired_rows``)."""
-    return bool(getattr(loss_fn, "paired_rows", False))
 
 
 def _set_grad_sync(model: torch.nn.Module, sync: bool) -> None:

@@ -31,6 +31,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from roll.core import columns as C
 from roll.core.errors import DataError, WorkerError
 from roll.core.seeding import derive_seed
 from roll.workers.config import HFInferConfig, LoraConfig, SamplingParams
@@ -345,8 +346,8 @@ class HFInferStrategy:
                 f"temperature must be > 0 for scoring (greedy log-probs use 1.0); got {temperature}"
             )
         batch: dict[str, Any] = {
-            "input_ids": input_ids.to(self.device),
-            "attention_mask": attention_mask.to(self.device),
+            C.INPUT_IDS: input_ids.to(self.device),
+            C.ATTENTION_MASK: attention_mask.to(self.device),
             **{k: list(v) for k, v in (vision or {}).items()},
         }
         rows = max(1, self.config.max_tokens_per_micro_batch // max(1, input_ids.shape[1]))
@@ -366,20 +367,20 @@ class HFInferStrategy:
     def _score_micro_batch(
         self, mb: Mapping[str, Any], temperature: float, with_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        T = mb["input_ids"].shape[1]
-        cols_T = mb["attention_mask"].bool().any(0).nonzero()
+        T = mb[C.INPUT_IDS].shape[1]
+        cols_T = mb[C.ATTENTION_MASK].bool().any(0).nonzero()
         trimmed = trim_padding(mb)
         logp_bt, ent_bt = forward_scores(
             self.model,
-            trimmed["input_ids"],
-            trimmed["attention_mask"],
+            trimmed[C.INPUT_IDS],
+            trimmed[C.ATTENTION_MASK],
             temperature=temperature,
             with_entropy=with_entropy,
             vision=vision_of(mb),
             without_vision_tokens=self.config.score_without_vision_tokens,
         )
         if cols_T.numel() == 0:
-            return torch.zeros(mb["input_ids"].shape, device=self.device), None
+            return torch.zeros(mb[C.INPUT_IDS].shape, device=self.device), None
         lo = int(cols_T[0])
         pad = (lo, T - lo - logp_bt.shape[1])
         return _pad_cols(logp_bt, pad), (_pad_cols(ent_bt, pad) if ent_bt is not None else None)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from roll.core.columns import IGNORE_INDEX
+from roll.core import columns as C
 from roll.core.errors import DataError
 
 LOGIT_CHUNK_ROWS = 1024
@@ -53,7 +53,7 @@ def logprobs_from_logits(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
-    ignore_index: int = IGNORE_INDEX,
+    ignore_index: int = C.IGNORE_INDEX,
     never_sampled: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of ``labels_N`` under ``log_softmax(logits_NV / temperature)``, and optionally the entropy.
@@ -131,7 +131,7 @@ def shifted_scores(
     """
     B, T, V = logits_BTV.shape
     keep_BT = has_prev_BT.bool()
-    labels_BT = torch.roll(ids_BT.masked_fill(~keep_BT, IGNORE_INDEX), shifts=-1, dims=1)
+    labels_BT = torch.roll(ids_BT.masked_fill(~keep_BT, C.IGNORE_INDEX), shifts=-1, dims=1)
     logp_N, ent_N = logprobs_from_logits(
         logits_BTV.reshape(B * T, V),
         labels_BT.reshape(-1),
@@ -313,7 +313,7 @@ def _valid_columns(mask_BT: torch.Tensor) -> tuple[int, int]:
 
 
 def trim_padding(
-    batch: Mapping[str, torch.Tensor], mask_key: str = "attention_mask"
+    batch: Mapping[str, torch.Tensor], mask_key: str = C.ATTENTION_MASK
 ) -> dict[str, torch.Tensor]:
     """Drop columns that are padding in every row (both ends), from every ``[B, T]`` tensor of ``batch``."""
     mask_BT = batch[mask_key]
@@ -332,7 +332,7 @@ def split_micro_batches(
     *,
     micro_batch_size: int | None = None,
     max_tokens: int | None = None,
-    mask_key: str = "attention_mask",
+    mask_key: str = C.ATTENTION_MASK,
 ) -> list[dict[str, Any]]:
     """Split ``batch`` along rows, keeping row order, into micro-batches.
 
@@ -340,6 +340,11 @@ def split_micro_batches(
     single row above the cap gets its own micro-batch); neither gives one micro-batch. Tensors whose first
     dimension is not the batch size are copied to every micro-batch as is.
     """
+    if mask_key not in batch:
+        raise DataError(
+            f"the micro-batch has no {mask_key!r} (its keys: {sorted(batch)}); key its tensors by their "
+            "roll.core.columns names (C.INPUT_IDS, C.ATTENTION_MASK ...), as Batch columns are"
+        )
     mask_BT = batch[mask_key]
     B = mask_BT.shape[0]
     if micro_batch_size is not None:

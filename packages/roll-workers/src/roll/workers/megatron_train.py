@@ -46,6 +46,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from roll.core import columns as C
 from roll.core.errors import CheckpointError, ConfigError, PluginError, WorkerError
 from roll.workers.config import LoraConfig
 from roll.workers.fsdp2 import lr_multiplier
@@ -363,7 +364,7 @@ class MegatronTrainStrategy:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         padded = self._equal_shapes(micro_batches)
-        rows, tokens = padded[0]["input_ids"].shape
+        rows, tokens = padded[0][C.INPUT_IDS].shape
         return list(
             get_forward_backward_func()(
                 forward_step_func=partial(self._forward_step, loss_of=loss_of),
@@ -378,8 +379,8 @@ class MegatronTrainStrategy:
 
     def _forward_step(self, data: Iterator[MicroBatch], model: Any, *, loss_of: Callable[..., Any]) -> Any:
         mb = next(data)
-        ids = mb["input_ids"].to(self.device)
-        aligned = align_left(ids, mb["attention_mask"].to(self.device))
+        ids = mb[C.INPUT_IDS].to(self.device)
+        aligned = align_left(ids, mb[C.ATTENTION_MASK].to(self.device))
         pos_BT = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
         output = model(aligned.ids_BT, pos_BT, None)
         return output, partial(loss_of, aligned=aligned, mb=mb)
@@ -392,8 +393,8 @@ class MegatronTrainStrategy:
         """
         if self.config.pipeline_parallel_size == 1:
             return list(micro_batches)
-        rows = max(mb["input_ids"].shape[0] for mb in micro_batches)
-        cols = max(mb["input_ids"].shape[1] for mb in micro_batches)
+        rows = max(mb[C.INPUT_IDS].shape[0] for mb in micro_batches)
+        cols = max(mb[C.INPUT_IDS].shape[1] for mb in micro_batches)
         return [_pad_micro_batch(mb, rows, cols) for mb in micro_batches]
 
     @on_device
@@ -437,7 +438,7 @@ class MegatronTrainStrategy:
         """Forward-only ``logp_BT`` (and ``entropy_BT``) of this pipeline's rows, on every stage (broadcast)."""
         from megatron.core import parallel_state
 
-        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        batch = {C.INPUT_IDS: input_ids, C.ATTENTION_MASK: attention_mask}
         micro_batches = split_micro_batches(batch, micro_batch_size=self.config.micro_batch_size)
 
         def scores(output: torch.Tensor, aligned: Aligned, mb: MicroBatch) -> Any:
@@ -458,7 +459,7 @@ class MegatronTrainStrategy:
         logp = torch.zeros(B, T, device=self.device)
         ent = torch.zeros(B, T, device=self.device) if with_entropy else None
         if parallel_state.is_pipeline_last_stage():
-            self._fill(logp, ent, stored, [mb["input_ids"].shape for mb in micro_batches])
+            self._fill(logp, ent, stored, [mb[C.INPUT_IDS].shape for mb in micro_batches])
         logp = self._from_last_stage(logp)
         ent = self._from_last_stage(ent) if ent is not None else None
         return TokenScores(logp_BT=logp, entropy_BT=ent)
@@ -477,7 +478,7 @@ class MegatronTrainStrategy:
         on the last pipeline stage; with pipeline parallelism the other stages receive them from it."""
         from megatron.core import parallel_state
 
-        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        batch = {C.INPUT_IDS: input_ids, C.ATTENTION_MASK: attention_mask}
         micro_batches = split_micro_batches(batch, micro_batch_size=self.config.micro_batch_size)
 
         def read(output: torch.Tensor, aligned: Aligned, mb: MicroBatch) -> Any:
@@ -493,7 +494,7 @@ class MegatronTrainStrategy:
         stored = self._run_schedule(micro_batches, read, forward_only=True)
         result: ForwardOutput | None = None
         if parallel_state.is_pipeline_last_stage():
-            shapes = [mb["input_ids"].shape for mb in micro_batches]
+            shapes = [mb[C.INPUT_IDS].shape for mb in micro_batches]
             result = concat_outputs([trim_output(d["out"], b, t) for d, (b, t) in zip(stored, shapes)])
         if parallel_state.get_pipeline_model_parallel_world_size() > 1:
             box = [result]
@@ -740,7 +741,7 @@ def _shard_layout(names: Sequence[str]) -> str:
 
 def _pad_micro_batch(mb: MicroBatch, rows: int, cols: int) -> dict[str, torch.Tensor]:
     """Zero-pad every tensor to ``rows`` (dim 0) and, for ``[B, T]``-shaped ones, ``cols`` (dim 1)."""
-    B, T = mb["input_ids"].shape
+    B, T = mb[C.INPUT_IDS].shape
     out = {}
     for key, t in mb.items():
         pad = [0, 0] * t.dim()

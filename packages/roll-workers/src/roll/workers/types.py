@@ -19,6 +19,9 @@ Map of the abstractions:
   and the strategy divides by the global unit count across all micro-batches and ranks, so gradient accumulation
   and data parallelism equal one big batch exactly. With the sum it returns its metrics (means over the
   micro-batch's units), which the strategy weights by units (:class:`roll.workers.metrics.UnitWeightedMeans`).
+  What a loss may ask beyond ``logp_BT`` (entropy, scored positions, paired rows, inert rows) it declares as
+  members of the protocol; :class:`LossDefaults` gives the "not asked" value of each, so nothing is probed.
+- :data:`MicroBatch`: one key vocabulary from the driver to the loss, the :mod:`roll.core.columns` names.
 - Strategy specs (:data:`roll.workers.specs.HF`, :data:`roll.workers.specs.FSDP2`) are the ``roll.strategy``
   entry points; they build these objects.
 
@@ -35,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+from roll.core.errors import WorkerError
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -47,9 +52,12 @@ FinishReason = Literal["stop", "length", "abort"]
 """``abort``: a partial-rollout sample cut at its segment budget, to be continued (never trained on)."""
 
 MicroBatch = Mapping[str, "torch.Tensor"]
-"""Tensors of one micro-batch. Padded layout: ``input_ids`` and ``attention_mask`` ``[B, T]`` (left- or
-right-padded, or both), optional ``position_ids``; any further keys (``loss_mask``, ``advantages`` ...) are passed
-through to the loss function unchanged."""
+"""Tensors of one micro-batch under their :mod:`roll.core.columns` names, the same keys the driver's
+:class:`~roll.core.batch.Batch` uses (:func:`roll.workers.roles._common.micro_batch` only drops the DP pad column).
+Padded layout: :data:`~roll.core.columns.INPUT_IDS` and :data:`~roll.core.columns.ATTENTION_MASK` (``input_ids_BT``,
+``attention_mask_BT``) ``[B, T]``, left- or right-padded, or both; every further column (``labels_BT``,
+``response_mask_BT``, ``advantages_BT`` ...) is passed through to the loss function unchanged. In a training call
+the rows' vision lists (:data:`~roll.core.columns.VISION_COLUMNS`, one entry per row) ride along."""
 
 
 @dataclass(frozen=True)
@@ -115,24 +123,66 @@ class LossFn(Protocol):
     count first; ``__call__`` then returns ``(loss_sum, metrics)``: ``loss_sum`` a scalar tensor with grad (the
     strategy backpropagates ``loss_sum / global_units``), ``metrics`` detached scalars (tensors or floats), each a
     *mean over this micro-batch's units*, which the strategy averages over the step weighted by ``count_units``.
-    A loss keeps no state between calls. ``needs_entropy`` asks the strategy to compute ``entropy_BT``.
+    A loss keeps no state between calls.
 
-    Optional: a loss that reads ``logp_BT`` / ``entropy_BT`` at only some positions may define
-    ``score_mask(micro_batch) -> bool [B, T] | None`` (e.g. the label tokens of SFT or DPO); the causal-LM
-    strategies then project only the hidden states that predict those positions (no logits for prompt tokens),
-    and the scores elsewhere are 0. A loss over interleaved preference pairs (row ``2i`` chosen, ``2i + 1``
-    rejected) may set ``paired_rows = True``: the fsdp2 strategy then runs each pair as one row, their common
-    prefix once (:mod:`roll.workers.pair_prefix`), with the same scores.
+    What a loss asks of the strategy beyond ``logp_BT`` it declares; a loss that asks for none of it takes the
+    defaults of :class:`LossDefaults`:
+
+    - ``needs_entropy``: the strategy computes ``entropy_BT`` too.
+    - ``score_mask(micro_batch) -> bool [B, T] | None``: the only positions the loss reads ``logp_BT`` /
+      ``entropy_BT`` at (e.g. the label tokens of SFT or DPO); the fsdp2 strategy then projects only the hidden
+      states that predict them (no logits for prompt tokens), and the scores elsewhere are 0. ``None``: every
+      position.
+    - ``paired_rows``: the rows are interleaved preference pairs (row ``2i`` chosen, ``2i + 1`` rejected); with a
+      score mask the fsdp2 strategy then runs each pair as one row, their common prefix once
+      (:mod:`roll.workers.pair_prefix`), with the same scores.
+    - ``inert_rows(micro_batch) -> bool [B] | None``: the rows whose gradient under this loss is exactly zero
+      (e.g. a GRPO group whose samples all scored the same), which the driver may leave out of the step, carrying
+      their units (:func:`roll.pipelines.policy.views.without_inert_rows`). ``None``: no row can be told inert.
     """
 
     @property
     def needs_entropy(self) -> bool: ...
+
+    @property
+    def paired_rows(self) -> bool: ...
 
     def __call__(
         self, output: ForwardOutput, micro_batch: MicroBatch
     ) -> tuple[torch.Tensor, LossMetrics]: ...
 
     def count_units(self, micro_batch: MicroBatch) -> float: ...
+
+    def score_mask(self, micro_batch: MicroBatch) -> torch.Tensor | None: ...
+
+    def inert_rows(self, micro_batch: MicroBatch) -> torch.Tensor | None: ...
+
+
+class LossDefaults:
+    """The declarations of a :class:`LossFn` at their "not asked" values: no entropy, every position scored, rows
+    not paired, no row inert. A loss class derives from it and overrides what it asks for (an attribute, or a
+    method returning a mask), so strategies and the driver read every declaration, typed, instead of probing."""
+
+    needs_entropy: bool = False
+    paired_rows: bool = False
+
+    def score_mask(self, micro_batch: MicroBatch) -> torch.Tensor | None:
+        return None
+
+    def inert_rows(self, micro_batch: MicroBatch) -> torch.Tensor | None:
+        return None
+
+
+def check_declared(loss_fn: object) -> None:
+    """Raise naming the :class:`LossFn` members ``loss_fn`` lacks (a loss written before the declarations)."""
+    if isinstance(loss_fn, LossFn):
+        return
+    members = ("needs_entropy", "paired_rows", "score_mask", "inert_rows", "count_units", "__call__")
+    missing = [m for m in members if not hasattr(loss_fn, m)]
+    raise WorkerError(
+        f"{type(loss_fn).__name__} is not a LossFn: it lacks {missing}; derive it from "
+        "roll.workers.types.LossDefaults, which declares the optional members at their 'not asked' values"
+    )
 
 
 @runtime_checkable

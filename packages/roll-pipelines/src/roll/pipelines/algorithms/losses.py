@@ -31,7 +31,7 @@ from roll.pipelines.algorithms.choices import LossAggMode
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.pipelines.algorithms.registry import MISMATCH_CORRECTIONS, POLICY_LOSSES
 from roll.workers.metrics import LossMetrics
-from roll.workers.types import ForwardOutput, MicroBatch
+from roll.workers.types import ForwardOutput, LossDefaults, MicroBatch
 
 if TYPE_CHECKING:
     import torch
@@ -66,7 +66,7 @@ def _rows_agg(agg: Aggregation, micro_batch: MicroBatch, like: torch.Tensor) -> 
     )
 
 
-class PolicyLoss:
+class PolicyLoss(LossDefaults):
     """Policy-gradient loss of an :class:`AlgorithmConfig`: surrogate + optional KL, entropy bonus and mismatch
     correction (TIS, MIS, IcePop; :mod:`.mismatch`), and the mismatch metrics whenever ``infer_logp_BT`` is there.
 
@@ -262,15 +262,13 @@ def _kl_cov(logp_BT: Tensor, old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor, *,
 POLICY_LOSSES.check_bound()
 
 
-class ValueLoss:
+class ValueLoss(LossDefaults):
     """The critic's clipped value loss on the response tokens, aggregated as the policy loss is.
 
     Reads ``old_values_BT`` (the values the advantages were computed with, already shifted by
     :func:`action_values`) and ``returns_BT``; the forward's ``values_BT`` is shifted here the same way.
     Metrics: ``vf_clip_frac``, ``value_mean``, ``value_error`` (masked mean of ``|V - R|``).
     """
-
-    needs_entropy = False
 
     def __init__(self, *, clip_range: float | None, agg_mode: LossAggMode, norm_len: int) -> None:
         self.clip_range = clip_range
@@ -300,14 +298,12 @@ class ValueLoss:
         return loss, metrics
 
 
-class MaskedNLLLoss:
+class MaskedNLLLoss(LossDefaults):
     """Token cross-entropy on a mask (the SFT warm-up's loss), one unit per trained token; metric ``nll``.
 
     ``mask="labels"`` trains the positions whose ``labels_BT`` is not -100 (rlvr's warm-up rows),
     ``mask="response"`` those of ``response_mask_BT`` (agentic's answer tokens).
     """
-
-    needs_entropy = False
 
     def __init__(self, mask: Literal["labels", "response"] = "labels") -> None:
         self.mask = mask

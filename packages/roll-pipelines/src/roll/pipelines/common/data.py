@@ -187,15 +187,8 @@ def sft_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
     """Right-padded SFT batch (see the module docstring)."""
     from roll.data.collate import collate_sft  # torch: imported where batches are built, not on import
 
-    tensors = collate_sft(rows, pad_id=pad_id)
-    return Batch(
-        {
-            INPUT_IDS: tensors["input_ids"],
-            ATTENTION_MASK: tensors["attention_mask"],
-            LABELS: tensors["labels"],
-        },
-        vision_columns(rows),  # image rows: their patches travel with them
-    )
+    tensors = collate_sft(rows, pad_id=pad_id)  # input_ids_BT, attention_mask_BT, labels_BT
+    return Batch(tensors, vision_columns(rows))  # image rows: their patches travel with them
 
 
 def pair_sequences(row: Row) -> tuple[list[int], list[int], int]:

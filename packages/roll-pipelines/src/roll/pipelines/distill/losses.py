@@ -36,7 +36,7 @@ from roll.pipelines.algorithms.divergence import distill_loss
 from roll.workers.logprobs import has_prev_from_mask, position_ids_from_mask
 from roll.workers.megatron_heads import ForwardPair, MegatronHead, StageOutput, restore_layout, token_logits
 from roll.workers.metrics import LossMetrics
-from roll.workers.types import ForwardOutput, MicroBatch
+from roll.workers.types import ForwardOutput, LossDefaults, MicroBatch
 from roll.workers.vision import vision_inputs
 
 
@@ -133,7 +133,7 @@ def kd_mask(micro_batch: Mapping[str, torch.Tensor], *, distill_prompt: bool) ->
 
 
 @dataclass
-class DistillLoss:
+class DistillLoss(LossDefaults):
     """``kd_weight * divergence + (1 - kd_weight) * cross-entropy`` on the teacher's top-k (see module docstring).
 
     Reads ``topk_values_BTK``, ``topk_indices_BTK``, ``labels_BT`` and ``attention_mask``; needs a
@@ -150,7 +150,6 @@ class DistillLoss:
     distill_prompt: bool = False
     num_kd_tokens: float | None = None
     num_ce_tokens: float | None = None
-    needs_entropy: bool = False
 
     def bind(self, batch: Mapping[str, torch.Tensor]) -> DistillLoss:
         """A copy that knows the global token counts of ``batch`` (the whole optimizer step, all ranks)."""

@@ -184,9 +184,7 @@ def greedy_accuracy(
         chunk = prompts[start : start + batch_size]
         tensors = collate_prompts([{"prompt_ids": list(p)} for p in chunk], pad_id=tokenizer.pad_token_id)
         images = {k: list(v[start : start + batch_size]) for k, v in (vision or {}).items()}
-        batch = Batch(
-            {C.INPUT_IDS: tensors["input_ids"], C.ATTENTION_MASK: tensors["attention_mask"]}, images
-        )
+        batch = Batch({k: tensors[k] for k in (C.INPUT_IDS, C.ATTENTION_MASK)}, images)
         out = cluster.generate_greedy(batch, max_new_tokens)
         for truth, ids_T in zip(truths[start : start + batch_size], out[C.GENERATED_IDS]):
             ids = ids_T.tolist()

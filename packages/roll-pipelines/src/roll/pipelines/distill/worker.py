@@ -71,7 +71,7 @@ class DistillStudentWorker(SFTWorker):
         if len(real) == 0:
             return [{"kd_sum": 0.0, "kd_tokens_sum": 0.0}]
         mb = _common.micro_batch(real)
-        out = self.strategy.forward_only(mb["input_ids"], mb["attention_mask"], **_common.vision_kwargs(real))
+        out = self.strategy.forward_only(mb[C.INPUT_IDS], mb[C.ATTENTION_MASK], **_common.vision_kwargs(real))
         mb = {k: v.to(out.logp_BT.device) for k, v in mb.items()}
         n_kd = float(kd_mask(mb, distill_prompt=loss_fn.distill_prompt).sum())
         kd_only = replace(loss_fn, kd_weight=1.0).bind(mb)  # the divergence's token mean over these rows

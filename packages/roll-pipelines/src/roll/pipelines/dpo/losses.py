@@ -16,7 +16,7 @@ rejected implicit rewards) as means over the micro-batch's pairs; the strategy w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Literal
 
 import torch
 
@@ -31,7 +31,7 @@ from roll.pipelines.algorithms.preference import (
     simpo_loss,
 )
 from roll.workers.metrics import LossMetrics
-from roll.workers.types import ForwardOutput, MicroBatch
+from roll.workers.types import ForwardOutput, LossDefaults, MicroBatch
 
 DPOLossType = Literal["sigmoid", "ipo", "simpo"]
 
@@ -65,7 +65,7 @@ def preference_output(
 
 
 @dataclass
-class DPOLoss:
+class DPOLoss(LossDefaults):
     """Sum over pairs of the DPO (sigmoid / conservative), IPO or SimPO loss (``gamma``: SimPO's margin); one unit
     per pair.
 
@@ -76,9 +76,8 @@ class DPOLoss:
     beta: float = 0.1
     label_smoothing: float = 0.0
     average_logp: bool = False
-    needs_entropy: bool = False
     gamma: float = 0.0
-    paired_rows: ClassVar[bool] = True
+    paired_rows = True  # unannotated: a class attribute, not a constructor field
     """Rows are interleaved chosen/rejected pairs: the strategy may run each pair's common prefix once."""
 
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
@@ -104,7 +103,7 @@ class DPOLoss:
 
 
 @dataclass
-class KTOLoss:
+class KTOLoss(LossDefaults):
     """Sum over rows of the KTO loss of unpaired completions (labels in ``desirable_B``); one unit per row.
 
     ``kl`` is the step's reference point ``z0`` (:func:`~roll.pipelines.algorithms.preference.kto_reference_point`
@@ -118,7 +117,6 @@ class KTOLoss:
     desirable_weight: float = 1.0
     undesirable_weight: float = 1.0
     average_logp: bool = False
-    needs_entropy: bool = False
 
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         logp_B = response_logp(output.logp_BT, micro_batch[LABELS], average=self.average_logp)

@@ -15,6 +15,8 @@ from roll.core.batch import Batch
 if TYPE_CHECKING:
     import torch
 
+    from roll.workers.types import LossFn
+
 
 def training_view(batch: Batch, columns: Sequence[str]) -> Batch:
     """Only the tensor ``columns`` the trainer reads, plus the rows' image columns when the batch has them (ragged
@@ -24,9 +26,9 @@ def training_view(batch: Batch, columns: Sequence[str]) -> Batch:
     return Batch({c: batch.tensors[c] for c in columns if c in batch.tensors}, vision)
 
 
-def without_inert_rows(batch: Batch, loss: object) -> tuple[Batch, int]:
-    """``batch`` less the rows whose gradient under ``loss`` is exactly zero (the loss's optional ``inert_rows``,
-    e.g. a GRPO group whose samples all scored the same), and how many rows were left out.
+def without_inert_rows(batch: Batch, loss: LossFn) -> tuple[Batch, int]:
+    """``batch`` less the rows whose gradient under ``loss`` is exactly zero (what the loss declares as its
+    ``inert_rows``, e.g. a GRPO group whose samples all scored the same), and how many rows were left out.
 
     The left-out rows' loss units travel in :data:`~roll.core.columns.CARRIED_UNITS` on the rows that stay
     (whole units per row where they are whole), so the step's normalizer, and with it the gradient, the clipped
@@ -34,8 +36,7 @@ def without_inert_rows(batch: Batch, loss: object) -> tuple[Batch, int]:
     done. One row always stays: a step whose rows are all inert still takes its optimizer step (Adam's moments
     move the weights even with a zero gradient), as it would have.
     """
-    find = getattr(loss, "inert_rows", None)
-    inert_B = find(batch.tensors) if find is not None else None
+    inert_B = loss.inert_rows(batch.tensors)
     if inert_B is None or not bool(inert_B.any()):
         return batch, 0
     keep_B = ~inert_B
@@ -43,7 +44,7 @@ def without_inert_rows(batch: Batch, loss: object) -> tuple[Batch, int]:
         keep_B[0] = True
         inert_B = ~keep_B
     kept, left = batch.select(keep_B.nonzero().reshape(-1)), batch.select(inert_B.nonzero().reshape(-1))
-    carried = float(loss.count_units(left.tensors))  # type: ignore[attr-defined]
+    carried = float(loss.count_units(left.tensors))
     carried_B = _spread(carried, len(kept))
     if C.CARRIED_UNITS in kept.tensors:
         carried_B = carried_B + kept.tensors[C.CARRIED_UNITS]
@@ -51,14 +52,13 @@ def without_inert_rows(batch: Batch, loss: object) -> tuple[Batch, int]:
     return kept, len(left)
 
 
-def active_rows(batch: Batch, loss: object) -> int:
+def active_rows(batch: Batch, loss: LossFn) -> int:
     """How many rows of ``batch`` have a non-zero gradient under ``loss`` (every row when it cannot tell)."""
-    find = getattr(loss, "inert_rows", None)
-    inert_B = find(batch.tensors) if find is not None else None
+    inert_B = loss.inert_rows(batch.tensors)
     return len(batch) if inert_B is None else int((~inert_B).sum())
 
 
-def split_inert(batch: Batch, loss: object) -> tuple[Batch, int, int]:
+def split_inert(batch: Batch, loss: LossFn) -> tuple[Batch, int, int]:
     """:func:`without_inert_rows` and :func:`active_rows` of ``batch`` in one call: the rows to train, how many
     rows have a gradient, how many were left out."""
     batch = batch.to_torch()

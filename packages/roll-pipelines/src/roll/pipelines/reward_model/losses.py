@@ -13,17 +13,16 @@ from dataclasses import dataclass
 
 import torch
 
+from roll.core import columns as C
 from roll.core.errors import WorkerError
 from roll.pipelines.algorithms.preference import bradley_terry_loss
 from roll.workers.metrics import LossMetrics
-from roll.workers.types import ForwardOutput, MicroBatch
+from roll.workers.types import ForwardOutput, LossDefaults, MicroBatch
 
 
 @dataclass(frozen=True)
-class BradleyTerryLoss:
+class BradleyTerryLoss(LossDefaults):
     """Sum over pairs of ``-log sigmoid(r_chosen - r_rejected)``."""
-
-    needs_entropy: bool = False
 
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         if output.scores_B is None:
@@ -33,4 +32,4 @@ class BradleyTerryLoss:
         return loss * (scores_B.shape[0] // 2), {}
 
     def count_units(self, micro_batch: MicroBatch) -> float:
-        return float(micro_batch["input_ids"].shape[0] // 2)
+        return float(micro_batch[C.INPUT_IDS].shape[0] // 2)

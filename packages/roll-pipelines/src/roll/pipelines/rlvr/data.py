@@ -77,9 +77,7 @@ def sft_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
     Builds torch tensors: the collator imports torch (on first call, so that importing this module does not)."""
     from roll.data.collate import collate_sft
 
-    t = collate_sft(rows, pad_id=pad_id)
-    tensors = {C.INPUT_IDS: t["input_ids"], C.ATTENTION_MASK: t["attention_mask"], C.LABELS: t["labels"]}
-    return Batch(tensors, vision_columns(rows))
+    return Batch(collate_sft(rows, pad_id=pad_id), vision_columns(rows))
 
 
 def group_view(values_B: torch.Tensor, group_size: int) -> torch.Tensor:

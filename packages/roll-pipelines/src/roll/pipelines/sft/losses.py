@@ -16,14 +16,12 @@ import torch
 from roll.core.columns import IGNORE_INDEX, LABELS
 from roll.pipelines.algorithms.aggregate import masked_sum
 from roll.workers.metrics import LossMetrics
-from roll.workers.types import ForwardOutput, MicroBatch
+from roll.workers.types import ForwardOutput, LossDefaults, MicroBatch
 
 
 @dataclass(frozen=True)
-class SFTLoss:
+class SFTLoss(LossDefaults):
     """Token-sum cross-entropy over label tokens; one unit per trained token."""
-
-    needs_entropy: bool = False
 
     def __call__(self, output: ForwardOutput, micro_batch: MicroBatch) -> tuple[torch.Tensor, LossMetrics]:
         mask_BT = micro_batch[LABELS].to(output.logp_BT.device) != IGNORE_INDEX

@@ -128,7 +128,7 @@ class SFTPipeline(BasePipeline):
     def greedy_answers(self, rows: list[D.Row]) -> list[str]:
         prompts = [{"prompt_ids": prompt_ids(row)} for row in rows]
         tensors = collate_prompts(prompts, pad_id=self.tokenizer.pad_token_id)
-        batch = Batch({C.INPUT_IDS: tensors["input_ids"], C.ATTENTION_MASK: tensors["attention_mask"]})
+        batch = Batch({k: tensors[k] for k in (C.INPUT_IDS, C.ATTENTION_MASK)})
         out = self.actor.generate_greedy(batch, self.config.eval.max_new_tokens)
         return [self.decode(ids) for ids in out[C.GENERATED_IDS]]
 

@@ -18,6 +18,7 @@ from roll.workers.roles.spec import TrainerSpec
 from roll.workers.types import (
     ForwardOutput,
     InferStrategy,
+    LossDefaults,
     LossFn,
     MicroBatch,
     ScoringStrategy,
@@ -95,12 +96,11 @@ def join_default_group(worker: Worker) -> None:
 
 
 def micro_batch(batch: Batch) -> dict[str, torch.Tensor]:
-    """Tensor columns under their Batch names plus the strategies' ``input_ids`` / ``attention_mask``."""
+    """The batch's tensor columns under their :mod:`roll.core.columns` names (the DP pad column left out): the
+    :data:`~roll.workers.types.MicroBatch` a strategy and its loss read; it must hold ``input_ids_BT`` and
+    ``attention_mask_BT``."""
     require(batch, C.INPUT_IDS, C.ATTENTION_MASK)
-    tensors = {k: v for k, v in batch.tensors.items() if k != PAD_COLUMN}
-    tensors["input_ids"] = batch.tensors[C.INPUT_IDS]
-    tensors["attention_mask"] = batch.tensors[C.ATTENTION_MASK]
-    return tensors
+    return {k: v for k, v in batch.tensors.items() if k != PAD_COLUMN}
 
 
 def vision_columns(batch: Batch) -> dict[str, list[Any]]:
@@ -137,8 +137,9 @@ def real_rows(batch: Batch) -> Batch:
     return batch.select(keep_B.nonzero().reshape(-1))
 
 
-class ZeroWeight:
-    """A :class:`LossFn` that contributes nothing: lets a rank with only padding rows join the collectives."""
+class ZeroWeight(LossDefaults):
+    """A :class:`LossFn` that contributes nothing: lets a rank with only padding rows join the collectives. It asks
+    for the inner loss's entropy (the same forward) and declares nothing else: its micro-batch is a padding row."""
 
     def __init__(self, inner: LossFn) -> None:
         self.needs_entropy = inner.needs_entropy
@@ -182,7 +183,7 @@ def logprobs_of(strategy: ScoringStrategy, batch: Batch, temperature: float, wit
     """``logp_BT`` (and ``entropy_BT``) of ``batch``'s sequences under ``strategy``, forward only, on the CPU."""
     mb = micro_batch(batch)
     scores = strategy.compute_logprobs(
-        mb["input_ids"], mb["attention_mask"], temperature=temperature, with_entropy=with_entropy,
+        mb[C.INPUT_IDS], mb[C.ATTENTION_MASK], temperature=temperature, with_entropy=with_entropy,
         **vision_kwargs(batch),
     )  # fmt: skip
     return scores_batch(batch, **{C.LOGP: scores.logp_BT, C.ENTROPY: scores.entropy_BT})

@@ -90,8 +90,8 @@ class ActorInferWorker(Worker):
         ``response_mask_BT`` when the batch has it)."""
         mb = _common.micro_batch(batch)
         scores = self.strategy.compute_logprobs(
-            mb["input_ids"],
-            mb["attention_mask"],
+            mb[C.INPUT_IDS],
+            mb[C.ATTENTION_MASK],
             response_mask=batch.tensors.get(C.RESPONSE_MASK),
             temperature=temperature,
             with_entropy=with_entropy,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Worker
 from roll.workers.roles import _common, checkpoint
@@ -26,7 +27,7 @@ class ScalarHeadModel:
 
     def forward(self, batch: Batch) -> ForwardOutput:
         mb = _common.micro_batch(batch)
-        return self.strategy.forward_only(mb["input_ids"], mb["attention_mask"])
+        return self.strategy.forward_only(mb[C.INPUT_IDS], mb[C.ATTENTION_MASK])
 
     def train_step(self, batch: Batch, loss_fn: LossFn, *, prefix: str) -> dict[str, float]:
         """One optimizer step; the loss's own metrics come back under ``prefix`` (the role's)."""

@@ -79,7 +79,7 @@ class TeacherWorker(Worker):
     @torch.no_grad()
     def _topk(self, batch: Batch, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         mb = _common.micro_batch(batch)
-        ids_BT, mask_BT = mb["input_ids"], mb["attention_mask"]
+        ids_BT, mask_BT = mb[C.INPUT_IDS], mb[C.ATTENTION_MASK]
         model = self.scorer.module()
         device = next(model.parameters()).device
         rows = max(1, _TOKENS_PER_FORWARD // max(1, ids_BT.shape[1]))
