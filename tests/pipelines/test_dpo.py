@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from roll.core.config.loader import load_config
 from roll.core.errors import ConfigError
@@ -201,3 +202,19 @@ def test_pair_batches_must_hold_whole_pairs() -> None:
             model=DPOConfig,
         )
     assert "batch.micro_batch_samples" in str(info.value) and "loss.label_smoothing" in str(info.value)
+
+
+def test_the_reference_strategy_is_a_section_and_its_old_name_key_points_there(tmp_path: Path) -> None:
+    """``reference.strategy`` is a strategy section (its ``type`` names the plugin, like every role's); the old
+    ``reference.strategy_name`` is refused with the new path as the hint, written in YAML or as an override."""
+    cfg = _config(tmp_path / "new", "reference.mode=worker", "reference.strategy.type=hf")
+    assert cfg.reference.strategy.type == "hf"
+    old = tmp_path / "old.yaml"
+    data = yaml.safe_load(DPO_YAML.read_text())
+    data["reference"]["strategy_name"] = "hf"
+    old.write_text(yaml.safe_dump(data))
+    for path, overrides in ((old, []), (DPO_YAML, ["reference.strategy_name=hf"])):
+        with pytest.raises(ConfigError) as info:
+            load_config(path, [f"output_dir={tmp_path / 'out'}", *overrides], model=DPOConfig)
+        hints = [(i.path, i.hint) for i in info.value.issues]
+        assert ("reference.strategy_name", "move it to reference.strategy.type") in hints, hints

@@ -124,6 +124,12 @@ class DPOConfig(RunConfig):
     batch: BatchConfig = Field(default_factory=default_pair_batch)
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
+    @classmethod
+    def moved_keys(cls) -> dict[str, str]:
+        """``reference.strategy_name`` (a plugin name beside no config) became the ``reference.strategy``
+        section, whose ``type`` names the plugin."""
+        return {"reference.strategy_name": "reference.strategy.type"}
+
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         kto = self.loss.type == "kto"
