@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from roll.agentic.env_manager.config import EnvEntryConfig
 from roll.agentic.env_manager.slots import (
@@ -33,6 +33,7 @@ from roll.agentic.env_manager.slots import (
     factory_for,
 )
 from roll.core.cluster import Cluster, Dispatch, Worker, WorkerContext, register
+from roll.core.cluster.cluster import on_cluster
 from roll.core.errors import WorkerError
 from roll.core.scheduler.rank_calls import submit_to_rank
 
@@ -82,13 +83,22 @@ class EnvWorker(Worker):
         return self.slots.leaked()
 
 
+class EnvCluster(Cluster):
+    """The driver's typed view of an :class:`EnvWorker` cluster (a type: never built, see ``on_cluster``)."""
+
+    reset = on_cluster(EnvWorker.reset)
+    step = on_cluster(EnvWorker.step)
+    leaked = on_cluster(EnvWorker.leaked)
+    close = on_cluster(EnvWorker.close)
+
+
 class ClusterEnvPool:
     """An :class:`~roll.agentic.env_manager.manager.EnvPool` over a Cluster of :class:`EnvWorker` (see the module
     docstring for its deadlines). ``call_timeout_s``: how long a rank may take to answer a batch (default: the
     env role's call timeout); ``restarts`` counts the workers restarted."""
 
     def __init__(self, cluster: Cluster, slots_per_worker: int, call_timeout_s: float | None = None) -> None:
-        self.cluster = cluster
+        self.cluster = cast(EnvCluster, cluster)
         self.slots_per_worker = slots_per_worker
         self._num_slots = slots_per_worker * cluster.world_size
         self.call_timeout_s = call_timeout_s

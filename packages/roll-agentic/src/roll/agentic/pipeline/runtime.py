@@ -10,7 +10,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from roll.agentic.env_manager.chat import ChatEncoder
 from roll.agentic.env_manager.config import EnvManagerConfig
@@ -32,6 +32,9 @@ from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.model import load_tokenizer
 from roll.workers.roles.spec import GeneratorSpec
 
+if TYPE_CHECKING:
+    from roll.workers.roles.clusters import ActorInferCluster, PolicyGenerator
+
 logger = logging.getLogger(__name__)
 
 MakeCluster = Callable[..., Cluster]
@@ -40,7 +43,7 @@ MakeCluster = Callable[..., Cluster]
 class ClusterGenerate:
     """A :class:`~roll.agentic.env_manager.manager.GenerateFn` on an ``ActorInferWorker`` cluster."""
 
-    def __init__(self, infer: Cluster, config: EnvManagerConfig, *, greedy: bool = False) -> None:
+    def __init__(self, infer: PolicyGenerator, config: EnvManagerConfig, *, greedy: bool = False) -> None:
         self.infer = infer
         self.config = config
         self.greedy = greedy
@@ -76,7 +79,7 @@ class RolloutRuntime:
         make_cluster: MakeCluster,
         groups: int,
         group_size: int,
-        infer: Cluster | None = None,
+        infer: PolicyGenerator | None = None,
     ) -> None:
         """``infer``: the policy's inference cluster when a policy group owns it; else one is made here."""
         self.config = config
@@ -94,11 +97,12 @@ class RolloutRuntime:
             config.env_manager, self.envs, ClusterGenerate(self.infer, config.env_manager), self.encoder
         )
 
-    def _infer_cluster(self, make_cluster: MakeCluster) -> Cluster:
+    def _infer_cluster(self, make_cluster: MakeCluster) -> ActorInferCluster:
         cfg = self.config
         env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
         spec = GeneratorSpec(model=cfg.policy_model, strategy=cfg.actor_infer.strategy)
-        return make_cluster("actor_infer", ActorInferWorker, init_args=(spec,), runtime_env=env)
+        cluster = make_cluster("actor_infer", ActorInferWorker, init_args=(spec,), runtime_env=env)
+        return cast("ActorInferCluster", cluster)
 
     def _env_cluster(self, make_cluster: MakeCluster) -> ClusterEnvPool:
         em, workers = self.config.env_manager, self.config.env_workers.num_workers

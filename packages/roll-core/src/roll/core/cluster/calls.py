@@ -20,13 +20,15 @@ import re
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
 from roll.core.cluster.dispatch import CallPlan, DispatchRule
 from roll.core.errors import WorkerError, WorkerTimeoutError
+
+R_co = TypeVar("R_co", covariant=True)
 
 __all__ = ["CallTarget", "PendingCall", "translate_error"]
 
@@ -44,8 +46,8 @@ class CallTarget:
     timeout_s: float
 
 
-class PendingCall:
-    """A submitted cluster call. See the module docstring."""
+class PendingCall(Generic[R_co]):
+    """A submitted cluster call whose collected result is an ``R_co``. See the module docstring."""
 
     def __init__(
         self, target: CallTarget, plan: CallPlan, rule: DispatchRule, refs: list[ray.ObjectRef[Any]]
@@ -66,7 +68,7 @@ class PendingCall:
         _, not_ready = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=0)
         return not not_ready
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> R_co:
         """The collected result. Waits until the call's deadline, or at most ``timeout`` seconds when given.
 
         Raises :class:`WorkerError` for a failed rank or dead actor, :class:`WorkerTimeoutError` when the deadline
@@ -74,7 +76,8 @@ class PendingCall:
         ``result`` may be called again.
         """
         if self._finished:
-            return self._value
+            value: R_co = self._value
+            return value
         wait_until = self._deadline if timeout is None else min(self._deadline, time.monotonic() + timeout)
         while self._pending:
             left = max(wait_until - time.monotonic(), 0.0)
@@ -86,9 +89,10 @@ class PendingCall:
                 self._results[rank] = self._get(ref, rank)
         self._value = self._rule.collect([self._results[r] for r in self._plan.ranks], self._plan)
         self._finished = True
-        return self._value
+        collected: R_co = self._value
+        return collected
 
-    def __await__(self) -> Generator[Any, None, Any]:
+    def __await__(self) -> Generator[Any, None, R_co]:
         return asyncio.to_thread(self.result).__await__()
 
     def _get(self, ref: ray.ObjectRef[Any], rank: int) -> Any:

@@ -41,8 +41,8 @@ for rank 0 to be up and asks it).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import ray
 
@@ -53,6 +53,10 @@ from roll.core.cluster.dispatch import (
     Dispatch,
     Mesh,
     MethodSpec,
+    OnAllRanks,
+    OnRankZero,
+    OnShards,
+    Shardable,
     get_spec,
     registered_methods,
 )
@@ -60,11 +64,18 @@ from roll.core.cluster.resources import ResourceManager, RolePlacement
 from roll.core.cluster.worker import DeferredWorker, Worker, WorkerContext, WorkerInfo, WorkerRef
 from roll.core.config.sections import RoleConfig
 
-__all__ = ["Cluster", "ClusterMethod", "registered_methods"]
+__all__ = ["Cluster", "ClusterMethod", "on_cluster", "registered_methods"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+S = TypeVar("S", bound=Shardable)
+T = TypeVar("T")
 
 
-class ClusterMethod:
-    """One registered worker method, bound to a Cluster. Calling it blocks; :meth:`submit` does not."""
+class ClusterMethod(Generic[P, R_co]):
+    """One registered worker method, bound to a Cluster: called with the method's parameters ``P``, it returns the
+    collected ``R_co``. Calling it blocks; :meth:`submit` does not."""
 
     def __init__(self, cluster: Cluster, name: str, spec: MethodSpec, timeout_s: float) -> None:
         self._cluster = cluster
@@ -72,15 +83,15 @@ class ClusterMethod:
         self.spec = spec
         self.timeout_s = timeout_s
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
         """Run on the ranks the dispatch mode picks and return the collected result."""
         return self.submit(*args, **kwargs).result()
 
-    def submit(self, *args: Any, **kwargs: Any) -> PendingCall:
+    def submit(self, *args: P.args, **kwargs: P.kwargs) -> PendingCall[R_co]:
         """Start the call and return at once; the deadline starts now."""
         return self._cluster._submit(self, args, kwargs)
 
-    def with_timeout(self, timeout_s: float) -> ClusterMethod:
+    def with_timeout(self, timeout_s: float) -> ClusterMethod[P, R_co]:
         """The same method with another timeout, e.g. ``cluster.generate.with_timeout(3600)(batch)``."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
@@ -90,6 +101,36 @@ class ClusterMethod:
         return f"<ClusterMethod {self._cluster.role}.{self.name} {self.spec.mode.name} timeout={self.timeout_s:g}s>"
 
 
+AnyMethod = ClusterMethod[..., Any]
+"""A cluster method whose signature the type checker does not know (found by name at run time)."""
+
+
+@overload
+def on_cluster(fn: OnAllRanks[Any, P, R]) -> ClusterMethod[P, list[R]]: ...
+@overload
+def on_cluster(fn: OnRankZero[Any, P, R]) -> ClusterMethod[P, R]: ...
+@overload
+def on_cluster(fn: OnShards[Any, P, S]) -> ClusterMethod[P, S]: ...
+@overload
+def on_cluster(fn: OnShards[Any, P, list[T]]) -> ClusterMethod[P, list[T]]: ...
+@overload
+def on_cluster(fn: OnShards[Any, P, R]) -> ClusterMethod[P, list[R]]: ...
+def on_cluster(fn: Any) -> Any:
+    """Declare a typed cluster handle's member from the worker method it calls::
+
+        class ActorCluster(Cluster):
+            train_step = on_cluster(ActorTrainWorker.train_step)
+
+    The type checker reads the member as a :class:`ClusterMethod` with the worker method's parameters and the
+    result of its dispatch mode (``ONE_TO_ALL``: ``list[R]``; ``RANK_ZERO``: ``R``; ``DP_SPLIT`` / ``MP_SPLIT``: a
+    Shardable or list ``R`` joined, anything else ``list[R]``). A handle is a type, never built: a driver casts the
+    :class:`Cluster` it made to it (``cast("ActorCluster", cluster)``), and the cluster answers by name as before.
+    At run time this returns ``fn``, so a test can check a handle against its worker class."""
+    if get_spec(fn) is None:
+        raise TypeError(f"on_cluster({fn!r}): not a method marked with @register")
+    return fn
+
+
 class Cluster:
     """N Ray actors of ``worker_cls`` for ``role``, placed on the role's bundles. See the module docstring.
 
@@ -97,6 +138,13 @@ class Cluster:
     then reserves bundles for this role alone and frees them in :meth:`shutdown`). Each actor is built as
     ``worker_cls(WorkerContext(role, rank, num_workers), *init_args, **init_kwargs)``.
     """
+
+    if TYPE_CHECKING:  # the registered methods every Worker has, typed; a role's own come with its handle
+        ping = on_cluster(Worker.ping)
+        get_info = on_cluster(Worker.get_info)
+        apply = on_cluster(Worker.apply)
+        init_process_group = on_cluster(Worker.init_process_group)
+        destroy_process_group = on_cluster(Worker.destroy_process_group)
 
     def __init__(
         self,
@@ -164,13 +212,24 @@ class Cluster:
         return self._infos
 
     @property
-    def methods(self) -> Mapping[str, ClusterMethod]:
+    def methods(self) -> Mapping[str, AnyMethod]:
         """Every registered method of the worker class, by name."""
         self._learn_methods()
         return dict(self._methods)
 
-    def method(self, fn: Callable[..., Any]) -> ClusterMethod:
-        """The cluster method for a function reference: ``cluster.method(MyWorker.train_step)``."""
+    @overload
+    def method(self, fn: OnAllRanks[Any, P, R]) -> ClusterMethod[P, list[R]]: ...
+    @overload
+    def method(self, fn: OnRankZero[Any, P, R]) -> ClusterMethod[P, R]: ...
+    @overload
+    def method(self, fn: OnShards[Any, P, S]) -> ClusterMethod[P, S]: ...
+    @overload
+    def method(self, fn: OnShards[Any, P, list[T]]) -> ClusterMethod[P, list[T]]: ...
+    @overload
+    def method(self, fn: OnShards[Any, P, R]) -> ClusterMethod[P, list[R]]: ...
+    def method(self, fn: object) -> AnyMethod:
+        """The cluster method for a function reference: ``cluster.method(MyWorker.train_step)``, typed like
+        :func:`on_cluster` (its arguments checked against the worker method's, its result by dispatch mode)."""
         name = getattr(fn, "__name__", "")
         self._learn_methods()
         if get_spec(fn) is None or name not in self._methods:
@@ -193,17 +252,19 @@ class Cluster:
         self._methods.update({name: self._bind(name, spec) for name, spec in specs.items()})
         self._learned = True
 
-    def __getattr__(self, name: str) -> ClusterMethod:
-        methods: dict[str, ClusterMethod] | None = self.__dict__.get("_methods")
-        if methods is not None and name not in methods and not name.startswith("__"):
-            self._learn_methods()
-        if methods is not None and name in methods:
-            return methods[name]
-        known = ", ".join(sorted(methods or {}))
-        raise AttributeError(
-            f"cluster {self.__dict__.get('role', '?')!r} has no registered method {name!r}; registered: {known}. "
-            "Mark worker methods with @register(Dispatch...) to call them on the cluster"
-        )
+    if not TYPE_CHECKING:  # hidden from the type checker: a driver calls through a typed handle (on_cluster)
+
+        def __getattr__(self, name: str) -> AnyMethod:
+            methods: dict[str, AnyMethod] | None = self.__dict__.get("_methods")
+            if methods is not None and name not in methods and not name.startswith("__"):
+                self._learn_methods()
+            if methods is not None and name in methods:
+                return methods[name]
+            known = ", ".join(sorted(methods or {}))
+            raise AttributeError(
+                f"cluster {self.__dict__.get('role', '?')!r} has no registered method {name!r}; registered: "
+                f"{known}. Mark worker methods with @register(Dispatch...) to call them on the cluster"
+            )
 
     def restart_rank(self, rank: int, timeout_s: float | None = None) -> None:
         """Replace rank ``rank``'s actor (dead or alive) with a fresh one built the same way, waiting for it at
@@ -250,7 +311,7 @@ class Cluster:
     def __repr__(self) -> str:
         return f"<Cluster {self.role} x{self.world_size} methods={sorted(self._methods)}>"
 
-    def _bind(self, name: str, spec: MethodSpec) -> ClusterMethod:
+    def _bind(self, name: str, spec: MethodSpec) -> AnyMethod:
         return ClusterMethod(self, name, spec, spec.timeout_s or self._default_timeout)
 
     def _resolve_placement(self, resources: ResourceManager | RolePlacement | None) -> RolePlacement:
@@ -309,11 +370,15 @@ class Cluster:
         """Block on internal calls with the same timeout and error translation as user calls."""
         plan_ranks = ranks if ranks is not None else tuple(range(len(refs)))
         plan = CallPlan(plan_ranks, tuple(((), {}) for _ in refs))
-        pending = PendingCall(CallTarget(self.role, name, timeout_s), plan, RULES[Dispatch.ONE_TO_ALL], refs)
+        pending: PendingCall[list[Any]] = PendingCall(
+            CallTarget(self.role, name, timeout_s), plan, RULES[Dispatch.ONE_TO_ALL], refs
+        )
         result: list[Any] = pending.result()
         return result
 
-    def _submit(self, method: ClusterMethod, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PendingCall:
+    def _submit(
+        self, method: ClusterMethod[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> PendingCall[R]:
         if not self.actors:
             raise RuntimeError(f"cluster {self.role!r} is shut down; cannot call {method.name}")
         if not self._joining:

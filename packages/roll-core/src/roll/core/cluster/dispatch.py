@@ -32,7 +32,18 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    Self,
+    TypeVar,
+    overload,
+    runtime_checkable,
+)
 
 from roll.core.errors import ConfigError, WorkerError
 
@@ -45,6 +56,10 @@ __all__ = [
     "Mesh",
     "MethodSpec",
     "ModelParallel",
+    "OnAllRanks",
+    "OnRankZero",
+    "OnShards",
+    "Registered",
     "Shardable",
     "get_spec",
     "register",
@@ -55,6 +70,7 @@ _PAD_COLUMN = "is_pad_B"  # roll.core.batch.PAD_COLUMN; this module imports no t
 
 P = ParamSpec("P")
 R = TypeVar("R")
+W = TypeVar("W")
 Args = tuple[tuple[Any, ...], dict[str, Any]]
 
 
@@ -147,13 +163,60 @@ class MethodSpec:
     timeout_s: float | None = None
 
 
+class Registered(Generic[W, P, R]):
+    """How the type checker sees a method of worker ``W`` marked with :func:`register`: on an instance (inside the
+    actor) it is the plain bound method; on the class it carries its dispatch mode (the subclasses below), from
+    which :func:`roll.core.cluster.cluster.on_cluster` derives what a call on the whole cluster returns. At run
+    time :func:`register` returns the function itself: this class is never instantiated."""
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> Self: ...
+    @overload
+    def __get__(self, obj: W, owner: type[Any]) -> Callable[P, R]: ...
+    def __get__(self, obj: W | None, owner: type[Any]) -> Self | Callable[P, R]:
+        raise NotImplementedError  # a typing view; see the class docstring
+
+    def __call__(self, worker: W, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        raise NotImplementedError
+
+
+class OnAllRanks(Registered[W, P, R]):
+    """A ``ONE_TO_ALL`` method: the cluster call returns ``list[R]``, by rank."""
+
+
+class OnRankZero(Registered[W, P, R]):
+    """A ``RANK_ZERO`` method: the cluster call returns rank 0's ``R``."""
+
+
+class OnShards(Registered[W, P, R]):
+    """A ``DP_SPLIT`` or ``MP_SPLIT`` method: a Shardable or list ``R`` comes back joined, anything else as the list
+    of per-rank (per-DP-group) results."""
+
+
+Marker = Callable[[Callable[Concatenate[W, P], R]], Registered[W, P, R]]
+
+
+@overload
+def register(
+    mode: Literal[Dispatch.RANK_ZERO], *, timeout_s: float | None = None
+) -> Callable[[Callable[Concatenate[W, P], R]], OnRankZero[W, P, R]]: ...
+@overload
+def register(
+    mode: Literal[Dispatch.DP_SPLIT, Dispatch.MP_SPLIT], *, timeout_s: float | None = None
+) -> Callable[[Callable[Concatenate[W, P], R]], OnShards[W, P, R]]: ...
+@overload
+def register(
+    mode: Literal[Dispatch.ONE_TO_ALL] = ..., *, timeout_s: float | None = None
+) -> Callable[[Callable[Concatenate[W, P], R]], OnAllRanks[W, P, R]]: ...
 def register(
     mode: Dispatch = Dispatch.ONE_TO_ALL, *, timeout_s: float | None = None
-) -> Callable[[Callable[P, R]], Callable[P, R]]:
+) -> Marker[Any, ..., Any]:
     """Mark a Worker method as callable on the whole Cluster with dispatch ``mode``.
 
     The function is returned unchanged (it still runs as a plain method inside the actor); only a
-    :class:`MethodSpec` is attached. ``timeout_s`` overrides the role's call timeout for this method.
+    :class:`MethodSpec` is attached. ``timeout_s`` overrides the role's call timeout for this method. For the type
+    checker the result is a :class:`Registered` of the mode, which typed cluster handles read
+    (:func:`roll.core.cluster.cluster.on_cluster`).
     """
     if not isinstance(mode, Dispatch):
         raise TypeError(f"register(mode=...) takes a Dispatch member, got {mode!r}")
@@ -161,7 +224,7 @@ def register(
         raise ValueError(f"register(timeout_s=...) must be > 0 seconds, got {timeout_s!r}")
     spec = MethodSpec(mode, timeout_s)
 
-    def mark(fn: Callable[P, R]) -> Callable[P, R]:
+    def mark(fn: Callable[..., Any]) -> Any:
         setattr(fn, SPEC_ATTR, spec)
         return fn
 

@@ -38,7 +38,7 @@ class RankCall:
 
     rank: int
     ref: ray.ObjectRef[Any]
-    pending: PendingCall
+    pending: PendingCall[Any]
     deadline: float = float("inf")
     """``time.monotonic()`` by which the call must have answered (submit time + the method's timeout)."""
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from roll.core.batch import PAD_COLUMN, Batch
 from roll.core.checkpoint import require_finite
-from roll.core.cluster import Dispatch, Worker, WorkerContext, register
+from roll.core.cluster import Cluster, Dispatch, Worker, WorkerContext, register
+from roll.core.cluster.cluster import on_cluster
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.smoke import SmokeConfig
@@ -59,6 +60,15 @@ class RegressionWorker(Worker):
         self.model.load_state_dict(dict(state))
 
 
+class RegressionCluster(Cluster):
+    """The driver's typed view of a :class:`RegressionWorker` cluster (a type: never built, see ``on_cluster``)."""
+
+    setup = on_cluster(RegressionWorker.setup)
+    train_step = on_cluster(RegressionWorker.train_step)
+    state_dict = on_cluster(RegressionWorker.state_dict)
+    load_state_dict = on_cluster(RegressionWorker.load_state_dict)
+
+
 class SmokePipeline(BasePipeline):
     """Fits ``y = x·w* + noise``; the loss must fall towards ``noise²``."""
 
@@ -74,9 +84,8 @@ class SmokePipeline(BasePipeline):
 
     def setup(self) -> None:
         cfg = self.config
-        self.workers = self.make_cluster(
-            "workers", RegressionWorker, init_args=(cfg.features, cfg.lr, cfg.seed)
-        )
+        cluster = self.make_cluster("workers", RegressionWorker, init_args=(cfg.features, cfg.lr, cfg.seed))
+        self.workers = cast(RegressionCluster, cluster)
         self.workers.setup()
 
     def train_step(self, step: int) -> Mapping[str, float]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from roll.core.tracking import reduce_metrics
 from roll.diffusion import outputs
 from roll.diffusion.reward_fl.config import RewardFLConfig
 from roll.diffusion.reward_fl.worker import DenoiserTrainer
+
+if TYPE_CHECKING:
+    from roll.diffusion.reward_fl.clusters import DenoiserTrainerCluster
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +48,10 @@ class RewardFLPipeline(BasePipeline):
         return {"actor_train": self.config.actor_train}
 
     def setup(self) -> None:
-        self.trainer = self.make_cluster("actor_train", DenoiserTrainer, init_args=(self.config,))
+        self.trainer = cast(
+            "DenoiserTrainerCluster",
+            self.make_cluster("actor_train", DenoiserTrainer, init_args=(self.config,)),
+        )
         self.trainer.setup()
 
     # ------------------------------------------------------------------------------------------ one step

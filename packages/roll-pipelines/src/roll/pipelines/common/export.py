@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from roll.core.cluster import Cluster
+if TYPE_CHECKING:
+    from roll.pipelines.common.clusters import HFExporter
 
 logger = logging.getLogger(__name__)
 
@@ -13,7 +15,7 @@ HF_DIR = "hf"
 """``<output_dir>/hf``: the ``save_pretrained`` folder (safetensors, config, tokenizer) written at the end."""
 
 
-def export_hf(cluster: Cluster, output_dir: Path) -> Path:
+def export_hf(cluster: HFExporter, output_dir: Path) -> Path:
     """Write the role's model and tokenizer as a transformers ``save_pretrained`` folder; returns its path."""
     target = output_dir / HF_DIR
     target.mkdir(parents=True, exist_ok=True)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roll.core.batch import Batch
-from roll.core.cluster import Cluster
 from roll.core.config.batch import BatchConfig
 from roll.core.tracking import reduce_metrics
 from roll.workers.roles.actor import LOSS_METRIC_PREFIX
 from roll.workers.types import LossFn
+
+if TYPE_CHECKING:
+    from roll.pipelines.common.clusters import ChunkTrainer
 
 TRAIN_METRIC_REDUCTION = {"loss": "mean", "grad_norm": "max", "lr": "max", "tokens": "sum", "units": "max"}
 """Per-rank train_step metrics: ``loss``, ``grad_norm``, ``lr`` and ``units`` are already global (equal on every
@@ -24,7 +26,7 @@ def optimizer_chunks(rows: Sequence[Any], batch: BatchConfig) -> list[list[Any]]
     return [list(rows[i * size : (i + 1) * size]) for i in range(n)]
 
 
-def train_chunks(cluster: Cluster, chunks: Sequence[Batch], loss_fn: LossFn) -> dict[str, float]:
+def train_chunks(cluster: ChunkTrainer, chunks: Sequence[Batch], loss_fn: LossFn) -> dict[str, float]:
     """One ``train_step`` per chunk; metrics of the last optimizer step, tokens summed over the step.
 
     The loss's own metrics (DPO's reward accuracy and margin) join the step's under their own names, without the

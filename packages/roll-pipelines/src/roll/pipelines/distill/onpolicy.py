@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -55,6 +55,9 @@ from roll.pipelines.distill.worker import DistillTeacherWorker
 from roll.pipelines.policy.views import training_view
 from roll.pipelines.rlvr.transform import TransformContext
 from roll.workers.roles.spec import ScorerSpec
+
+if TYPE_CHECKING:
+    from roll.pipelines.common.clusters import DistillTeacherCluster, SFTCluster
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +82,9 @@ def route_by_tag(tags: Sequence[Any], routes: Mapping[str, Sequence[str] | None]
 class TeacherPanel:
     """Teacher clusters by name, each scoring the rows whose tag routes to it."""
 
-    def __init__(self, clusters: Mapping[str, Cluster], routes: Mapping[str, Sequence[str] | None]) -> None:
+    def __init__(
+        self, clusters: Mapping[str, DistillTeacherCluster], routes: Mapping[str, Sequence[str] | None]
+    ) -> None:
         self.clusters, self.routes = dict(clusters), dict(routes)
 
     def logprobs(self, batch: Batch, tags: Sequence[Any], temperature: float = 1.0) -> torch.Tensor:
@@ -112,8 +117,11 @@ class OnPolicyDistill:
         """Warm up the teachers that ask for it, then start one frozen cluster per teacher."""
         models = {name: self._teacher_model(context, name) for name in self.config.teachers}
         clusters = {
-            name: context.host.make_cluster(
-                f"teacher_{name}", DistillTeacherWorker, init_args=(ScorerSpec(model=model),)
+            name: cast(
+                "DistillTeacherCluster",
+                context.host.make_cluster(
+                    f"teacher_{name}", DistillTeacherWorker, init_args=(ScorerSpec(model=model),)
+                ),
             )
             for name, model in models.items()
         }
@@ -135,7 +143,7 @@ class OnPolicyDistill:
             pad_id=context.tokenizer.pad_token_id, summary=partial(self._accuracy, context),
         )  # fmt: skip
 
-    def _accuracy(self, context: TransformContext, cluster: Cluster) -> dict[str, float]:
+    def _accuracy(self, context: TransformContext, cluster: SFTCluster) -> dict[str, float]:
         """Greedy accuracy of a warmed-up teacher on the held-out prompts (``accuracy``, the prompts and token
         budget of the student's ``eval/accuracy``) and on up to 64 training prompts (``train_accuracy``: what it
         can teach), when a ``builtin:`` task verifies them."""

@@ -13,13 +13,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.core.cluster import Cluster
 from roll.core.config.sections import RoleConfig
 from roll.core.pipeline import BasePipeline
 from roll.core.tracking import reduce_metrics
@@ -41,6 +40,9 @@ from roll.pipelines.sft.pipeline import prompt_ids
 from roll.workers.logits_transfer import align_to
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.spec import ScorerSpec, TrainerSpec
+
+if TYPE_CHECKING:
+    from roll.pipelines.common.clusters import DistillStudentCluster, DistillTeacherCluster, SFTCluster
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +67,9 @@ class TopkTransfer:
     """Teacher top-k logits onto the student's batch: through the driver (``object_store``) or point to point
     (``collective``: the student ranks receive inside ``train_distill``). See :mod:`roll.workers.logits_transfer`."""
 
-    def __init__(self, teacher: Cluster, student: Cluster, k: int, mode: str) -> None:
+    def __init__(
+        self, teacher: DistillTeacherCluster, student: DistillStudentCluster, k: int, mode: str
+    ) -> None:
         self.teacher, self.student, self.k, self.mode = teacher, student, k, mode
         self._joined = False
 
@@ -137,15 +141,21 @@ class DistillPipeline(BasePipeline):
         self.feeder = RowFeeder(len(self.data.train), cfg.batch.samples_per_step, seed=cfg.seed)
         if cfg.teacher_warmup is not None:
             self.teacher_model = self.warm_up_teacher(cfg.teacher_warmup)
-        self.teacher = self.make_cluster(
-            "teacher", DistillTeacherWorker, init_args=(ScorerSpec(model=self.teacher_model),)
+        self.teacher = cast(
+            "DistillTeacherCluster",
+            self.make_cluster(
+                "teacher", DistillTeacherWorker, init_args=(ScorerSpec(model=self.teacher_model),)
+            ),
         )
         total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
         strategy = strategy_for(cfg.student, cfg.batch)
-        self.student = self.make_cluster(
-            "student",
-            DistillStudentWorker,
-            init_args=(TrainerSpec(model=cfg.student.model, strategy=strategy, total_steps=total),),
+        self.student = cast(
+            "DistillStudentCluster",
+            self.make_cluster(
+                "student",
+                DistillStudentWorker,
+                init_args=(TrainerSpec(model=cfg.student.model, strategy=strategy, total_steps=total),),
+            ),
         )
         pending = [self.teacher.setup.submit(), self.student.setup.submit()]
         for call in pending:
@@ -185,7 +195,7 @@ class DistillPipeline(BasePipeline):
             summary=self.warmup_summary,
         )  # fmt: skip
 
-    def warmup_summary(self, trainer: Cluster) -> dict[str, float]:
+    def warmup_summary(self, trainer: SFTCluster) -> dict[str, float]:
         if self.eval_task() is None or not self.data.eval:
             return {}
         return {"answer_accuracy": self.answer_accuracy(trainer, self.eval_prompts())}
@@ -254,7 +264,10 @@ class DistillPipeline(BasePipeline):
         return self.data.eval[: self.config.eval.max_generate]
 
     def answer_accuracy(
-        self, cluster: Cluster, rows: Sequence[D.Row], answers: list[tuple[str, bool]] | None = None
+        self,
+        cluster: DistillStudentCluster | SFTCluster,
+        rows: Sequence[D.Row],
+        answers: list[tuple[str, bool]] | None = None,
     ) -> float:
         """Fraction of ``rows`` whose greedy answer under ``cluster`` (an SFTWorker role) the task verifies;
         ``answers`` receives each row's ``(answer, verified)``."""

@@ -17,13 +17,12 @@ import logging
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.core.cluster import Cluster
 from roll.core.tracking import reduce_metrics
 from roll.data._cache import build_once, cache_root, recipe_hash
 from roll.data.collate import collate_prompts
@@ -40,6 +39,9 @@ from roll.pipelines.sft.worker import SFTWorker
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.spec import TrainerSpec
 
+if TYPE_CHECKING:
+    from roll.pipelines.common.clusters import DistillStudentCluster, SFTCluster
+
 logger = logging.getLogger(__name__)
 
 DONE_MARKER = "WARMUP_DONE"
@@ -47,7 +49,7 @@ CACHE_KIND = "warmups"
 RECIPE_VERSION = 1
 """Part of the cache key: bump it when the warm-up's training changes, so no run reads an old teacher."""
 
-Summary = Callable[[Cluster], dict[str, float]]
+Summary = Callable[["SFTCluster"], dict[str, float]]
 """Extra metrics of the warmed-up teacher (e.g. its answer accuracy), computed before it is shut down."""
 
 
@@ -73,13 +75,16 @@ def warm_up_teacher(
     """SFT ``role``'s model on ``rows`` and export it to ``<output_dir>/<role>_warmup`` (or, with ``warm.cache``,
     to the cache folder of its recipe); the model to use next."""
 
-    def run(export: Callable[[Cluster], object]) -> None:
-        trainer = host.make_cluster(
-            role,
-            SFTWorker,
-            init_args=(
-                TrainerSpec(
-                    model=teacher.model, strategy=warmup_strategy(teacher, warm), total_steps=warm.steps
+    def run(export: Callable[[SFTCluster], object]) -> None:
+        trainer = cast(
+            "SFTCluster",
+            host.make_cluster(
+                role,
+                SFTWorker,
+                init_args=(
+                    TrainerSpec(
+                        model=teacher.model, strategy=warmup_strategy(teacher, warm), total_steps=warm.steps
+                    ),
                 ),
             ),
         )
@@ -141,7 +146,13 @@ def _tensor_bytes(x: torch.Tensor) -> bytes:
 
 
 def _train(
-    trainer: Cluster, warm: TeacherWarmupConfig, rows: Sequence[D.Row], pad_id: int, *, seed: int, role: str
+    trainer: SFTCluster,
+    warm: TeacherWarmupConfig,
+    rows: Sequence[D.Row],
+    pad_id: int,
+    *,
+    seed: int,
+    role: str,
 ) -> dict[str, float]:
     feeder = RowFeeder(len(rows), warm.batch_size, seed=seed)
     loss, metrics = SFTLoss(), {"loss": float("nan")}
@@ -153,7 +164,7 @@ def _train(
     return {"loss": metrics["loss"]}
 
 
-def _export(trainer: Cluster, target: Path) -> None:
+def _export(trainer: SFTCluster, target: Path) -> None:
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     export_hf(trainer, tmp)  # writes <tmp>/hf
@@ -164,7 +175,7 @@ def _export(trainer: Cluster, target: Path) -> None:
 
 
 def greedy_accuracy(
-    cluster: Cluster,
+    cluster: SFTCluster | DistillStudentCluster,
     prompts: Sequence[Sequence[int]],
     truths: Sequence[str],
     *,

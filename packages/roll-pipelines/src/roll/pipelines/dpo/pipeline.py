@@ -12,13 +12,12 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.core.cluster import Cluster
 from roll.core.columns import DESIRABLE, LABELS, REF_SEQ_LOGP
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import CheckpointError, DataError
@@ -36,6 +35,9 @@ from roll.pipelines.dpo.losses import DPOLoss, KTOLoss, preference_output, respo
 from roll.workers.roles.actor import ActorTrainWorker
 from roll.workers.roles.reference import ReferenceWorker
 from roll.workers.roles.spec import ScorerSpec, TrainerSpec
+
+if TYPE_CHECKING:
+    from roll.workers.roles.clusters import ActorTrainCluster, ReferenceCluster
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +70,7 @@ class DPOPipeline(BasePipeline):
                 loss.type, loss.beta, loss.label_smoothing, loss.averages, gamma=loss.simpo_gamma
             )
         self.ref_logps: dict[str, torch.Tensor] | None = None  # split -> [N, 2]; precompute mode
-        self.reference: Cluster | None = None
+        self.reference: ReferenceCluster | None = None
 
     def roles(self) -> Mapping[str, RoleConfig]:
         roles: dict[str, RoleConfig] = {"actor_train": self.config.actor_train}
@@ -88,20 +90,26 @@ class DPOPipeline(BasePipeline):
         self.feeder = RowFeeder(len(self.data.train), cfg.batch.prompts_per_step, seed=cfg.seed)
         total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
         strategy = strategy_for(cfg.actor_train, cfg.batch)
-        self.actor = self.make_cluster(
-            "actor_train",
-            ActorTrainWorker,
-            init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
+        self.actor = cast(
+            "ActorTrainCluster",
+            self.make_cluster(
+                "actor_train",
+                ActorTrainWorker,
+                init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
+            ),
         )
         self.actor.setup()
         if cfg.reference.mode == "worker" and cfg.loss.needs_reference:
             self.reference = self.start_reference()
 
-    def start_reference(self) -> Cluster:
+    def start_reference(self) -> ReferenceCluster:
         ref = self.config.reference
         model = ref.model or self.config.actor_train.model
-        cluster = self.make_cluster(
-            "reference", ReferenceWorker, init_args=(ScorerSpec(model=model, strategy=ref.strategy),)
+        cluster = cast(
+            "ReferenceCluster",
+            self.make_cluster(
+                "reference", ReferenceWorker, init_args=(ScorerSpec(model=model, strategy=ref.strategy),)
+            ),
         )
         cluster.setup()
         return cluster
@@ -170,7 +178,7 @@ class DPOPipeline(BasePipeline):
 
     # ------------------------------------------------------------------------------------- reference
 
-    def sequence_logp(self, cluster: Cluster, batch: Batch) -> torch.Tensor:
+    def sequence_logp(self, cluster: ActorTrainCluster | ReferenceCluster, batch: Batch) -> torch.Tensor:
         """Each row's response log-prob (sum or mean, as the loss uses) under ``cluster``'s weights ``[B]``."""
         scored = cluster.compute_logprobs(_model_inputs(batch))
         return response_logp(scored.tensors[C.LOGP], batch.tensors[LABELS], average=self.loss_fn.average_logp)

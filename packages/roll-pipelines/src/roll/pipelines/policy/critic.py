@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.core.cluster import Cluster, PendingCall
+from roll.core.cluster import PendingCall
 from roll.core.tracking import reduce_metrics
 from roll.pipelines.policy.views import training_view
 from roll.workers.types import LossFn
 
 if TYPE_CHECKING:
     import torch
+
+    from roll.workers.roles.clusters import CriticCluster
 
 CRITIC_COLUMNS = (
     C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK, C.OLD_VALUES, C.RETURNS, C.SEQ_UNITS, C.SEQ_TOKENS,
@@ -40,9 +42,9 @@ def explained_variance(values_BT: torch.Tensor, returns_BT: torch.Tensor, mask_B
 class Critic:
     """The critic cluster's two uses in a step: :meth:`values` and :meth:`train` / :meth:`collect`."""
 
-    def __init__(self, cluster: Cluster, loss: LossFn) -> None:
+    def __init__(self, cluster: CriticCluster, loss: LossFn) -> None:
         self.cluster, self.loss = cluster, loss
-        self._pending: list[PendingCall] = []
+        self._pending: list[PendingCall[list[dict[str, float]]]] = []
 
     def values(self, batch: Batch) -> torch.Tensor:
         """``V_BT`` of the state before each response token (0 elsewhere), from the current critic; the shift

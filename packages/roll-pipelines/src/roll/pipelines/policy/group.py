@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -53,6 +53,15 @@ from roll.workers.update_group import ModelUpdateGroup
 
 if TYPE_CHECKING:
     import torch
+
+    from roll.workers.roles.clusters import (
+        ActorInferCluster,
+        ActorTrainCluster,
+        CriticCluster,
+        HybridActorCluster,
+        PolicyGenerator,
+        PolicyTrainer,
+    )
 
 logger = logging.getLogger(__name__)
 
@@ -135,9 +144,9 @@ class PolicyGroup:
     def __init__(self, spec: PolicySpec, make_cluster: MakeCluster) -> None:
         self.spec = spec
         self._make_cluster = make_cluster
-        self.actor: Cluster
-        self.infer: Cluster
-        self.reference: Cluster | None = None
+        self.actor: PolicyTrainer
+        self.infer: PolicyGenerator
+        self.reference: ActorInferCluster | None = None
         self.critic: Critic | None = None
         self.updater: ModelUpdateGroup
         self.ref_updater: ModelUpdateGroup | None = None
@@ -171,22 +180,21 @@ class PolicyGroup:
         )
         if s.placement == "hybrid":
             hybrid = HybridSpec(trainer=trainer, infer=s.infer.strategy)
-            self.actor = self._make_cluster(
+            both = self._make_cluster(
                 "actor_train", role_ref("HybridActorWorker"), init_args=(hybrid,), runtime_env=env
             )
-            self.infer = self.actor
+            self.actor = self.infer = cast("HybridActorCluster", both)
         else:
-            self.actor = self._make_cluster(
-                "actor_train", actor_worker, init_args=(trainer,), runtime_env=env
-            )
+            actor = self._make_cluster("actor_train", actor_worker, init_args=(trainer,), runtime_env=env)
+            self.actor = cast("ActorTrainCluster", actor)
             self.infer = self._infer_cluster("actor_infer", s.infer, env)
         if s.reference is not None:
             self.reference = self._infer_cluster("reference", s.reference, env)
         critic = self._critic_cluster(env) if s.critic is not None else None
-        clusters = [self.actor, self.infer, self.reference, critic, *also]
+        clusters: list[Cluster | None] = [self.actor, self.infer, self.reference, critic, *also]
         # Clusters without a setup method (reward workers) start in their constructors; Ray made them already.
-        unique = list({id(c): c for c in clusters if c is not None and hasattr(c, "setup")}.values())
-        for call in [c.setup.submit() for c in unique]:
+        unique = list({id(c): c for c in clusters if c is not None and "setup" in c.methods}.values())
+        for call in [c.methods["setup"].submit() for c in unique]:
             call.result()
         if s.critic is not None and critic is not None:
             self.critic = Critic(critic, s.critic.loss)
@@ -194,11 +202,14 @@ class PolicyGroup:
         if self.reference is not None:
             self.ref_updater = ModelUpdateGroup(self.actor, self.reference, bucket_mb=s.bucket_mb)
 
-    def _infer_cluster(self, role: str, cfg: InferRoleConfig, env: dict[str, Any] | None) -> Cluster:
+    def _infer_cluster(
+        self, role: str, cfg: InferRoleConfig, env: dict[str, Any] | None
+    ) -> ActorInferCluster:
         spec = GeneratorSpec(model=cfg.model or self.model, strategy=cfg.strategy)
-        return self._make_cluster(role, role_ref("ActorInferWorker"), init_args=(spec,), runtime_env=env)
+        cluster = self._make_cluster(role, role_ref("ActorInferWorker"), init_args=(spec,), runtime_env=env)
+        return cast("ActorInferCluster", cluster)
 
-    def _critic_cluster(self, env: dict[str, Any] | None) -> Cluster:
+    def _critic_cluster(self, env: dict[str, Any] | None) -> CriticCluster:
         s = self.spec
         assert s.critic is not None
         role = s.critic.role
@@ -209,15 +220,11 @@ class PolicyGroup:
             total_steps=s.total_steps,
             threads=s.cpu_threads,
         )
-        return self._make_cluster(
-            "critic",
-            role_ref("CriticWorker"),
-            init_args=(spec,),
-            runtime_env=env,
-            mesh=Mesh.for_role(
-                role
-            ),  # from the strategy the critic runs, actor_train's when its own is unset
+        mesh = Mesh.for_role(role)  # from the strategy the critic runs, actor_train's when its own is unset
+        cluster = self._make_cluster(
+            "critic", role_ref("CriticWorker"), init_args=(spec,), runtime_env=env, mesh=mesh
         )
+        return cast("CriticCluster", cluster)
 
     # ------------------------------------------------------------------------------------------ scores
 
@@ -240,13 +247,13 @@ class PolicyGroup:
 
     def old_logp(self, batch: Batch) -> torch.Tensor:
         """``old_logp_BT``: the trainer's log-probs of the rollout before this step trains (0 off the response)."""
-        logp_BT: torch.Tensor = self.actor.compute_logprobs(training_view(batch, SEQUENCE_COLUMNS))[C.LOGP]
+        logp_BT = self.actor.compute_logprobs(training_view(batch, SEQUENCE_COLUMNS)).tensors[C.LOGP]
         return on_response(logp_BT, batch)
 
     def ref_logp(self, batch: Batch) -> torch.Tensor:
         """``ref_logp_BT`` from the frozen reference (0 off the response)."""
         assert self.reference is not None, "ref_logp needs a reference role"
-        ref_BT: torch.Tensor = self.reference.compute_logprobs(training_view(batch, SEQUENCE_COLUMNS))[C.LOGP]
+        ref_BT = self.reference.compute_logprobs(training_view(batch, SEQUENCE_COLUMNS)).tensors[C.LOGP]
         return on_response(ref_BT, batch)
 
     def values(self, batch: Batch) -> torch.Tensor:

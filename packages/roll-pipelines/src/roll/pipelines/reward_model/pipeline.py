@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -23,6 +23,9 @@ from roll.pipelines.reward_model import RewardModelConfig
 from roll.pipelines.reward_model.losses import BradleyTerryLoss
 from roll.workers.roles.reward_model import RewardModelWorker
 from roll.workers.roles.spec import TrainerSpec
+
+if TYPE_CHECKING:
+    from roll.workers.roles.clusters import RewardModelCluster
 
 MODEL_DIR = "reward_model"
 
@@ -46,10 +49,13 @@ class RewardModelPipeline(BasePipeline):
         self.feeder = RowFeeder(len(self.data.train), cfg.batch.prompts_per_step, seed=cfg.seed)
         total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
         strategy = strategy_for(cfg.actor_train, cfg.batch)
-        self.model = self.make_cluster(
-            "actor_train",
-            RewardModelWorker,
-            init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
+        self.model = cast(
+            "RewardModelCluster",
+            self.make_cluster(
+                "actor_train",
+                RewardModelWorker,
+                init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
+            ),
         )
         self.model.setup()
 

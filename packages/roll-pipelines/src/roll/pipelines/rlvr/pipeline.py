@@ -242,7 +242,7 @@ class RLVRPipeline(BasePipeline):
     def score(self, rollout: RolloutBatch) -> Batch:
         """Padded sequences, plus ``rewards_B``: the scores after overlong penalty and clipping (in the train
         actor, :mod:`.tensor_work`)."""
-        return self.policy.actor.apply(  # type: ignore[no-any-return]
+        return self.policy.actor.apply(
             tensor_work.score, rollout.batch, pad_id=self.tokenizer.pad_token_id,
             algorithm=self.config.algorithm, max_new_tokens=self.config.rollout.max_new_tokens,
         )  # fmt: skip

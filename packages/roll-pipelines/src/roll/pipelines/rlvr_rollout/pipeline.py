@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from roll.core import columns as C
 from roll.core.batch import Batch
@@ -26,6 +26,9 @@ from roll.pipelines.rlvr_rollout.metrics import domain_table, summarize
 from roll.workers.config import SamplingParams
 from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.spec import GeneratorSpec
+
+if TYPE_CHECKING:
+    from roll.workers.roles.clusters import ActorInferCluster
 
 SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -59,11 +62,14 @@ class RolloutEvalPipeline(BasePipeline):
         self.rows = (data.train + data.eval)[: cfg.max_prompts]
         env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
         strategy = cfg.actor_infer.strategy
-        self.infer = self.make_cluster(
-            "actor_infer",
-            ActorInferWorker,
-            init_args=(GeneratorSpec(model=model, strategy=strategy),),
-            runtime_env=env,
+        self.infer = cast(
+            "ActorInferCluster",
+            self.make_cluster(
+                "actor_infer",
+                ActorInferWorker,
+                init_args=(GeneratorSpec(model=model, strategy=strategy),),
+                runtime_env=env,
+            ),
         )
         clusters = {
             name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -32,6 +32,9 @@ from roll.pipelines.sft import SFTConfig
 from roll.pipelines.sft.losses import SFTLoss
 from roll.pipelines.sft.worker import SFTWorker
 from roll.workers.roles.spec import TrainerSpec
+
+if TYPE_CHECKING:
+    from roll.pipelines.common.clusters import SFTCluster
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +60,13 @@ class SFTPipeline(BasePipeline):
         self.feeder = RowFeeder(len(self.data.train), cfg.batch.samples_per_step, seed=cfg.seed)
         total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
         strategy = strategy_for(cfg.actor_train, cfg.batch)
-        self.actor = self.make_cluster(
-            "actor_train",
-            SFTWorker,
-            init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
+        self.actor = cast(
+            "SFTCluster",
+            self.make_cluster(
+                "actor_train",
+                SFTWorker,
+                init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
+            ),
         )
         self.actor.setup()
 

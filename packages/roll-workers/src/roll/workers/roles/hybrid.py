@@ -33,6 +33,7 @@ from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import sync_in_process, weights_checksum
+from roll.workers.offload import measured
 from roll.workers.roles import _common, checkpoint
 from roll.workers.roles.actor import LOSS_METRIC_PREFIX
 from roll.workers.roles.infer import (
@@ -159,16 +160,15 @@ class HybridActorWorker(WeightSender, Worker):
         return weights_checksum(served_weights(self.infer, self.role, self.spec.infer.type), cast)
 
     @register(Dispatch.ONE_TO_ALL)
-    def offload(self, side: Side | None = None) -> None:
-        """Move one side's weights (the trainer's with its optimizer state) off the device; both by default."""
-        for strategy in self._sides(side):
-            strategy.offload()
+    def offload(self, side: Side | None = None) -> dict[str, float]:
+        """Move one side's weights (the trainer's with its optimizer state) off the device; both by default.
+        Returns ``seconds`` and ``freed_bytes``, as the other roles' offload (:func:`roll.workers.offload.measured`)."""
+        return measured(lambda: [strategy.offload() for strategy in self._sides(side)])
 
     @register(Dispatch.ONE_TO_ALL)
-    def reload(self, side: Side | None = None) -> None:
-        """Undo :meth:`offload` for one side, or both."""
-        for strategy in self._sides(side):
-            strategy.reload()
+    def reload(self, side: Side | None = None) -> dict[str, float]:
+        """Undo :meth:`offload` for one side, or both (``freed_bytes`` then negative: memory taken back)."""
+        return measured(lambda: [strategy.reload() for strategy in self._sides(side)])
 
     def _sides(self, side: Side | None) -> list[TrainStrategy | InferStrategy]:
         if side is None:

@@ -1,0 +1,133 @@
+"""Typed cluster handles: the type checker follows a driver's calls into the worker methods they run.
+
+A handle (``on_cluster``) types each cluster method from the worker's own: its parameters, and the result its
+dispatch mode collects. These tests run mypy, the repo's checker, on a driver that gets calls wrong, and check the
+generated handle modules against the worker classes they describe.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from roll.core.cluster import Dispatch, Worker, register
+from roll.core.cluster.cluster import on_cluster
+from roll.core.cluster.dispatch import registered_methods
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DRIVER = """
+from __future__ import annotations
+
+from typing import cast
+
+from roll.core.batch import Batch
+from roll.core.cluster import Cluster, Dispatch, Worker, register
+from roll.core.cluster.cluster import on_cluster
+
+
+class Scorer(Worker):
+    @register(Dispatch.DP_SPLIT)
+    def score(self, batch: Batch, scale: float = 1.0) -> Batch:
+        return batch
+
+    @register(Dispatch.MP_SPLIT)
+    def train_step(self, batch: Batch, lr: float) -> dict[str, float]:
+        return {}
+
+    @register(Dispatch.RANK_ZERO)
+    def endpoint(self) -> tuple[str, int]:
+        return ("", 0)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def version(self) -> int:
+        return 0
+
+
+class ScorerCluster(Cluster):
+    score = on_cluster(Scorer.score)
+    train_step = on_cluster(Scorer.train_step)
+    endpoint = on_cluster(Scorer.endpoint)
+    version = on_cluster(Scorer.version)
+
+
+def drive(cluster: Cluster, batch: Batch) -> None:
+    scorers = cast(ScorerCluster, cluster)
+    reveal_type(scorers.score(batch, scale=2.0))
+    reveal_type(scorers.train_step(batch, 0.1))
+    reveal_type(scorers.endpoint())
+    reveal_type(scorers.version.submit().result())
+    scorers.score(batch, scale="2")  # wrong type
+    scorers.train_step(batch)  # missing argument
+    scorers.scroe(batch)  # no such method
+    cluster.score(batch)  # an untyped cluster has no methods to the type checker
+"""
+
+
+def test_mypy_checks_the_arguments_and_results_of_cluster_calls(tmp_path: Path) -> None:
+    """Results follow the dispatch mode (DP/MP of a Batch: the Batch; MP of a dict: one per DP rank; RANK_ZERO:
+    rank 0's; ONE_TO_ALL: one per rank), and each mistake is reported at its line."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(DRIVER))
+    run = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports=silent",
+         "--config-file", str(ROOT / "pyproject.toml"), str(driver)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    lines = run.stdout.splitlines()
+    revealed = [line.split("Revealed type is ")[1] for line in lines if "Revealed type is" in line]
+    assert revealed == [
+        '"roll.core.batch.Batch"',
+        '"list[dict[str, float]]"',
+        '"tuple[str, int]"',
+        '"list[int]"',
+    ], run.stdout
+    errors = [line for line in lines if ": error:" in line]
+    expected = [
+        ('scale="2"', 'has incompatible type "str"; expected "float"'),
+        ("train_step(batch)", 'Missing positional argument "lr"'),
+        ("scroe(batch)", '"ScorerCluster" has no attribute "scroe"'),
+        ("cluster.score(batch)", '"Cluster" has no attribute "score"'),
+    ]
+    source = driver.read_text().splitlines()
+    assert len(errors) == len(expected), run.stdout
+    for error, (code, message) in zip(errors, expected, strict=True):
+        line = int(error.split(":")[1])
+        assert code in source[line - 1] and message in error, error
+
+
+def test_the_generated_handles_are_current_and_cover_every_registered_method() -> None:
+    """``scripts/gen_cluster_handles.py --check`` passes: every role's handle lists exactly its registered methods,
+    each declared from the function that runs (so a renamed or re-dispatched worker method changes the handle)."""
+    run = subprocess.run(
+        [sys.executable, "scripts/gen_cluster_handles.py", "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr
+    from roll.workers.roles.actor import ActorTrainWorker
+    from roll.workers.roles.clusters import ActorTrainCluster
+
+    base = set(registered_methods(Worker))
+    declared = {n for n in vars(ActorTrainCluster) if not n.startswith("_")}
+    assert declared == set(registered_methods(ActorTrainWorker)) - base
+    assert all(getattr(ActorTrainCluster, n) is getattr(ActorTrainWorker, n) for n in declared)
+
+
+def test_on_cluster_refuses_a_method_that_is_not_registered() -> None:
+    class Plain(Worker):
+        @register(Dispatch.ONE_TO_ALL)
+        def marked(self) -> int:
+            return 1
+
+        def unmarked(self) -> int:
+            return 2
+
+    assert on_cluster(Plain.marked) is Plain.marked
+    with pytest.raises(TypeError, match="not a method marked with @register"):
+        on_cluster(Plain.unmarked)  # type: ignore[call-overload]
