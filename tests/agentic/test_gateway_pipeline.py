@@ -173,7 +173,7 @@ def test_gateway_rows_give_an_episode_one_advantage(encoder: Any) -> None:
     mask_BT = batch.tensors[C.RESPONSE_MASK].bool()
     sampled = [t for e in rollout.episodes for c in e.calls for g in c.choices for t in g.ids]
     assert batch.tensors[C.INPUT_IDS][mask_BT].tolist() == sampled
-    objective = PolicyObjective(AlgorithmConfig(preset="grpo", kl_mode="none"), estimator="grpo")
+    objective = PolicyObjective(AlgorithmConfig(preset="grpo", kl_mode="none"))
     adv_BT = trajectory_advantages(objective, batch).tensors[C.ADVANTAGES]
     r_E = torch.tensor(rewards)
     expected_E = (r_E - r_E.mean()) / (r_E.std() + 1e-6)

@@ -282,8 +282,11 @@ def _objective(estimator: str) -> Any:
     from roll.pipelines.algorithms.presets import AlgorithmConfig
     from roll.pipelines.policy.objective import PolicyObjective
 
-    algo = AlgorithmConfig(preset="grpo", kl_mode="none", loss_agg_mode="token-mean")
-    return PolicyObjective(algo, estimator=estimator)
+    critic = estimator == "gae"  # GAE reads the critic's values
+    algo = AlgorithmConfig(
+        preset="grpo", kl_mode="none", loss_agg_mode="token-mean", adv_estimator=estimator, use_critic=critic
+    )
+    return PolicyObjective(algo)
 
 
 def _rows(mask_rows: list[list[int]], episodes: list[int], segments: list[int], scores: list[float]) -> Any:

@@ -70,7 +70,7 @@ class AgentGatewayPipeline(BasePipeline):
     def __init__(self, config: AgentGatewayConfig) -> None:
         super().__init__(config, name="agent_gateway")
         a = config.algorithm
-        self.objective = PolicyObjective(a, estimator=a.adv_estimator, reward_norm=a.reward_norm)
+        self.objective = PolicyObjective(a)
         self.tasks = load_tasks(config.tasks)
 
     def roles(self) -> Mapping[str, RoleConfig]:
