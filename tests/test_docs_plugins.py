@@ -142,7 +142,7 @@ except ConfigError as exc:
     bad = str(exc)
 manager = config.env_manager
 pool = EnvSlots(16, factory_for(manager.envs), timeout_s=10)  # the example starts an extra group
-rollout = RolloutManager(manager, pool, reader, encoder).rollout(4, 2, batch_seed=3)
+rollout = RolloutManager(manager, pool, reader, encoder, max_new_tokens=config.rollout.max_new_tokens).rollout(4, 2, batch_seed=3)
 print(json.dumps({"dist": info.dist, "metrics": rollout.metrics(),
                   "returns": sorted({e.total_reward for e in rollout.episodes}), "bad": bad}))
 """

@@ -111,10 +111,12 @@ def test_rlvr_refuses_gigpo_and_its_settings() -> None:
 
 
 def _old_saved(config: AgenticConfig, **old: object) -> dict[str, object]:
-    """What an older roll saved for ``config``: every field dumped, with the old top-level keys beside them."""
+    """What an older roll saved for ``config``: every field dumped, with the old top-level keys beside them and
+    the sampling keys in ``env_manager``."""
     data = yaml.safe_load(dump_yaml(config))
-    data["rollout"].pop("async_generation_ratio")
-    del data["rollout"]
+    rollout = data.pop("rollout")
+    del rollout["async_generation_ratio"]
+    data["env_manager"].update(rollout)  # the sampling keys were the env manager's
     data["algorithm"].pop("gigpo")
     return {**data, "async_generation_ratio": 0, "reward_norm": "none", "gigpo": None, **old}
 

@@ -133,8 +133,8 @@ def test_agentic_rollout_writes_trajectories_and_success_rates(ray_local: Any, t
                     {"type": "guess_direction", "options": {"num_directions": 2}},
                     {"type": "frozen_lake", "options": {"size": 3, "max_steps": 2}, "tag": "lake"},
                 ],
-                "max_new_tokens": 8,
             },
+            "rollout": {"max_new_tokens": 8},
             "tracking": {"backends": ["jsonl"], "progress": False},
         }
     )

@@ -143,7 +143,7 @@ def test_the_episode_of_a_frozen_env_ends_as_a_timeout_and_the_others_finish(poo
         for b in range(10_000)
         if ends(plan := group_plan(config, 2, 2, b))[2] == FREEZE and ends(plan)[0] not in (SPIN, FREEZE)
     )
-    manager = RolloutManager(config, pool, answer, encoder)
+    manager = RolloutManager(config, pool, answer, encoder, max_new_tokens=32)
     rollout = manager.rollout(num_groups=2, group_size=2, batch_seed=batch_seed)
     statuses = [(e.status, e.error or "") for e in rollout.started]
     assert [s for s, _ in statuses] == ["done", "done", "timeout", "timeout"]

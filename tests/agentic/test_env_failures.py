@@ -81,7 +81,7 @@ def test_an_env_whose_step_raises_prints_its_traceback_and_stops(ray_local: Any,
         batch={"prompts_per_step": 2, "samples_per_prompt": 2, "micro_batch_samples": 4},
     )  # fmt: skip
     data = yaml.safe_load(cfg.read_text())
-    data["env_manager"].update(max_new_tokens=4)
+    data["rollout"] = {**data.get("rollout", {}), "max_new_tokens": 4}
     cfg.write_text(yaml.safe_dump(data, sort_keys=False))
     cmd = [sys.executable, "-m", "roll.core.cli", "train", str(cfg), f"ray.address={ray_local.address}"]
     done = subprocess.run(

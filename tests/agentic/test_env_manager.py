@@ -76,10 +76,12 @@ class Scripted:
         return [Generation(list(ids), [-0.5] * len(ids)) for _ in prompts]
 
 
-def _manager(encoder: ChatEncoder, answers: list[str], slots: int = 1, **overrides: Any) -> RolloutManager:
+def _manager(
+    encoder: ChatEncoder, answers: list[str], slots: int = 1, max_new_tokens: int = 32, **overrides: Any
+) -> RolloutManager:
     config = EnvManagerConfig(envs=[EnvEntryConfig(type="two_turn")], **overrides)
     pool = EnvSlots(slots, lambda entry: TwoTurnEnv(), timeout_s=5.0)
-    return RolloutManager(config, pool, Scripted(encoder, answers), encoder)
+    return RolloutManager(config, pool, Scripted(encoder, answers), encoder, max_new_tokens=max_new_tokens)
 
 
 def _segments(encoder: ChatEncoder, parts: list[tuple[str, int]]) -> tuple[list[int], list[int]]:
@@ -140,7 +142,9 @@ def test_turn_cut_by_token_limit_closes_with_template_markup(encoder: ChatEncode
     """An answer without <|im_end|> (stopped at max_new_tokens): the whole closing <|im_end|> is markup."""
     config = EnvManagerConfig(envs=[EnvEntryConfig(type="two_turn")])
     pool = EnvSlots(1, lambda entry: TwoTurnEnv(), timeout_s=5.0)
-    manager = RolloutManager(config, pool, Scripted(encoder, ["Left", "Up"], eos=False), encoder)
+    manager = RolloutManager(
+        config, pool, Scripted(encoder, ["Left", "Up"], eos=False), encoder, max_new_tokens=32
+    )
     [sample] = manager.rollout(1, 1, batch_seed=0).samples("trajectory")
     _, want_mask = _segments(
         encoder,
@@ -236,7 +240,11 @@ def test_redundancy_keeps_the_first_groups_to_finish(encoder: ChatEncoder) -> No
     config = EnvManagerConfig(envs=[EnvEntryConfig(type="two_turn")], extra_groups=1, step_timeout_s=1.0)
     pool = EnvSlots(6, lambda entry: SlowEnv(next(delays)), timeout_s=1.0)
     manager = RolloutManager(
-        config, pool, Scripted(encoder, ["<answer>Left</answer>", "<answer>Up</answer>"]), encoder
+        config,
+        pool,
+        Scripted(encoder, ["<answer>Left</answer>", "<answer>Up</answer>"]),
+        encoder,
+        max_new_tokens=32,
     )
     rollout = manager.rollout(2, 2, batch_seed=0)
     assert sorted({e.group for e in rollout.episodes}) == [0, 2]
@@ -269,7 +277,9 @@ def test_samples_record_the_policy_version_that_sampled_them(encoder: ChatEncode
     config = EnvManagerConfig(envs=[EnvEntryConfig(type="two_turn")])
     pool = EnvSlots(1, lambda entry: TwoTurnEnv(), timeout_s=5.0)
     answers = ["<answer>Left</answer>", "<answer>Up</answer>"]
-    rollout = RolloutManager(config, pool, Versioned(encoder, answers), encoder).rollout(1, 1, batch_seed=0)
+    rollout = RolloutManager(config, pool, Versioned(encoder, answers), encoder, max_new_tokens=32).rollout(
+        1, 1, batch_seed=0
+    )
     steps = rollout.samples("step")
     assert [s.policy_version for s in steps] == [7, 8]
     [trajectory] = rollout.samples("trajectory")
@@ -297,7 +307,9 @@ def test_env_errors_carry_their_traceback_once_and_count_as_a_rate(encoder: Chat
     made = iter([TwoTurnEnv(), RaisesOnSecondStep(), TwoTurnEnv(), RaisesOnSecondStep()])
     pool = EnvSlots(4, lambda entry: next(made), timeout_s=5.0)
     answers = ["<answer>Left</answer>", "<answer>Up</answer>"]
-    rollout = RolloutManager(config, pool, Scripted(encoder, answers), encoder).rollout(2, 2, batch_seed=0)
+    rollout = RolloutManager(config, pool, Scripted(encoder, answers), encoder, max_new_tokens=32).rollout(
+        2, 2, batch_seed=0
+    )
     assert rollout.metrics()["env/errors"] == 0.5
     first, second = rollout.errors
     assert (first.source, first.kind) == ("env two_turn", "KeyError") == (second.source, second.kind)

@@ -51,7 +51,9 @@ def _rollout(encoder: ChatEncoder, answers: list[str], **overrides: Any) -> tupl
     env_config = FrozenLakeConfig(observation="image", max_steps=4)
     pool = EnvSlots(1, lambda entry: FrozenLakeEnv(env_config, rows=MAP), timeout_s=5.0)
     generate = Recorder(encoder, answers)
-    return RolloutManager(config, pool, generate, encoder).rollout(1, 1, batch_seed=0), generate
+    return RolloutManager(config, pool, generate, encoder, max_new_tokens=32).rollout(
+        1, 1, batch_seed=0
+    ), generate
 
 
 def _pads(encoder: ChatEncoder, ids: list[int]) -> int:
@@ -100,7 +102,9 @@ def test_text_rows_have_no_vision_columns(vl_encoder: ChatEncoder) -> None:
     config = EnvManagerConfig(envs=[EnvEntryConfig(type="frozen_lake")])
     pool = EnvSlots(1, lambda entry: FrozenLakeEnv(FrozenLakeConfig(max_steps=1), rows=MAP), timeout_s=5.0)
     generate = Recorder(vl_encoder, ["<answer>Right</answer>"])
-    rollout = RolloutManager(config, pool, generate, vl_encoder).rollout(1, 1, batch_seed=0)
+    rollout = RolloutManager(config, pool, generate, vl_encoder, max_new_tokens=32).rollout(
+        1, 1, batch_seed=0
+    )
     assert generate.calls[0][1] is None
     batch = to_batch(rollout.samples("trajectory"), vl_encoder.pad_token_id)
     assert not set(C.VISION_COLUMNS) & set(batch.non_tensors)

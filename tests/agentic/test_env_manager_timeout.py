@@ -98,7 +98,7 @@ def test_hung_env_is_cut_off_and_the_rest_trains(ray_local: Any) -> None:
         "env_workers", EnvWorker, tiny_role(), init_kwargs={**kwargs, "factory": HangSecond()}
     ) as cluster:
         manager = RolloutManager(
-            config, ClusterEnvPool(cluster, kwargs["slots"]), Alternating(encoder), encoder
+            config, ClusterEnvPool(cluster, kwargs["slots"]), Alternating(encoder), encoder, max_new_tokens=32
         )
         start = time.monotonic()
         rollout = manager.rollout(num_groups=2, group_size=4, batch_seed=1)

@@ -21,7 +21,7 @@ import pytest
 from roll.agentic.env_manager.chat import ChatEncoder
 from roll.agentic.env_manager.manager import Generation
 from roll.agentic.gateway.agents import AgentGateway, load_agent
-from roll.agentic.gateway.config import GatewayConfig
+from roll.agentic.gateway.config import GatewayConfig, GatewaySamplingConfig
 from roll.agentic.gateway.formats import parse_tool_calls_for, render_messages
 from roll.agentic.gateway.lookup import CALL_TEXT, LookupAgentConfig, lookup_agent
 from roll.agentic.gateway.record import EpisodeLog
@@ -118,7 +118,9 @@ def test_tiny_policy_via_openai_client_trains_on_the_sampled_ids(tiny: dict[str,
         return float(len(text) > 0)
 
     strategy = HFInferStrategy(model, tokenizer=tiny["tokenizer"])
-    with AgentGateway(GatewayConfig(max_new_tokens=8), enc, LocalSampler(strategy), agent) as gateway:
+    with AgentGateway(
+        GatewayConfig(), enc, LocalSampler(strategy), agent, sampling=GatewaySamplingConfig(max_new_tokens=8)
+    ) as gateway:
         rollout = gateway.rollout([TASK, TASK], 2, seed=1)
     assert not rollout.errors, rollout.errors[0].traceback
     episode = rollout.episodes[0]
@@ -183,8 +185,9 @@ def test_key_routes_and_limits_are_enforced(tiny: dict[str, Any]) -> None:
         seen["limit"] = refused.value.code
         return 0.0
 
-    config = GatewayConfig(max_calls_per_episode=1, max_context_tokens=512, max_new_tokens=4)
-    with AgentGateway(config, enc, Scripted(enc), agent) as gateway:
+    config = GatewayConfig(max_calls_per_episode=1, max_context_tokens=512)
+    sampling = GatewaySamplingConfig(max_new_tokens=4)
+    with AgentGateway(config, enc, Scripted(enc), agent, sampling=sampling) as gateway:
         rollout = gateway.rollout([TASK], 1, seed=0)
         stale = _http(f"{seen['url']}/models", seen["key"])  # the rollout is over: its key is void
     assert not rollout.errors, rollout.errors[0].traceback
@@ -295,6 +298,8 @@ def test_docs_gateway_sections_validate() -> None:
     every, gpu = (b for b in blocks if "gateway" in b)
     assert set(every["gateway"]) == set(GatewayConfig.model_fields)
     assert GatewayConfig.model_validate(every["gateway"]) == GatewayConfig()
+    assert GatewaySamplingConfig.model_validate(every["rollout"]) == GatewaySamplingConfig()
+    GatewaySamplingConfig.model_validate(gpu["rollout"])
     GatewayConfig.model_validate(gpu["gateway"])
     assert InferRoleConfig.model_validate(gpu["actor_infer"]).strategy.type == "vllm"
 

@@ -24,7 +24,7 @@ import pytest
 from roll.agentic.env_manager.chat import ChatEncoder
 from roll.agentic.env_manager.manager import Generation
 from roll.agentic.gateway.agents import AgentGateway
-from roll.agentic.gateway.config import GatewayConfig
+from roll.agentic.gateway.config import GatewayConfig, GatewaySamplingConfig
 from roll.agentic.gateway.lookup import CALL_TEXT, QUESTION, SYSTEM
 from roll.agentic.gateway.sampler import LocalSampler, Sampler
 from roll.workers.config import SamplingParams
@@ -189,7 +189,9 @@ def test_agents_sdk_drives_the_tiny_policy(tiny: dict[str, Any]) -> None:
     enc = tiny["encoder"]
     sampler = Recorded(LocalSampler(HFInferStrategy(tiny["model"], tokenizer=tiny["tokenizer"])))
     outcomes: dict[int, dict[str, Any]] = {}
-    with AgentGateway(GatewayConfig(max_new_tokens=8), enc, sampler, sdk_agent(outcomes)) as gw:
+    with AgentGateway(
+        GatewayConfig(), enc, sampler, sdk_agent(outcomes), sampling=GatewaySamplingConfig(max_new_tokens=8)
+    ) as gw:
         rollout = gw.rollout(TASKS, 2, seed=11)
     assert not rollout.errors, rollout.errors[0].traceback
     assert len(rollout.episodes) == 4 and len(sampler.sampled) == 4

@@ -54,7 +54,7 @@ def _config(**over: Any) -> AgentGatewayConfig:
 def test_config_is_strict_and_names_what_is_wrong() -> None:
     """Unknown keys, an unknown plugin, a malformed callable path, options for a callable, both or neither task
     source, an estimator the mode lacks: each refused at load time, naming the key."""
-    assert _config().agent.type == "lookup" and _config().gateway.max_new_tokens == 64
+    assert _config().agent.type == "lookup" and _config().rollout.max_new_tokens == 64
     cases = {
         "extra_forbidden": {"agnet": {}},
         "no roll.agent plugin named 'nope'": {"agent": {"type": "nope"}},
@@ -173,7 +173,7 @@ def test_gateway_rows_give_an_episode_one_advantage(encoder: Any) -> None:
     mask_BT = batch.tensors[C.RESPONSE_MASK].bool()
     sampled = [t for e in rollout.episodes for c in e.calls for g in c.choices for t in g.ids]
     assert batch.tensors[C.INPUT_IDS][mask_BT].tolist() == sampled
-    objective = PolicyObjective(AlgorithmConfig(preset="grpo", kl_mode="none"), estimator="grpo")
+    objective = PolicyObjective(AlgorithmConfig(preset="grpo", kl_mode="none"))
     adv_BT = trajectory_advantages(objective, batch).tensors[C.ADVANTAGES]
     r_E = torch.tensor(rewards)
     expected_E = (r_E - r_E.mean()) / (r_E.std() + 1e-6)
@@ -225,7 +225,7 @@ def test_roll_train_runs_the_agent_through_the_gateway_and_resumes(ray_local: An
 
     common = [
         "max_steps=2", "warmup.steps=2", "warmup.batch_size=8", "batch.prompts_per_step=2",
-        "batch.samples_per_prompt=2", "batch.micro_batch_samples=4", "gateway.max_new_tokens=48", "cpu_threads=1",
+        "batch.samples_per_prompt=2", "batch.micro_batch_samples=4", "rollout.max_new_tokens=48", "cpu_threads=1",
         f"tasks.path={ROOT / 'examples/data/lookup_tasks.jsonl'}", f"warmup.path={ROOT / 'examples/data/lookup_warmup.jsonl'}",
         f"agent.type={__name__}:alternating_agent", "agent.options={}", "checkpoint.every_n_steps=1", "checkpoint.keep_last=2", "tracking.backends=[jsonl]", "tracking.progress=false",
     ]  # fmt: skip

@@ -103,18 +103,22 @@ def test_cluster_sampler_calls_the_actor_and_records_its_weight_version(
     import ray
 
     from roll.agentic.gateway.agents import AgentGateway
-    from roll.agentic.gateway.config import GatewayConfig
+    from roll.agentic.gateway.config import GatewayConfig, GatewaySamplingConfig
     from roll.agentic.gateway.sampler import ClusterSampler
     from roll.core.seeding import derive_seed
     from roll.workers.model_update import pack_bucket
 
     cluster, _ = infer
-    config = GatewayConfig(max_new_tokens=5, generate_timeout_s=120)
+    config, sampling = GatewayConfig(generate_timeout_s=120), GatewaySamplingConfig(max_new_tokens=5)
     before_calls = cluster.generate_calls()[0]
     versions = []
     for step in range(2):
         with AgentGateway(
-            config, encoder, ClusterSampler(cluster, config.generate_timeout_s), _chat_agent
+            config,
+            encoder,
+            ClusterSampler(cluster, config.generate_timeout_s),
+            _chat_agent,
+            sampling=sampling,
         ) as gw:
             rollout = gw.rollout([{}, {}], 2, seed=step)
         assert not rollout.errors, rollout.errors[0].traceback
@@ -131,7 +135,7 @@ def test_cluster_sampler_calls_the_actor_and_records_its_weight_version(
 
     episode = rollout.episodes[3]
     assert [len(c.choices) for c in episode.calls] == [2, 1]
-    params = SamplingParams(n=2, temperature=config.temperature, top_p=config.top_p, max_new_tokens=5)
+    params = SamplingParams(n=2, temperature=sampling.temperature, top_p=sampling.top_p, max_new_tokens=5)
     first = episode.calls[0]
     direct = ClusterSampler(cluster)([first.prompt_ids], [derive_seed(1, episode.index, 0)], params)[0]
     assert [g.ids for g in direct] == [g.ids for g in first.choices]
@@ -145,7 +149,7 @@ def test_hung_generator_gives_a_clear_error_not_a_hang(infer: tuple[Cluster, Pat
     hang ends: with the sampler's deadline (2 s), the cluster's error naming role, rank and method; with only the
     gateway's ``generate_timeout_s`` (2 s), the gateway's. Once the generator answers again, so does the gateway."""
     from roll.agentic.gateway.agents import AgentGateway
-    from roll.agentic.gateway.config import GatewayConfig
+    from roll.agentic.gateway.config import GatewayConfig, GatewaySamplingConfig
     from roll.agentic.gateway.sampler import ClusterSampler
 
     cluster, gate = infer
@@ -176,7 +180,13 @@ def test_hung_generator_gives_a_clear_error_not_a_hang(infer: tuple[Cluster, Pat
     assert status2 == 500 and "the policy did not answer within 2.0 s" in message2
     assert waited1 < 60 and waited2 < 60, f"the calls waited {waited1:.0f} s and {waited2:.0f} s"
 
-    with AgentGateway(GatewayConfig(max_new_tokens=3), encoder, ClusterSampler(cluster, 120), agent) as gw:
+    with AgentGateway(
+        GatewayConfig(),
+        encoder,
+        ClusterSampler(cluster, 120),
+        agent,
+        sampling=GatewaySamplingConfig(max_new_tokens=3),
+    ) as gw:
         after = gw.rollout([{}], 1, seed=0)
     assert not after.errors and after.episodes[0].reward == 1.0 and len(after.episodes[0].calls) == 1
 

@@ -40,7 +40,7 @@ def reader(prompts, *, seed):
 
 config = EnvManagerConfig(envs=[EnvEntryConfig(type="coin_flip")])
 pool = EnvSlots(8, factory_for(config.envs), timeout_s=10)
-rollout = RolloutManager(config, pool, reader, encoder).rollout(4, 2, batch_seed=3)
+rollout = RolloutManager(config, pool, reader, encoder, max_new_tokens=32).rollout(4, 2, batch_seed=3)
 print(json.dumps({"dist": info.dist, "metrics": rollout.metrics(),
                   "faces": sorted({e.turns[0].action for e in rollout.episodes})}))
 """

@@ -92,7 +92,9 @@ def _play(
 ) -> tuple[Rollout, Scripted]:
     config = config or EnvManagerConfig(envs=[EnvEntryConfig(type="three_turn")])
     policy = Scripted(encoder, answers)
-    manager = RolloutManager(config, EnvSlots(1, lambda entry: ThreeTurnEnv(), 5.0), policy, encoder)
+    manager = RolloutManager(
+        config, EnvSlots(1, lambda entry: ThreeTurnEnv(), 5.0), policy, encoder, max_new_tokens=32
+    )
     return manager.rollout(1, 1, batch_seed=0), policy
 
 
@@ -282,8 +284,11 @@ def _objective(estimator: str) -> Any:
     from roll.pipelines.algorithms.presets import AlgorithmConfig
     from roll.pipelines.policy.objective import PolicyObjective
 
-    algo = AlgorithmConfig(preset="grpo", kl_mode="none", loss_agg_mode="token-mean")
-    return PolicyObjective(algo, estimator=estimator)
+    critic = estimator == "gae"  # GAE reads the critic's values
+    algo = AlgorithmConfig(
+        preset="grpo", kl_mode="none", loss_agg_mode="token-mean", adv_estimator=estimator, use_critic=critic
+    )
+    return PolicyObjective(algo)
 
 
 def _rows(mask_rows: list[list[int]], episodes: list[int], segments: list[int], scores: list[float]) -> Any:
@@ -414,7 +419,7 @@ def test_a_thinking_model_trains_on_exactly_what_it_sampled(ray_local: Any, tmp_
         f"output_dir={tmp_path}", "max_steps=2", "placement=hybrid", "actor_train.model.path=tiny-think-1m",
         "batch.prompts_per_step=4", "batch.samples_per_prompt=4", "batch.micro_batch_samples=16",
         "env_manager.envs=[{type: guess_direction, options: {num_directions: 2, max_steps: 3}}]",
-        "env_manager.max_new_tokens=24", "warmup.steps=30", "warmup.expert_fraction=0.0",
+        "rollout.max_new_tokens=24", "warmup.steps=30", "warmup.expert_fraction=0.0",
         "warmup.answer_template='<think>\nok\n</think>\n\n<answer>{action}</answer>'",
         "eval_every=0", "plot=false", "tracking.backends=[jsonl]", "tracking.progress=false",
     ]  # fmt: skip

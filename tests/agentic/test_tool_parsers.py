@@ -495,6 +495,7 @@ env_manager:
       options: {{num_directions: 2, max_steps: 1}}
       tools: [{{type: calculator}}]
       tool_calls: {{format: qwen3_coder, max_tool_calls: 1, tool_success_reward: 0.25}}
+rollout:
   max_new_tokens: 64
 """
 
@@ -530,7 +531,9 @@ def test_an_agentic_rollout_reaches_the_calculator_through_qwen3_coder(tmp_path:
 
         pool = EnvSlots(2, factory_for(manager_cfg.envs), timeout_s=30.0)
         try:
-            return RolloutManager(manager_cfg, pool, policy, encoder).rollout(1, 2, batch_seed=0)
+            return RolloutManager(manager_cfg, pool, policy, encoder, max_new_tokens=32).rollout(
+                1, 2, batch_seed=0
+            )
         finally:
             pool.close()
 

@@ -37,9 +37,9 @@ def test_summary_overall_and_per_domain() -> None:
 
 def test_config_rejects_k_above_samples_and_greedy_samples(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
-        load_run_config(ROOT / "examples" / "rlvr_rollout.yaml", ["pass_k=[1,8]", "temperature=0"])
+        load_run_config(ROOT / "examples" / "rlvr_rollout.yaml", ["pass_k=[1,8]", "rollout.temperature=0"])
     paths = {i.path for i in err.value.issues}
-    assert paths == {"pass_k", "temperature"}
+    assert paths == {"pass_k", "rollout.temperature"}
 
 
 @pytest.mark.slow
@@ -59,7 +59,7 @@ def test_eval_run_writes_samples_and_a_consistent_summary(ray_local: Any, tmp_pa
     cfg_path = tmp_path / "eval.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
     overrides = [f"output_dir={tmp_path}/out", "ray.address=auto", "ray.num_cpus=null", "max_prompts=6",
-                 "samples=3", "pass_k=[1,3]", "tracking.progress=false", "actor_infer.cpus_per_worker=0.5"]  # fmt: skip
+                 "batch.samples_per_prompt=3", "pass_k=[1,3]", "tracking.progress=false", "actor_infer.cpus_per_worker=0.5"]  # fmt: skip
     spec, config = load_run_config(cfg_path, overrides, preflight=True)
     pipeline = spec.build(config)
     try:

@@ -18,7 +18,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from roll.diffusion import sampling as S
-from roll.diffusion.kit import resolve_diffusion_path
+from roll.diffusion.kit.paths import resolve_diffusion_path
 
 EpsFn = Callable[[torch.Tensor, float, torch.Tensor], torch.Tensor]
 """``(latents, timestep, text embeddings [2B or B, T, D]) -> eps``, guidance applied."""

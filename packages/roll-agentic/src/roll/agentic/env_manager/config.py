@@ -2,7 +2,9 @@
 
 Group sizes are not here: a rollout batch is ``batch.prompts_per_step`` groups of ``batch.samples_per_prompt``
 envs (the pipeline's :class:`~roll.core.config.batch.BatchConfig` states them once); the G envs of a group share
-one seed, so their episodes start from the same state and form a GRPO group.
+one seed, so their episodes start from the same state and form a GRPO group. Nor is sampling: a turn's length,
+temperature and nucleus are the run's ``rollout.*`` (:class:`~roll.core.config.sampling.SamplingConfig`), the key
+path every RL mode shares.
 """
 
 from __future__ import annotations
@@ -78,12 +80,11 @@ class EnvManagerConfig(RollModel):
     max_turns: int | None = Field(
         None, ge=1, description="turn cap per episode; default: the env's max_steps"
     )
-    max_new_tokens: int = Field(32, ge=1, description="tokens the model may generate per turn")
     max_context_tokens: int = Field(
-        2048, ge=16, description="an episode whose next prompt + turn would not fit is truncated"
+        2048,
+        ge=16,
+        description="an episode whose next prompt + turn (rollout.max_new_tokens) would not fit is truncated",
     )
-    temperature: float = Field(1.0, ge=0.0, description="sampling temperature of each turn; 0 is greedy")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass; 1 disables it")
     format_penalty: float = Field(
         -0.1, le=0.0, description="added to a turn's reward when the output broke the answer format"
     )

@@ -109,12 +109,22 @@ def group_plan(
 
 
 class RolloutManager:
-    """Runs rollouts of ``config``'s env mix on ``pool`` with ``generate``. See the module docstring."""
+    """Runs rollouts of ``config``'s env mix on ``pool`` with ``generate``. See the module docstring.
+
+    ``max_new_tokens`` is the turn length ``generate`` samples (the run's ``rollout.max_new_tokens``): an episode
+    whose next prompt leaves no room for a turn within ``max_context_tokens`` ends (``context_limit``)."""
 
     def __init__(
-        self, config: EnvManagerConfig, pool: EnvPool, generate: GenerateFn, encoder: ChatEncoder
+        self,
+        config: EnvManagerConfig,
+        pool: EnvPool,
+        generate: GenerateFn,
+        encoder: ChatEncoder,
+        *,
+        max_new_tokens: int,
     ) -> None:
         self.config = config
+        self.max_new_tokens = max_new_tokens
         self.pool = pool
         self.generate = generate
         self.encoder = encoder
@@ -187,7 +197,7 @@ class RolloutManager:
             prompt, images = episode.window_prompt(self.encoder, self.config.history_window)
         else:
             prompt, images = list(episode.ids), episode.conversation_images()
-        if len(prompt) + self.config.max_new_tokens > self.config.max_context_tokens:
+        if len(prompt) + self.max_new_tokens > self.config.max_context_tokens:
             episode.finish("context_limit", len(episode.turns))
         return prompt, images
 

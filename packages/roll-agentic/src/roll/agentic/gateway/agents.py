@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from roll.agentic.env_manager.chat import ChatEncoder
 from roll.agentic.env_manager.episode import Sample
-from roll.agentic.gateway.config import GatewayConfig
+from roll.agentic.gateway.config import GatewayConfig, GatewaySamplingConfig
 from roll.agentic.gateway.record import EpisodeLog, episode_samples
 from roll.agentic.gateway.sampler import Batcher, Sampler
 from roll.agentic.gateway.server import GatewayServer
@@ -98,10 +98,13 @@ class AgentGateway:
         sampler: Sampler,
         agent: AgentFn,
         name: str = "agent",
+        *,
+        sampling: GatewaySamplingConfig | None = None,
     ) -> None:
+        """``sampling``: how every call samples (the run's ``rollout``); default :class:`GatewaySamplingConfig`'s."""
         self.config, self.agent, self.name = config, agent, name
         self.batcher = Batcher(sampler, config.batch_wait_s, config.generate_timeout_s)
-        self.server = GatewayServer(config, encoder, self.batcher)
+        self.server = GatewayServer(config, encoder, self.batcher, sampling or GatewaySamplingConfig())
 
     def __enter__(self) -> AgentGateway:
         return self

@@ -6,16 +6,28 @@ from pydantic import Field, field_validator
 
 from roll.agentic.tool_parsers import installed_format
 from roll.core.config.base import RollModel
+from roll.core.config.sampling import SamplingConfig
 
-__all__ = ["GatewayConfig"]
+__all__ = ["GatewayConfig", "GatewaySamplingConfig"]
+
+
+class GatewaySamplingConfig(SamplingConfig):
+    """How the gateway samples every call (the agent_gateway run's ``rollout``, the key path every RL mode
+    shares): ``temperature`` and ``top_p`` whatever a request says, a request's ``max_tokens`` honoured up to
+    ``max_new_tokens``."""
+
+    max_new_tokens: int = Field(
+        64, ge=1, description="tokens a call may generate (caps a request's max_tokens)"
+    )
 
 
 class GatewayConfig(RollModel):
     """The OpenAI-compatible server a rollout's agents talk to, and the limits of what they may ask.
 
-    Sampling is the gateway's, not the agent's: ``temperature`` and ``top_p`` here are what the policy samples
-    with whatever a request says (so the recorded log-probs are the ones training needs); a request's
-    ``max_tokens`` is honoured up to ``max_new_tokens``; ``n`` up to ``max_n``.
+    Sampling is the gateway's, not the agent's: the :class:`GatewaySamplingConfig` it is given (the run's
+    ``rollout.temperature`` and ``rollout.top_p``) is what the policy samples with whatever a request says (so
+    the recorded log-probs are the ones training needs); a request's ``max_tokens`` is honoured up to
+    ``rollout.max_new_tokens``; ``n`` up to ``max_n``.
     """
 
     port: int = Field(
@@ -27,13 +39,10 @@ class GatewayConfig(RollModel):
         description="roll.tool_parser plugin: how tools are shown to the model and its calls read (hermes, "
         "qwen3_coder, llama3_json, mistral, ...)",
     )
-    temperature: float = Field(1.0, ge=0.0, description="sampling temperature of every call; 0 is greedy")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass of every call")
-    max_new_tokens: int = Field(
-        64, ge=1, description="tokens a call may generate (caps a request's max_tokens)"
-    )
     max_context_tokens: int = Field(
-        2048, ge=16, description="a call whose prompt plus max_new_tokens exceeds this is refused (HTTP 400)"
+        2048,
+        ge=16,
+        description="a call whose prompt plus its max new tokens exceeds this is refused (HTTP 400)",
     )
     max_n: int = Field(8, ge=1, description="the largest n (choices per call) a request may ask for")
     max_calls_per_episode: int = Field(

@@ -28,7 +28,7 @@ from typing import Any
 
 from roll.agentic.env_manager.chat import ChatEncoder
 from roll.agentic.env_manager.manager import Generation
-from roll.agentic.gateway.config import GatewayConfig
+from roll.agentic.gateway.config import GatewayConfig, GatewaySamplingConfig
 from roll.agentic.gateway.formats import parse_tool_calls_for, render_messages
 from roll.agentic.gateway.record import CallRecord, EpisodeLog
 from roll.agentic.gateway.sampler import Batcher
@@ -67,8 +67,10 @@ class _Server(ThreadingHTTPServer):
 class GatewayServer:
     """Serves ``episodes`` (set per rollout with :meth:`open_rollout`) from ``batcher`` on 127.0.0.1."""
 
-    def __init__(self, config: GatewayConfig, encoder: ChatEncoder, batcher: Batcher) -> None:
-        self.config, self.encoder, self.batcher = config, encoder, batcher
+    def __init__(
+        self, config: GatewayConfig, encoder: ChatEncoder, batcher: Batcher, sampling: GatewaySamplingConfig
+    ) -> None:
+        self.config, self.encoder, self.batcher, self.sampling = config, encoder, batcher, sampling
         self.episodes: dict[int, EpisodeLog] = {}
         self.api_key = ""
         self.seed = 0
@@ -198,18 +200,20 @@ class GatewayServer:
             raise refusal
 
     def _params(self, request: dict[str, Any], prompt_len: int) -> SamplingParams:
-        cfg = self.config
+        cfg, sampling = self.config, self.sampling
         n = request.get("n") or 1
         if not isinstance(n, int) or not 1 <= n <= cfg.max_n:
             raise ApiError(400, "invalid_n", f"n must be an integer in [1, {cfg.max_n}] (gateway.max_n)")
-        asked = request.get("max_completion_tokens") or request.get("max_tokens") or cfg.max_new_tokens
+        asked = request.get("max_completion_tokens") or request.get("max_tokens") or sampling.max_new_tokens
         if not isinstance(asked, int) or asked < 1:
             raise ApiError(400, "invalid_max_tokens", "max_tokens must be a positive integer")
-        max_new = min(asked, cfg.max_new_tokens)
+        max_new = min(asked, sampling.max_new_tokens)
         if prompt_len + max_new > cfg.max_context_tokens:
             raise ApiError(400, "context_length_exceeded", f"prompt of {prompt_len} tokens + {max_new} new "
                            f"exceeds gateway.max_context_tokens = {cfg.max_context_tokens}")  # fmt: skip
-        return SamplingParams(n=n, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=max_new)
+        return SamplingParams(
+            n=n, temperature=sampling.temperature, top_p=sampling.top_p, max_new_tokens=max_new
+        )
 
     def _text(self, gen: Generation) -> str:
         ids = gen.ids[:-1] if self.encoder.stopped_on_eos(gen.ids) else gen.ids

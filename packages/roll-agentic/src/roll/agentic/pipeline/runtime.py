@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from roll.agentic.env_manager.chat import ChatEncoder
-from roll.agentic.env_manager.config import EnvManagerConfig
 from roll.agentic.env_manager.episode import Episode
 from roll.agentic.env_manager.manager import Generation, Rollout, RolloutManager
 from roll.agentic.env_manager.worker import (
@@ -27,6 +26,7 @@ from roll.agentic.pipeline.config import AgenticRunConfig
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
+from roll.core.config.sampling import SamplingConfig
 from roll.workers.config import SamplingParams
 from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.model import load_tokenizer
@@ -43,15 +43,15 @@ MakeCluster = Callable[..., Cluster]
 class ClusterGenerate:
     """A :class:`~roll.agentic.env_manager.manager.GenerateFn` on an ``ActorInferWorker`` cluster."""
 
-    def __init__(self, infer: PolicyGenerator, config: EnvManagerConfig, *, greedy: bool = False) -> None:
+    def __init__(self, infer: PolicyGenerator, sampling: SamplingConfig, *, greedy: bool = False) -> None:
         self.infer = infer
-        self.config = config
+        self.sampling = sampling
         self.greedy = greedy
 
     def __call__(
         self, prompts: list[list[int]], *, seed: int, vision: Mapping[str, list[Any]] | None = None
     ) -> list[Generation]:
-        cfg = self.config
+        cfg = self.sampling
         params = SamplingParams(
             n=1,
             temperature=0.0 if self.greedy else cfg.temperature,
@@ -93,8 +93,13 @@ class RolloutRuntime:
         self.owns_infer = infer is None
         self.infer = infer if infer is not None else self._infer_cluster(make_cluster)
         self.envs = self._env_cluster(make_cluster)
+        generate = ClusterGenerate(self.infer, config.rollout)
         self.manager = RolloutManager(
-            config.env_manager, self.envs, ClusterGenerate(self.infer, config.env_manager), self.encoder
+            config.env_manager,
+            self.envs,
+            generate,
+            self.encoder,
+            max_new_tokens=config.rollout.max_new_tokens,
         )
 
     def _infer_cluster(self, make_cluster: MakeCluster) -> ActorInferCluster:
@@ -118,7 +123,7 @@ class RolloutRuntime:
             self.infer.setup()
 
     def rollout(self, batch_seed: int, *, greedy: bool = False, groups: int | None = None) -> Rollout:
-        self.manager.generate = ClusterGenerate(self.infer, self.config.env_manager, greedy=greedy)
+        self.manager.generate = ClusterGenerate(self.infer, self.config.rollout, greedy=greedy)
         return self.manager.rollout(groups or self.groups, self.group_size, batch_seed=batch_seed)
 
 

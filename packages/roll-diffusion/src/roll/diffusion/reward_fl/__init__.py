@@ -65,7 +65,7 @@ __all__ = [
 
 def _preflight(config: Any) -> list[ConfigIssue]:
     """The start-up check the config model cannot make alone: the denoiser's folder exists when it is local."""
-    from roll.diffusion.kit import missing_diffusion_path
+    from roll.diffusion.kit.paths import missing_diffusion_path
 
     problem = missing_diffusion_path(config.actor_train.model.path)
     return [] if problem is None else [ConfigIssue("actor_train.model.path", problem)]

@@ -24,7 +24,7 @@ from roll.diffusion.reward_fl.worker import STATE_FILE
 
 def export_checkpoint(config: Any, checkpoint: Path, out: Path) -> str:
     """Write the denoiser of ``checkpoint`` into ``out``; returns how to load it (``{out}``: the folder)."""
-    from roll.diffusion.kit import resolve_diffusion_path
+    from roll.diffusion.kit.paths import resolve_diffusion_path
 
     state_file = checkpoint / ACTOR_DIR / STATE_FILE
     if not state_file.is_file():

@@ -67,7 +67,7 @@ def add_lora(model: Any, lora: Any) -> None:
 
 def load_stack(path: str, device: torch.device, dtype: torch.dtype) -> Any:
     """An :class:`~roll.diffusion.stack.ImageStack`, or a :class:`~roll.diffusion.video.VideoStack` for Wan."""
-    from roll.diffusion.kit import resolve_diffusion_path
+    from roll.diffusion.kit.paths import resolve_diffusion_path
 
     folder = resolve_diffusion_path(path)
     if _is_wan(folder):

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from roll.core.errors import DataError
-from roll.diffusion.kit import resolve_diffusion_path
+from roll.diffusion.kit.paths import resolve_diffusion_path
 from roll.diffusion.kit.scorer import ShapeScorer, alignment_B, label_tensor
 from roll.diffusion.kit.tiny import SCORER_DIR
 from roll.diffusion.rewards.config import JpegConfig, ShapeAlignmentConfig

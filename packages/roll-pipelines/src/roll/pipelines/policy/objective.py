@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.pipelines.algorithms.choices import RewardNorm
 from roll.pipelines.algorithms.kl_control import build_kl_controller
 from roll.pipelines.algorithms.losses import PolicyLoss
 from roll.pipelines.algorithms.presets import AlgorithmConfig
@@ -34,22 +33,13 @@ if TYPE_CHECKING:
 
 
 class PolicyObjective:
-    """See the module docstring. ``estimator`` defaults to ``algorithm.adv_estimator``, ``reward_norm`` to
-    ``algorithm.reward_norm``."""
+    """See the module docstring: ``algorithm.adv_estimator`` estimates, ``algorithm.reward_norm`` normalizes."""
 
-    def __init__(
-        self,
-        algorithm: AlgorithmConfig,
-        *,
-        estimator: str | None = None,
-        reward_norm: RewardNorm | None = None,
-    ) -> None:
+    def __init__(self, algorithm: AlgorithmConfig) -> None:
         a = self.algorithm = algorithm
-        self.estimator = estimator or a.adv_estimator
-        self.reward_norm: RewardNorm = reward_norm or a.reward_norm
         self.kl = build_kl_controller(a.kl_coef, target=a.kl_target, horizon=a.kl_horizon)
         self.running: RunningMeanStd | None = None
-        if self.reward_norm == "running":
+        if a.reward_norm == "running":
             from roll.pipelines.algorithms.stats import RunningMeanStd
 
             self.running = RunningMeanStd()
@@ -64,7 +54,7 @@ class PolicyObjective:
         t = batch.tensors
         mask_BT = t[C.RESPONSE_MASK].float()
         normalized_B = normalize_rewards(
-            rewards_B.float(), mode=self.reward_norm, group_ids_B=t[C.GROUP_ID],
+            rewards_B.float(), mode=self.algorithm.reward_norm, group_ids_B=t[C.GROUP_ID],
             tags=list(batch[C.TAG]) if C.TAG in batch else None, running=self.running,
         )  # fmt: skip
         inputs = AdvantageInputs(
@@ -73,7 +63,9 @@ class PolicyObjective:
             step_returns_B=t.get(C.STEP_RETURN), anchor_ids_B=t.get(C.ANCHOR_ID),
         )  # fmt: skip
         est = EstimatorParams.of(self.algorithm, kl_coef=self.kl.value)
-        out = estimate_advantages(self.estimator, inputs, replace(est, **params) if params else est)
+        out = estimate_advantages(
+            self.algorithm.adv_estimator, inputs, replace(est, **params) if params else est
+        )
         batch[C.ADVANTAGES] = out.advantages_BT
         if out.returns_BT is not None and C.OLD_VALUES in t:
             batch[C.RETURNS] = out.returns_BT

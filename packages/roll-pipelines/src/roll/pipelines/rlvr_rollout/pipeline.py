@@ -1,6 +1,6 @@
 """The ``rlvr_rollout`` run: load prompts, start the inference and reward workers, generate, score, write.
 
-One "step": every prompt (up to ``max_prompts``) is answered ``samples`` times through the
+One "step": every prompt (up to ``max_prompts``) is answered ``batch.samples_per_prompt`` times through the
 :class:`~roll.core.scheduler.GenerateScheduler` (request by request over the inference ranks), the answers are
 scored by the :class:`~roll.core.scheduler.RewardScheduler` (reward workers by domain, as in ``rlvr``), and the run
 writes ``samples.jsonl`` and ``summary.json`` (see :mod:`roll.pipelines.rlvr_rollout`).
@@ -85,14 +85,19 @@ class RolloutEvalPipeline(BasePipeline):
             on_timeout=timed_out_rows,
         )
         options = GenerateOptions(
-            group_size=cfg.samples, request_prompts=cfg.request_prompts, carry_columns=CARRY_COLUMNS
+            group_size=cfg.batch.samples_per_prompt,
+            request_prompts=cfg.rollout.request_prompts,
+            carry_columns=CARRY_COLUMNS,
         )
         self.scheduler = GenerateScheduler(self.infer, _no_feed, options)
 
     def train_step(self, step: int) -> Mapping[str, float]:
         cfg = self.config
         params = SamplingParams(
-            n=cfg.samples, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens
+            n=cfg.batch.samples_per_prompt,
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
+            max_new_tokens=cfg.rollout.max_new_tokens,
         )
         scored = self.rewards.score(self.scheduler.generate_all(prompt_batch(self.rows), params))
         if (
@@ -104,7 +109,7 @@ class RolloutEvalPipeline(BasePipeline):
         return summary
 
     def _summary(self, scored: Batch) -> dict[str, float]:
-        g = self.config.samples
+        g = self.config.batch.samples_per_prompt
 
         def table(values: list[Any]) -> list[list[Any]]:
             return [values[i : i + g] for i in range(0, len(values), g)]
@@ -121,8 +126,8 @@ class RolloutEvalPipeline(BasePipeline):
         with (self.output_dir / SAMPLES_FILE).open("w", encoding="utf-8") as out:
             for i in range(len(scored)):
                 row = {
-                    "prompt_index": i // self.config.samples,
-                    "sample": i % self.config.samples,
+                    "prompt_index": i // self.config.batch.samples_per_prompt,
+                    "sample": i % self.config.batch.samples_per_prompt,
                     "prompt": str(scored["prompt"][i]),
                     "response": str(scored[C.TEXT][i]),
                     "ground_truth": str(scored["ground_truth"][i]),

@@ -23,22 +23,36 @@ from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from roll.agentic.gateway.config import GatewayConfig
+from roll.agentic.gateway.config import GatewayConfig, GatewaySamplingConfig
 from roll.core import plugins
 from roll.core.config.base import RollModel
 from roll.core.config.batch import BatchConfig
+from roll.core.config.sampling import moved_sampling_keys, upgrade_sampling
 from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 from roll.pipelines.algorithms.presets import AlgorithmConfig
 from roll.pipelines.algorithms.registry import ESTIMATORS
 from roll.pipelines.common.exporter import POLICY_EXPORT
-from roll.pipelines.policy.config import MOVED_KEYS, PolicyRunConfig
+from roll.pipelines.policy.config import MOVED_KEYS as POLICY_MOVED_KEYS
+from roll.pipelines.policy.config import PolicyRunConfig
 
-__all__ = ["SPEC", "AgentConfig", "AgentGatewayConfig", "ConversationWarmupConfig", "TaskDataConfig"]
+__all__ = [
+    "MOVED_KEYS",
+    "SPEC",
+    "AgentConfig",
+    "AgentGatewayConfig",
+    "ConversationWarmupConfig",
+    "TaskDataConfig",
+]
 
 SUPPORTED_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
 """Episode-level estimators (GiGPO's anchor states are an env manager's; an agent's states are its own)."""
+MOVED_KEYS = {
+    **POLICY_MOVED_KEYS,
+    **moved_sampling_keys("gateway"),
+}
+"""Keys of older agent_gateway layouts and their place now: sampling is ``rollout.*`` in every RL mode."""
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -118,11 +132,17 @@ class AgentGatewayConfig(PolicyRunConfig):
     agent: AgentConfig
     tasks: TaskDataConfig
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    rollout: GatewaySamplingConfig = Field(default_factory=GatewaySamplingConfig)
     warmup: ConversationWarmupConfig | None = None
 
     @classmethod
     def moved_keys(cls) -> dict[str, str]:
         return dict(MOVED_KEYS)
+
+    @classmethod
+    def upgrade_saved(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """An older run's config: ``gateway.{max_new_tokens,temperature,top_p}`` move under ``rollout``."""
+        return upgrade_sampling(data, "gateway")
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -70,7 +70,7 @@ class AgentGatewayPipeline(BasePipeline):
     def __init__(self, config: AgentGatewayConfig) -> None:
         super().__init__(config, name="agent_gateway")
         a = config.algorithm
-        self.objective = PolicyObjective(a, estimator=a.adv_estimator, reward_norm=a.reward_norm)
+        self.objective = PolicyObjective(a)
         self.tasks = load_tasks(config.tasks)
 
     def roles(self) -> Mapping[str, RoleConfig]:
@@ -79,14 +79,14 @@ class AgentGatewayPipeline(BasePipeline):
     def setup(self) -> None:
         cfg = self.config
         spec = policy_spec(
-            cfg, warmup_steps=cfg.warmup.steps if cfg.warmup else 0, norm_len=cfg.gateway.max_new_tokens
+            cfg, warmup_steps=cfg.warmup.steps if cfg.warmup else 0, norm_len=cfg.rollout.max_new_tokens
         )
         self.policy = PolicyGroup(spec, self.make_cluster)
         self.policy.start()
         self.encoder = ChatEncoder(load_tokenizer(cfg.policy_model, "actor_infer"))
         sampler = ClusterSampler(self.policy.infer)
         self.gateway = AgentGateway(
-            cfg.gateway, self.encoder, sampler, resolve_agent(cfg.agent), cfg.agent.type
+            cfg.gateway, self.encoder, sampler, resolve_agent(cfg.agent), cfg.agent.type, sampling=cfg.rollout
         )
 
     # ------------------------------------------------------------------------------------------- the step
@@ -120,11 +120,11 @@ class AgentGatewayPipeline(BasePipeline):
 
     def train(self, batch: Batch, step: int) -> dict[str, float]:
         cfg = self.config
-        loss = self.objective.loss(norm_len=cfg.gateway.max_new_tokens, use_old_logp=self._use_old_logp())
+        loss = self.objective.loss(norm_len=cfg.rollout.max_new_tokens, use_old_logp=self._use_old_logp())
         train_actor = self.policy.critic is None or step >= cfg.critic_warmup_steps
         metrics = self.policy.train(
             batch, loss, optimizer_steps=cfg.batch.optimizer_steps_per_step, step=step,
-            temperature=cfg.gateway.temperature or 1.0, train_actor=train_actor,
+            temperature=cfg.rollout.temperature or 1.0, train_actor=train_actor,
         )  # fmt: skip
         if train_actor:
             self.objective.observe(metrics, len(batch))

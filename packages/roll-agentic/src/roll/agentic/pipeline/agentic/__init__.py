@@ -22,6 +22,7 @@ from roll.agentic.env_manager.check import env_preflight
 from roll.agentic.pipeline.config import AgenticRunConfig
 from roll.core.config.base import RollModel
 from roll.core.config.batch import BatchConfig
+from roll.core.config.sampling import SamplingConfig, moved_sampling_keys, upgrade_sampling
 from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
@@ -43,13 +44,15 @@ MOVED_KEYS = {
     "async_generation_ratio": "rollout.async_generation_ratio",
     "reward_norm": "algorithm.reward_norm",
     "gigpo": "algorithm.gigpo (with algorithm.adv_estimator: gigpo)",
+    **moved_sampling_keys("env_manager"),
 }
 """Keys of older agentic layouts and their place now: the RL modes share one key path per setting (rlvr's)."""
 
 
-class StepAheadRolloutConfig(RollModel):
-    """How agentic rollouts are scheduled: the key path is rlvr's (``rollout.async_generation_ratio``), the
-    values are the ones the env manager supports (synchronous, or exactly one step ahead)."""
+class StepAheadRolloutConfig(SamplingConfig):
+    """How agentic rollouts are sampled and scheduled: the key paths are rlvr's (``rollout.max_new_tokens``,
+    ``rollout.temperature``, ``rollout.top_p``, ``rollout.async_generation_ratio``), the values the ones the env
+    manager supports (synchronous, or exactly one step ahead)."""
 
     async_generation_ratio: Literal[0, 1] = Field(
         0,
@@ -97,8 +100,9 @@ class AgenticConfig(AgenticRunConfig, PolicyRunConfig):
     def upgrade_saved(cls, data: dict[str, Any]) -> dict[str, Any]:
         """A config an older agentic run saved, in today's layout: its top-level ``async_generation_ratio``,
         ``reward_norm`` (it won over ``algorithm.reward_norm`` unless ``none``) and ``gigpo`` (set, it meant
-        ``adv_estimator: gigpo``) move under ``rollout`` and ``algorithm``."""
-        data = dict(data)
+        ``adv_estimator: gigpo``) move under ``rollout`` and ``algorithm``, ``env_manager.{max_new_tokens,
+        temperature,top_p}`` under ``rollout``."""
+        data = upgrade_sampling(dict(data), "env_manager")
         rollout, algorithm = dict(data.get("rollout") or {}), dict(data.get("algorithm") or {})
         if "async_generation_ratio" in data:
             rollout.setdefault("async_generation_ratio", data.pop("async_generation_ratio"))

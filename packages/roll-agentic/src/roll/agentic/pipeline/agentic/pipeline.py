@@ -70,7 +70,7 @@ class AgenticPipeline(BasePipeline):
     def setup(self) -> None:
         cfg, b = self.config, self.config.batch
         spec = policy_spec(
-            cfg, warmup_steps=cfg.warmup.steps if cfg.warmup else 0, norm_len=cfg.env_manager.max_new_tokens
+            cfg, warmup_steps=cfg.warmup.steps if cfg.warmup else 0, norm_len=cfg.rollout.max_new_tokens
         )
         self.policy = PolicyGroup(spec, self.make_cluster)
         self.policy.start()
@@ -145,11 +145,11 @@ class AgenticPipeline(BasePipeline):
         """The policy loss on ``actor_train``, one optimizer step per mini-batch; the critic trains on the same
         mini-batches meanwhile (alone during ``critic_warmup_steps``)."""
         cfg = self.config
-        loss = self.objective.loss(norm_len=cfg.env_manager.max_new_tokens, use_old_logp=self._use_old_logp())
+        loss = self.objective.loss(norm_len=cfg.rollout.max_new_tokens, use_old_logp=self._use_old_logp())
         train_actor = self.policy.critic is None or step >= cfg.critic_warmup_steps
         metrics = self.policy.train(
             batch, loss, optimizer_steps=cfg.batch.optimizer_steps_per_step, step=step,
-            temperature=cfg.env_manager.temperature or 1.0, train_actor=train_actor,
+            temperature=cfg.rollout.temperature or 1.0, train_actor=train_actor,
         )  # fmt: skip
         if train_actor:
             self.objective.observe(metrics, len(batch))
@@ -207,7 +207,7 @@ class AgenticPipeline(BasePipeline):
             ]
             for outcome in pool.reset(requests):
                 if outcome is not None and outcome.error is None and outcome.valid_actions:
-                    _answers_fit(enc, outcome.valid_actions, template, self.config.env_manager.max_new_tokens)
+                    _answers_fit(enc, outcome.valid_actions, template, self.config.rollout.max_new_tokens)
                     action = rng.choice(outcome.valid_actions)
                     if rng.random() < expert_fraction:
                         action = _expert_action(outcome)
@@ -292,9 +292,9 @@ def _answers_fit(enc: Any, actions: tuple[str, ...] | list[str], template: str, 
         tokens = len(enc.encode(template.format(action=action))) + 1
         if tokens > max_new_tokens:
             raise ConfigError(
-                f"env_manager.max_new_tokens ({max_new_tokens}) is below the {tokens} tokens of the valid action "
+                f"rollout.max_new_tokens ({max_new_tokens}) is below the {tokens} tokens of the valid action "
                 f"{action!r} as the warm-up writes it ({template!r} and EOS): generation would cut it, so the "
-                f"policy could never take it. Fix: env_manager.max_new_tokens: {tokens} or more"
+                f"policy could never take it. Fix: rollout.max_new_tokens: {tokens} or more"
             )
 
 

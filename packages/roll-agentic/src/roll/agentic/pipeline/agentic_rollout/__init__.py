@@ -16,6 +16,7 @@ from pydantic import Field
 
 from roll.agentic.env_manager.check import env_preflight
 from roll.agentic.pipeline.config import AgenticRunConfig
+from roll.core.config.sampling import upgrade_sampling
 from roll.core.types import Pipeline, PipelineSpec
 
 __all__ = ["SPEC", "AgenticRolloutConfig"]
@@ -27,10 +28,17 @@ class AgenticRolloutConfig(AgenticRunConfig):
     pipeline: str = "agentic_rollout"
     groups: int = Field(8, ge=1, description="env groups (seeds) per step")
     group_size: int = Field(1, ge=1, description="envs per seed (>1 estimates pass@k-style spread)")
-    greedy: bool = Field(True, description="greedy decoding; false samples with env_manager.temperature")
+    greedy: bool = Field(
+        True, description="greedy decoding; false samples with rollout.temperature and rollout.top_p"
+    )
     trajectories_file: str = Field(
         "trajectories.jsonl", description="file name, under output_dir, of the written trajectories"
     )
+
+    @classmethod
+    def upgrade_saved(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """An older run's config: ``env_manager.{max_new_tokens,temperature,top_p}`` move under ``rollout``."""
+        return upgrade_sampling(data, "env_manager")
 
 
 def _build(config: Any) -> Pipeline:
