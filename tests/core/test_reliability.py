@@ -43,9 +43,9 @@ def _config(out: Path, *overrides: str) -> SmokeConfig:
 
 
 def _run(cfg: SmokeConfig, during: Any = None) -> dict[str, float]:
-    from roll.core.smoke.pipeline import SmokePipeline
+    from roll.core.smoke import SPEC
 
-    pipeline = SmokePipeline(cfg)
+    pipeline = SPEC.build(cfg)
     if during is not None:
         threading.Thread(target=during, args=(pipeline,), daemon=True).start()
     try:

@@ -103,9 +103,9 @@ def test_distilling_a_vlm_teacher_lowers_the_kl_and_raises_the_accuracy(
 
 
 def _teacher_sees_the_pictures(pipe: DistillPipeline) -> None:
-    rows = pipe.data.eval[:4]
+    rows = pipe.recipe.data.eval[:4]
     swapped = [{**r, C.PIXEL_VALUES: rows[(i + 1) % 4][C.PIXEL_VALUES]} for i, r in enumerate(rows)]
-    pad = pipe.tokenizer.pad_token_id
-    same = pipe.teacher.topk_logits(with_sample_ids(D.sft_batch(rows, pad_id=pad)), 4)
-    other = pipe.teacher.topk_logits(with_sample_ids(D.sft_batch(swapped, pad_id=pad)), 4)
+    pad = pipe.recipe.tokenizer.pad_token_id
+    same = pipe.recipe.teacher.topk_logits(with_sample_ids(D.sft_batch(rows, pad_id=pad)), 4)
+    other = pipe.recipe.teacher.topk_logits(with_sample_ids(D.sft_batch(swapped, pad_id=pad)), 4)
     assert not torch.allclose(same.tensors[C.TOPK_VALUES], other.tensors[C.TOPK_VALUES])
