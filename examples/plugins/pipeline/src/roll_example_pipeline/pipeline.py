@@ -1,6 +1,7 @@
 """The ``best_of_n`` run, composed from roll's shared parts (nothing copied from another mode):
 
-- :class:`~roll.core.pipeline.BasePipeline`: Ray, placement, the step loop, tracking, checkpoints, failures, shutdown;
+- :class:`~roll.core.run.Run`, which holds this recipe: Ray, placement, the step loop, tracking, checkpoints, failures,
+  shutdown; the recipe reaches them through its :class:`~roll.core.run.RunHost`;
 - :class:`~roll.workers.roles.infer.ActorInferWorker`: the model role that generates (any infer strategy);
 - :class:`~roll.pipelines.rlvr.reward_worker.RewardWorker`: one cluster per reward domain, any ``roll.reward`` plugin;
 - :class:`~roll.core.scheduler.GenerateScheduler` and :class:`~roll.core.scheduler.RewardScheduler`: n samples per

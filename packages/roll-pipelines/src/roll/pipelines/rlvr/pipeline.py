@@ -1,8 +1,8 @@
 """The RLVR pipeline: reinforcement learning with verifiable rewards, on Ray actors.
 
-One training step reads top to bottom (:meth:`RLVRPipeline.train_step`)::
+One training step reads top to bottom (:meth:`RLVRRecipe.train_step`)::
 
-    generate -> score -> advantages -> train -> sync_weights -> log      (checkpoint: BasePipeline's cadence)
+    generate -> score -> advantages -> train -> sync_weights -> log      (checkpoint: the Run's cadence)
 
 - ``generate``: the :class:`~roll.core.scheduler.GenerateScheduler` hands back ``P`` whole groups of ``G``
   samples, generated request by request on ``actor_infer`` and already scored by the reward workers (scoring

@@ -1,7 +1,7 @@
 """The agent-gateway pipeline: the user's agents play episodes through the gateway, the policy trains on what it
 recorded. One step reads top to bottom::
 
-    tasks -> rollout (gateway) -> rows -> advantages -> train -> sync_weights -> log   (checkpoint: BasePipeline's)
+    tasks -> rollout (gateway) -> rows -> advantages -> train -> sync_weights -> log   (checkpoint: the Run's)
 
 - ``tasks``: :func:`step_tasks`, a seeded shuffle per pass over the task rows, a pure function of the step (so a
   resumed run plays the rows the uninterrupted one would, with no data position to save).

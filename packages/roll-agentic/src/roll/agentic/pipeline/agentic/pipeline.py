@@ -1,6 +1,6 @@
 """The agentic pipeline: multi-turn RL on env workers. One step reads top to bottom::
 
-    rollout -> samples -> advantages -> train -> sync_weights -> log      (checkpoint: BasePipeline's cadence)
+    rollout -> samples -> advantages -> train -> sync_weights -> log      (checkpoint: the Run's cadence)
 
 - ``rollout``: the env manager plays ``P`` groups of ``G`` envs against ``actor_infer`` (one batched generate
   per turn); envs that hang are cut off and dropped; redundancy keeps the first groups to finish.
