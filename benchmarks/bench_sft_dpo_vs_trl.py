@@ -445,10 +445,8 @@ def _e2e(mode: Literal["sft", "dpo"], steps: int, warmup: int) -> Result:
     from pathlib import Path
 
     from roll.core.config.loader import load_config
-    from roll.pipelines.dpo import DPOConfig
-    from roll.pipelines.dpo.pipeline import DPOPipeline
-    from roll.pipelines.sft import SFTConfig
-    from roll.pipelines.sft.pipeline import SFTPipeline
+    from roll.pipelines.dpo import SPEC as DPO_SPEC
+    from roll.pipelines.sft import SPEC as SFT_SPEC
 
     out = Path(tempfile.mkdtemp()) / "run"
     kind, per_step = ("sft", BATCH_SEQS) if mode == "sft" else ("preference", BATCH_SEQS // 2)
@@ -464,9 +462,11 @@ def _e2e(mode: Literal["sft", "dpo"], steps: int, warmup: int) -> Result:
         f"actor_train.strategy.gradient_checkpointing={str(_grad_checkpointing()).lower()}",
         "ray.init_timeout_s=300",  # a Ray start on a loaded 2-core box can take minutes
     ]  # fmt: skip
-    config_model, pipeline_cls = (SFTConfig, SFTPipeline) if mode == "sft" else (DPOConfig, DPOPipeline)
-    cfg = load_config(Path(__file__).parents[1] / "examples" / f"{mode}.yaml", overrides, model=config_model)
-    pipeline = pipeline_cls(cfg)
+    spec = SFT_SPEC if mode == "sft" else DPO_SPEC
+    cfg = load_config(
+        Path(__file__).parents[1] / "examples" / f"{mode}.yaml", overrides, model=spec.config_model
+    )
+    pipeline = spec.build(cfg)
     try:
         pipeline.run()
     finally:

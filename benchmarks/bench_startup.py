@@ -45,19 +45,19 @@ def main() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    import roll.core.pipeline as base
+    import roll.core.run as base
     import roll.pipelines.policy.group as group
     import roll.pipelines.rlvr.pipeline as rlvr
     from roll.core.config.loader import load_tree, validate
     from roll.pipelines.rlvr import SPEC
 
     MARKS.append(("driver imports", start - T0, time.perf_counter() - T0))
-    timed(base.BasePipeline, "_start_runtime", "Ray start + placement groups")
-    timed(rlvr.RLVRPipeline, "setup", "setup (data, then actors)")
+    timed(base.Run, "_start_runtime", "Ray start + placement groups")
+    timed(rlvr.RLVRRecipe, "setup", "setup (data, then actors)")
     timed(rlvr, "prepare_data", "  prepare_data")
     timed(group.PolicyGroup, "start", "  actors start + setup")
-    timed(rlvr.RLVRPipeline, "warmup", "SFT warm-up")
-    timed(rlvr.RLVRPipeline, "train_step", "train step (the first holds the warm-up)")
+    timed(rlvr.RLVRRecipe, "warm_up", "SFT warm-up")
+    timed(rlvr.RLVRRecipe, "train_step", "train step")
     out = tempfile.mkdtemp(prefix="roll-startup-")
     fixed = [f"output_dir={out}", "max_steps=2", "eval_every=0", "tracking.progress=false", "plot=false"]
     tree = load_tree(args.config, [*fixed, *overrides], model=SPEC.config_model)

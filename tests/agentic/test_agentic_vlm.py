@@ -45,13 +45,13 @@ def test_two_steps_on_image_frozen_lake(ray_local: Any, tmp_path: Path) -> None:
     config = load_config(EXAMPLE, overrides, model=AgenticConfig)
     pipeline = AGENTIC.build(config)
     trained: list[Any] = []
-    train = pipeline.train
+    train = pipeline.recipe.train
 
     def recording_train(batch: Any, step: int) -> dict[str, float]:
         trained.append(batch)
         return train(batch, step)
 
-    pipeline.train = recording_train  # type: ignore[method-assign]
+    pipeline.recipe.train = recording_train
     try:
         pipeline.run()
     finally:
@@ -69,7 +69,7 @@ def test_two_steps_on_image_frozen_lake(ray_local: Any, tmp_path: Path) -> None:
     # Every trained row shows its lake: one 6x6-patch picture (3x3 cells of 16 px; patch 8, merge 2) whose
     # 36 / 4 = 9 image-pad tokens are in the row's ids.
     assert len(trained) == 2
-    pad = pipeline.runtime.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    pad = pipeline.recipe.runtime.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     for batch in trained:
         grids = batch.non_tensors[C.IMAGE_GRID_THW]
         assert len(grids) == len(batch) and all(g.tolist() == [[1, 6, 6]] for g in grids)

@@ -522,7 +522,7 @@ TORCH_FREE_DRIVER = textwrap.dedent(
 
     import numpy as np
 
-    import roll.core.pipeline  # the driver's skeleton: BasePipeline, run dir, checkpoints
+    import roll.core.run  # the driver's run loop: Run, run dir, checkpoints
     from roll.core.checkpoint import CheckpointManager, PipelineState, restore_rng_state
 
     manager = CheckpointManager(Path(sys.argv[1]), keep_last=2)

@@ -1,4 +1,4 @@
-"""BasePipeline through the smoke pipeline: real Ray actors, real gloo, real checkpoints and trackers."""
+"""The run loop (roll.core.run.Run) through the smoke recipe: real Ray actors, real gloo, real checkpoints and trackers."""
 
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ def _config(out: Path, *overrides: str) -> SmokeConfig:
 
 
 def _run(cfg: SmokeConfig) -> dict[str, Any]:
-    from roll.core.smoke.pipeline import SmokePipeline
+    from roll.core.smoke import SPEC
 
-    pipeline = SmokePipeline(cfg)
+    pipeline = SPEC.build(cfg)
     try:
         summary = pipeline.run()
-        weights = pipeline.workers.state_dict()
+        weights = pipeline.recipe.workers.state_dict()
     finally:
         pipeline.shutdown()
     return {"summary": summary, "weights": weights}
@@ -127,16 +127,16 @@ def test_resume_auto_skips_damaged_checkpoints_and_matches_the_uninterrupted_run
 def test_unwritable_output_dir_fails_before_any_work(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    from roll.core.smoke.pipeline import SmokePipeline
+    from roll.core.smoke import SPEC
 
     with pytest.raises(CheckpointError, match="is not writable"):
-        SmokePipeline(_config(blocker / "run"))
+        SPEC.build(_config(blocker / "run"))
 
 
 def test_roles_larger_than_the_cluster_fail_before_waiting(ray_local: Any, tmp_path: Path) -> None:
-    from roll.core.smoke.pipeline import SmokePipeline
+    from roll.core.smoke import SPEC
 
-    pipeline = SmokePipeline(_config(tmp_path / "big", "workers.cpus_per_worker=3"))
+    pipeline = SPEC.build(_config(tmp_path / "big", "workers.cpus_per_worker=3"))
     start = time.monotonic()
     try:
         with pytest.raises(ResourceError) as info:

@@ -43,9 +43,9 @@ def _config(out: Path, *overrides: str) -> SmokeConfig:
 
 
 def _run(cfg: SmokeConfig, during: Any = None) -> dict[str, float]:
-    from roll.core.smoke.pipeline import SmokePipeline
+    from roll.core.smoke import SPEC
 
-    pipeline = SmokePipeline(cfg)
+    pipeline = SPEC.build(cfg)
     if during is not None:
         threading.Thread(target=during, args=(pipeline,), daemon=True).start()
     try:
@@ -186,7 +186,7 @@ def test_resume_auto_continues_exactly_through_a_sigkilled_worker(
         os.kill(pid, signal.SIGKILL)
 
     overrides = ["resume=auto", "checkpoint.every_n_steps=5", "max_restarts=1"]
-    with caplog.at_level(logging.ERROR, logger="roll.core.pipeline"):
+    with caplog.at_level(logging.ERROR, logger="roll.core.run"):
         summary = _run(_config(out, *overrides), during=kill_rank_1)
     assert killed, "the worker was never killed"
     assert "smoke: workers rank 1 died: " in caplog.text and "Restart 1 of 1" in caplog.text

@@ -13,8 +13,8 @@ import pytest
 from roll.core.checkpoint import CheckpointManager, PipelineState
 from roll.core.config.loader import load_config
 from roll.core.errors import ConfigError, RunDirError
-from roll.core.smoke import SmokeConfig
-from roll.core.smoke.pipeline import WEIGHTS_FILE, SmokePipeline
+from roll.core.smoke import SPEC, SmokeConfig
+from roll.core.smoke.pipeline import WEIGHTS_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_YAML = ROOT / "examples" / "smoke.yaml"
@@ -43,7 +43,7 @@ def test_a_new_run_on_a_dir_holding_a_run_is_refused_and_nothing_is_written(tmp_
     text = _lay_down_run(out, steps=5, checkpoints=(2, 4))
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
     with pytest.raises(RunDirError) as info:
-        SmokePipeline(_config(out))
+        SPEC.build(_config(out))
     assert str(info.value) == (
         f"{out} already holds a run ({out / 'metrics.jsonl'}, checkpoints "
         f"{out / 'checkpoints' / 'step_000002..step_000004'}), and a new run would append to its metrics and "
@@ -58,11 +58,11 @@ def test_checkpoints_alone_are_a_run_but_an_empty_metrics_file_is_not(tmp_path: 
     out = tmp_path / "run"
     _lay_down_run(out, steps=0, checkpoints=(3,))
     with pytest.raises(RunDirError, match=r"already holds a run \(checkpoints .*step_000003\)"):
-        SmokePipeline(_config(out))
+        SPEC.build(_config(out))
     crashed = tmp_path / "crashed-in-setup"  # its trackers opened metrics.jsonl, then setup failed
     crashed.mkdir()
     (crashed / "metrics.jsonl").write_text("")
-    assert SmokePipeline(_config(crashed)).run_start.checkpoint is None
+    assert SPEC.build(_config(crashed)).run_start.checkpoint is None
 
 
 def test_overwrite_moves_the_old_run_aside_and_starts_afresh(
@@ -72,7 +72,7 @@ def test_overwrite_moves_the_old_run_aside_and_starts_afresh(
     out, root = tmp_path / "run", tmp_path / "ckpts"
     text = _lay_down_run(out, steps=5, checkpoints=(2, 4), root=root)
     with caplog.at_level(logging.WARNING, logger="roll.core.rundir"):
-        pipeline = SmokePipeline(_config(out, "overwrite=true", f"checkpoint.dir={root}"))
+        pipeline = SPEC.build(_config(out, "overwrite=true", f"checkpoint.dir={root}"))
     pipeline.tracker.close()
     (old_out,) = tmp_path.glob("run.old-*")
     (old_root,) = tmp_path.glob("ckpts.old-*")
@@ -92,7 +92,7 @@ def test_overwrite_and_resume_auto_contradict() -> None:
 def test_resume_auto_continues_its_own_metrics_from_the_checkpoint(tmp_path: Path) -> None:
     out = tmp_path / "run"
     text = _lay_down_run(out, steps=5, checkpoints=(2, 4))
-    pipeline = SmokePipeline(_config(out, "resume=auto"))
+    pipeline = SPEC.build(_config(out, "resume=auto"))
     pipeline.tracker.close()
     assert pipeline.run_start.step == 4 and not pipeline.run_start.finished
     assert (out / "metrics.jsonl").read_text() == "".join(text.splitlines(keepends=True)[:4])
@@ -109,7 +109,7 @@ def test_resume_auto_on_a_finished_run_says_so_and_starts_nothing(
     out = tmp_path / "run"
     text = _lay_down_run(out, steps=6, checkpoints=(3, 6))
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    pipeline = SmokePipeline(_config(out, "resume=auto"))
+    pipeline = SPEC.build(_config(out, "resume=auto"))
     try:
         assert pipeline.run() == {}
     finally:
@@ -129,19 +129,19 @@ def test_resuming_another_runs_checkpoint_into_a_dir_holding_a_run_is_refused(tm
     _lay_down_run(out, steps=3, checkpoints=(3,))
     foreign = other / "checkpoints" / "step_000002"
     with pytest.raises(RunDirError, match=rf"resume={foreign} is a checkpoint of another run"):
-        SmokePipeline(_config(out, f"resume={foreign}"))
-    own = SmokePipeline(_config(out, "resume=step_000003"))  # its own checkpoint, relative to its root
+        SPEC.build(_config(out, f"resume={foreign}"))
+    own = SPEC.build(_config(out, "resume=step_000003"))  # its own checkpoint, relative to its root
     own.tracker.close()
     assert own.run_start.step == 3
     with pytest.raises(RunDirError, match="overwrite=true would move it aside, and with it resume="):
-        SmokePipeline(_config(out, "resume=step_000003", "overwrite=true"))
+        SPEC.build(_config(out, "resume=step_000003", "overwrite=true"))
     assert (out / "checkpoints" / "step_000003").is_dir()  # refused before anything moved
 
 
 def test_resume_auto_before_any_checkpoint_starts_over_and_drops_the_attempts_metrics(tmp_path: Path) -> None:
     out = tmp_path / "run"
     _lay_down_run(out, steps=3, checkpoints=())
-    pipeline = SmokePipeline(_config(out, "resume=auto"))
+    pipeline = SPEC.build(_config(out, "resume=auto"))
     pipeline.tracker.close()
     assert pipeline.run_start.checkpoint is None and (out / "metrics.jsonl").read_text() == ""
     assert pipeline.run_start.describe("smoke") == (

@@ -354,10 +354,14 @@ def test_shutdown_sends_the_runs_plots_to_image_trackers_only(tmp_path: Path) ->
     """A pipeline's PNGs reach trackers that have ``log_images`` (at the last step), before they close; a tracker
     without the method (jsonl) is skipped."""
     from roll.core.config.sections import RunConfig
-    from roll.core.pipeline import BasePipeline
+    from roll.core.run import Run, RunHost
     from roll.core.tracking import MultiTracker
+    from roll.core.types import Phases
 
-    class Plotting(BasePipeline):
+    class Plotting:
+        def __init__(self, host: RunHost) -> None:
+            self.host = host
+
         def roles(self) -> dict[str, Any]:
             return {}
 
@@ -367,9 +371,23 @@ def test_shutdown_sends_the_runs_plots_to_image_trackers_only(tmp_path: Path) ->
         def train_step(self, step: int) -> dict[str, float]:
             return {}
 
-    run = Plotting(
-        RunConfig(pipeline="x", output_dir=tmp_path, tracking=TrackingConfig(backends=["jsonl"])), name="x"
-    )
+        def save_files(self, directory: Path) -> None:
+            pass
+
+        def load_files(self, directory: Path) -> None:
+            pass
+
+        def state(self) -> dict[str, Any]:
+            return {}
+
+        def load_state(self, state: Any) -> None:
+            pass
+
+        def phases(self) -> Phases:
+            return Phases()
+
+    config = RunConfig(pipeline="x", output_dir=tmp_path, tracking=TrackingConfig(backends=["jsonl"]))
+    run = Run(config, name="x", recipe=Plotting)
     sink = _ImageSink()
     run.tracker = MultiTracker([*run.tracker.trackers, sink])  # type: ignore[attr-defined]
     (tmp_path / "plot.png").write_bytes(b"\x89PNG")

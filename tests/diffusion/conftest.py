@@ -20,11 +20,10 @@ def tiny_sd() -> Path:
 
 def _run(yaml: Path, out: Path, overrides: Sequence[str]) -> Path:
     from roll.core.config.loader import load_config
-    from roll.diffusion.reward_fl import RewardFLConfig
-    from roll.diffusion.reward_fl.pipeline import RewardFLPipeline
+    from roll.diffusion.reward_fl import SPEC, RewardFLConfig
 
     cfg = load_config(yaml, [f"output_dir={out}", "ray.num_cpus=null", *overrides], model=RewardFLConfig)
-    pipeline = RewardFLPipeline(cfg)
+    pipeline = SPEC.build(cfg)
     try:
         pipeline.run()
     finally:

@@ -21,8 +21,8 @@ import torch
 
 from roll.core import columns as C
 from roll.pipelines.common import data as D
-from roll.pipelines.distill import DistillConfig
-from roll.pipelines.distill.pipeline import DistillPipeline, with_sample_ids
+from roll.pipelines.distill import SPEC, DistillConfig
+from roll.pipelines.distill.pipeline import DistillRecipe, with_sample_ids
 
 pytestmark = pytest.mark.slow
 
@@ -59,18 +59,19 @@ def small_config(out: Path, **overrides: Any) -> DistillConfig:
 @pytest.fixture(scope="module")
 def run(
     ray_local: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[DistillPipeline, Mapping[str, float]]]:
-    pipe = DistillPipeline(small_config(tmp_path_factory.mktemp("distill")))
+) -> Iterator[tuple[DistillRecipe, Mapping[str, float]]]:
+    pipeline = SPEC.build(small_config(tmp_path_factory.mktemp("distill")))
     try:
-        pipe._start_runtime()
-        pipe.setup()
-        before = pipe.evaluate(0)
-        yield pipe, before
+        pipeline._start_runtime()  # type: ignore[attr-defined]  # a Run: Ray and placement, without the loop
+        recipe: DistillRecipe = pipeline.recipe  # type: ignore[attr-defined]
+        recipe.setup()
+        before = recipe.evaluate(0)
+        yield recipe, before
     finally:
-        pipe.shutdown()
+        pipeline.shutdown()
 
 
-def test_student_kl_to_teacher_falls(run: tuple[DistillPipeline, Mapping[str, float]]) -> None:
+def test_student_kl_to_teacher_falls(run: tuple[DistillRecipe, Mapping[str, float]]) -> None:
     pipe, before = run
     for step in range(pipe.config.max_steps):
         metrics = pipe.train_step(step)
@@ -80,7 +81,7 @@ def test_student_kl_to_teacher_falls(run: tuple[DistillPipeline, Mapping[str, fl
 
 
 def test_object_store_transfer_equals_teacher_exactly(
-    run: tuple[DistillPipeline, Mapping[str, float]],
+    run: tuple[DistillRecipe, Mapping[str, float]],
 ) -> None:
     pipe, _ = run
     batch = with_sample_ids(D.sft_batch(pipe.data.train[:7], pad_id=pipe.tokenizer.pad_token_id))
@@ -92,7 +93,7 @@ def test_object_store_transfer_equals_teacher_exactly(
     assert torch.equal(attached.tensors[C.TOPK_INDICES], direct.tensors[C.TOPK_INDICES][order])
 
 
-def test_collective_transfer_equals_teacher_exactly(run: tuple[DistillPipeline, Mapping[str, float]]) -> None:
+def test_collective_transfer_equals_teacher_exactly(run: tuple[DistillRecipe, Mapping[str, float]]) -> None:
     pipe, _ = run
     batch = with_sample_ids(D.sft_batch(pipe.data.train[:7], pad_id=pipe.tokenizer.pad_token_id))
     direct = pipe.teacher.topk_logits(batch, 16)
@@ -103,7 +104,7 @@ def test_collective_transfer_equals_teacher_exactly(run: tuple[DistillPipeline, 
         assert torch.equal(got.tensors[C.TOPK_INDICES], direct.tensors[C.TOPK_INDICES])
 
 
-def test_collective_training_step_runs(run: tuple[DistillPipeline, Mapping[str, float]]) -> None:
+def test_collective_training_step_runs(run: tuple[DistillRecipe, Mapping[str, float]]) -> None:
     pipe, _ = run
     pipe.config.__dict__["transfer"] = "collective"  # same clusters, other path
     try:
@@ -145,14 +146,14 @@ def _metrics(out: Path) -> dict[int, dict[str, float]]:
 
 
 def test_killed_run_resumes_to_the_same_metrics(
-    run: tuple[DistillPipeline, Mapping[str, float]], tmp_path: Path, kill_and_resume: Any
+    run: tuple[DistillRecipe, Mapping[str, float]], tmp_path: Path, kill_and_resume: Any
 ) -> None:
     """Uninterrupted (here) and killed-then-resumed (``roll train`` subprocesses, the shared
     ``kill_and_resume`` fixture) runs log equal metrics."""
     from roll.core.config.loader import dump_yaml
 
     teacher = run[0].teacher_model.path
-    reference = DistillPipeline(resume_config(tmp_path / "reference", teacher))
+    reference = SPEC.build(resume_config(tmp_path / "reference", teacher))
     try:
         reference.run()
     finally:

@@ -21,9 +21,10 @@ import pytest
 import torch
 
 from roll.core import columns as C
+from roll.core.run import Run
 from roll.pipelines.common import data as D
 from roll.pipelines.distill import VLM_SPEC, DistillConfig
-from roll.pipelines.distill.pipeline import DistillPipeline, with_sample_ids
+from roll.pipelines.distill.pipeline import DistillRecipe, with_sample_ids
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +86,7 @@ def test_distilling_a_vlm_teacher_lowers_the_kl_and_raises_the_accuracy(
     if the student learns nothing from the teacher's top-k; the kd must fall below a fifth.
     """
     pipe = VLM_SPEC.build(_config(tmp_path))
-    assert isinstance(pipe, DistillPipeline)
+    assert isinstance(pipe, Run) and isinstance(pipe.recipe, DistillRecipe)
     try:
         pipe.run()
         logged = _logged(tmp_path)
@@ -97,15 +98,15 @@ def test_distilling_a_vlm_teacher_lowers_the_kl_and_raises_the_accuracy(
         print(f"distill_vlm held-out kd {kd[0]:.4f} -> {kd[1]:.4f}, accuracy {acc[0]:.3f} -> {acc[1]:.3f}")
         assert kd[1] < 0.2 * kd[0], kd
         assert acc[1] >= acc[0] + ACCURACY_MARGIN, acc
-        _teacher_sees_the_pictures(pipe)
+        _teacher_sees_the_pictures(pipe.recipe)
     finally:
         pipe.shutdown()
 
 
-def _teacher_sees_the_pictures(pipe: DistillPipeline) -> None:
-    rows = pipe.data.eval[:4]
+def _teacher_sees_the_pictures(recipe: DistillRecipe) -> None:
+    rows = recipe.data.eval[:4]
     swapped = [{**r, C.PIXEL_VALUES: rows[(i + 1) % 4][C.PIXEL_VALUES]} for i, r in enumerate(rows)]
-    pad = pipe.tokenizer.pad_token_id
-    same = pipe.teacher.topk_logits(with_sample_ids(D.sft_batch(rows, pad_id=pad)), 4)
-    other = pipe.teacher.topk_logits(with_sample_ids(D.sft_batch(swapped, pad_id=pad)), 4)
+    pad = recipe.tokenizer.pad_token_id
+    same = recipe.teacher.topk_logits(with_sample_ids(D.sft_batch(rows, pad_id=pad)), 4)
+    other = recipe.teacher.topk_logits(with_sample_ids(D.sft_batch(swapped, pad_id=pad)), 4)
     assert not torch.allclose(same.tensors[C.TOPK_VALUES], other.tensors[C.TOPK_VALUES])

@@ -42,9 +42,9 @@ def _config(out: Path, *overrides: str) -> DPOConfig:
 
 
 def _run(cfg: DPOConfig) -> None:
-    from roll.pipelines.dpo.pipeline import DPOPipeline
+    from roll.pipelines.dpo import SPEC
 
-    pipeline = DPOPipeline(cfg)
+    pipeline = SPEC.build(cfg)
     try:
         pipeline.run()
     finally:

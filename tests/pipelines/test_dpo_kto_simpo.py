@@ -152,10 +152,10 @@ COMMON = [
 
 
 def _run(out: Path, *overrides: str) -> dict[int, dict[str, float]]:
-    from roll.pipelines.dpo.pipeline import DPOPipeline
+    from roll.pipelines.dpo import SPEC
 
     cfg = load_config(DPO_YAML, [f"output_dir={out}", *COMMON, *overrides], model=DPOConfig)
-    pipeline = DPOPipeline(cfg)
+    pipeline = SPEC.build(cfg)
     try:
         pipeline.run()
     finally:

@@ -40,9 +40,9 @@ def _config(out: Path, *overrides: str) -> RewardModelConfig:
 
 
 def _run(cfg: RewardModelConfig) -> None:
-    from roll.pipelines.reward_model.pipeline import RewardModelPipeline
+    from roll.pipelines.reward_model import SPEC
 
-    pipeline = RewardModelPipeline(cfg)
+    pipeline = SPEC.build(cfg)
     try:
         pipeline.run()
     finally:

@@ -179,7 +179,7 @@ def test_hybrid_placement_trains_and_generates_in_one_process(ray_local: Any, tm
     )
     assert cfg.placement == "hybrid"
     pipeline = SPEC.build(cfg)
-    assert "actor_infer" not in pipeline.roles() and "reference" in pipeline.roles()
+    assert "actor_infer" not in pipeline.recipe.roles() and "reference" in pipeline.recipe.roles()
     try:
         pipeline.run()
     finally:

@@ -52,7 +52,7 @@ def test_difficulty_rises_when_accuracy_passes(ray_local: Any, tmp_path: Path) -
     pipeline = SPEC.build(cfg)
     try:
         pipeline.run()
-        state = pipeline.state()
+        state = pipeline.recipe.state()
     finally:
         pipeline.shutdown()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

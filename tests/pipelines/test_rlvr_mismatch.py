@@ -67,9 +67,10 @@ def test_mismatch_metrics_and_sync_check_in_a_real_run(
             assert m["mismatch/sync_probe_tokens"] == 16.0
             assert m["mismatch/sync_logp_diff_max"] < 1e-4, m["mismatch/sync_logp_diff_max"]
         # Skip a sync: one NLL step at a learning rate 100x the run's moves the trainer, not the generator.
-        policy = pipeline.policy
-        rollout = pipeline.generate()
-        batch = training_view(pipeline.score(rollout), (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK))
+        recipe = pipeline.recipe
+        policy = recipe.policy
+        rollout = recipe.generate()
+        batch = training_view(recipe.score(rollout), (C.INPUT_IDS, C.ATTENTION_MASK, C.RESPONSE_MASK))
         policy.actor.set_lr(5e-2)
         policy.actor.train_step(batch, MaskedNLLLoss("response"))
         with caplog.at_level(logging.WARNING, logger="roll.pipelines.policy.sync_check"):

@@ -76,16 +76,17 @@ def test_grpo_raises_held_out_accuracy_on_images_and_exports(ray_local: Any, tmp
     pipeline = VLM_SPEC.build(cfg)
     try:
         pipeline._start_runtime()
-        pipeline.setup()
-        pipeline.warm_up()
-        before = pipeline.evaluate(0)["accuracy"]
+        recipe = pipeline.recipe
+        recipe.setup()
+        recipe.warm_up()
+        before = recipe.evaluate(0)["accuracy"]
         steps = []
         for step in range(RL_STEPS):
-            steps.append(pipeline.train_step(step))
+            steps.append(recipe.train_step(step))
             pipeline.step = step + 1
-        after = pipeline.evaluate(RL_STEPS)["accuracy"]
+        after = recipe.evaluate(RL_STEPS)["accuracy"]
         pipeline.save_checkpoint()
-        pipeline.export(tmp_path)
+        recipe.export(tmp_path)
     finally:
         pipeline.shutdown()
     train_acc = [round(s["reward/accuracy"], 3) for s in steps]

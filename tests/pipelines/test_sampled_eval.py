@@ -75,7 +75,7 @@ def test_sampled_validation_in_a_real_run(ray_local: Any, tmp_path: Path) -> Non
     pipeline = SPEC.build(cfg)
     try:
         pipeline.run()
-        again = pipeline.evaluate(1)
+        again = pipeline.recipe.evaluate(1)
     finally:
         pipeline.shutdown()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -49,10 +49,10 @@ def _metrics(out: Path) -> dict[int, dict[str, float]]:
 
 @pytest.fixture(scope="module")
 def trained(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from roll.pipelines.sft.pipeline import SFTPipeline
+    from roll.pipelines.sft import SPEC
 
     out = tmp_path_factory.mktemp("sft") / "run"
-    pipeline = SFTPipeline(_config(out))
+    pipeline = SPEC.build(_config(out))
     try:
         pipeline.run()
     finally:
@@ -133,7 +133,7 @@ def test_a_damaged_last_checkpoint_is_skipped_and_the_resume_matches(
     import shutil
 
     from roll.core.checkpoint import verify
-    from roll.pipelines.sft.pipeline import SFTPipeline
+    from roll.pipelines.sft import SPEC
 
     out = tmp_path / "run"
     shutil.copytree(trained, out)
@@ -143,7 +143,7 @@ def test_a_damaged_last_checkpoint_is_skipped_and_the_resume_matches(
     weights.write_bytes(bytes(data))
     capsys.readouterr()
     with caplog.at_level(logging.WARNING, logger="roll.core.checkpoint"):
-        pipeline = SFTPipeline(_config(out, "resume=auto", "checkpoint.export_hf=false"))
+        pipeline = SPEC.build(_config(out, "resume=auto", "checkpoint.export_hf=false"))
         try:
             pipeline.run()
         finally:
@@ -254,17 +254,17 @@ def test_length_policy_applies_to_long_sequences(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_resume_from_a_missing_path_or_another_pipeline_is_refused(trained: Path, tmp_path: Path) -> None:
+    from roll.pipelines.dpo import SPEC as DPO_SPEC
     from roll.pipelines.dpo import DPOConfig
-    from roll.pipelines.dpo.pipeline import DPOPipeline
-    from roll.pipelines.sft.pipeline import SFTPipeline
+    from roll.pipelines.sft import SPEC
 
     missing = _config(tmp_path / "a", f"resume={tmp_path / 'nope'}")
     with pytest.raises(CheckpointError, match="nope"):
-        SFTPipeline(missing).checkpoints.resolve_resume(missing.resume, "sft")
+        SPEC.build(missing).checkpoints.resolve_resume(missing.resume, "sft")
     sft_checkpoint = sorted((trained / "checkpoints").glob("step_*"))[-1]
     dpo = DPOConfig(output_dir=tmp_path / "dpo", resume=sft_checkpoint)
     with pytest.raises(CheckpointError, match="sft"):
-        DPOPipeline(dpo).checkpoints.resolve_resume(dpo.resume, "dpo")
+        DPO_SPEC.build(dpo).checkpoints.resolve_resume(dpo.resume, "dpo")
 
 
 def test_two_workers_need_a_divisible_batch() -> None:

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TORCH_FREE = (
     "roll.core.batch",
     "roll.core.scheduler",
-    "roll.core.pipeline",
+    "roll.core.run",
     "roll.core.cluster",
     "roll.workers.update_group",
     "roll.workers.roles",

@@ -45,9 +45,10 @@ class BestOfNConfig(RunConfig):
 
 def build(config: BestOfNConfig) -> Pipeline:
     """roll.core.types.PipelineBuild: runs in the driver of ``roll train``, after the config is loaded."""
-    from roll_example_pipeline.pipeline import BestOfNPipeline
+    from roll.core.run import Run
+    from roll_example_pipeline.pipeline import BestOfNRecipe
 
-    return BestOfNPipeline(config)
+    return Run(config, name="best_of_n", recipe=lambda host: BestOfNRecipe(config, host))
 
 
 def preflight(config: BestOfNConfig) -> list[ConfigIssue]:

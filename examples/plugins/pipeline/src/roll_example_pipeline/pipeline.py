@@ -1,6 +1,7 @@
 """The ``best_of_n`` run, composed from roll's shared parts (nothing copied from another mode):
 
-- :class:`~roll.core.pipeline.BasePipeline`: Ray, placement, the step loop, tracking, checkpoints, failures, shutdown;
+- :class:`~roll.core.run.Run`, which holds this recipe: Ray, placement, the step loop, tracking, checkpoints, failures,
+  shutdown; the recipe reaches them through its :class:`~roll.core.run.RunHost`;
 - :class:`~roll.workers.roles.infer.ActorInferWorker`: the model role that generates (any infer strategy);
 - :class:`~roll.pipelines.rlvr.reward_worker.RewardWorker`: one cluster per reward domain, any ``roll.reward`` plugin;
 - :class:`~roll.core.scheduler.GenerateScheduler` and :class:`~roll.core.scheduler.RewardScheduler`: n samples per
@@ -14,13 +15,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TypedDict
+from pathlib import Path
+from typing import Any, TypedDict
 
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
-from roll.core.pipeline import BasePipeline
+from roll.core.run import RunHost
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
+from roll.core.types import Phases
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.rlvr.config import reward_routes
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, prompt_batch
@@ -46,14 +49,18 @@ def _no_feed(n: int) -> Batch:
     raise RuntimeError("best_of_n generates with generate_all; it has no prompt feed")
 
 
-class BestOfNPipeline(BasePipeline):
-    """BasePipeline's hooks: ``roles`` (what to place), ``setup`` (start the clusters), ``train_step`` (one step)."""
+class BestOfNRecipe:
+    """A recipe (roll.core.types.Recipe): ``roles`` (what to place), ``setup`` (start the clusters),
+    ``train_step`` (one step), what a checkpoint holds, and its optional phases (here only ``teardown``)."""
 
-    config: BestOfNConfig
-
-    def __init__(self, config: BestOfNConfig) -> None:
-        super().__init__(config, name="best_of_n")
+    def __init__(self, config: BestOfNConfig, host: RunHost) -> None:
+        self.config = config
+        self.host = host
         self.domain_of, self.route_default = reward_routes(dict(config.rewards))
+        self.generator: GenerateScheduler | None = None
+
+    def phases(self) -> Phases:
+        return Phases(teardown=self.teardown)
 
     def roles(self) -> Mapping[str, RoleConfig]:
         roles: dict[str, RoleConfig] = {"actor_infer": self.config.actor_infer}
@@ -67,11 +74,11 @@ class BestOfNPipeline(BasePipeline):
         data = prepare_data(cfg.data, cfg.tokenize, kind="prompt", tokenizer=tokenizer)
         self.rows = data.train
         env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
-        self.infer = self.make_cluster(
+        self.infer = self.host.make_cluster(
             "actor_infer", ActorInferWorker, init_args=(model, strategy, strategy.type), runtime_env=env
         )
         reward_clusters = {
-            name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
+            name: self.host.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
             for name, d in cfg.rewards.items()
         }
         self.infer.setup()
@@ -87,11 +94,13 @@ class BestOfNPipeline(BasePipeline):
     def train_step(self, step: int) -> Mapping[str, float]:
         cfg = self.config
         params = SamplingParams(n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+        if self.generator is None:
+            raise RuntimeError("best_of_n: train_step runs after setup() (the run calls them in that order)")
         scored = self.rewards.score(self.generator.generate_all(prompt_batch(self.rows), params))
         if (
             C.REWARD_ERROR_REPORT in scored.non_tensors
         ):  # a reward's first error of each kind, with its traceback
-            self.failures.show(scored.non_tensors[C.REWARD_ERROR_REPORT])
+            self.host.failures.show(scored.non_tensors[C.REWARD_ERROR_REPORT])
         kept = self._best(scored)
         self._write(kept)
         scores = [s for row in kept for s in row["scores"]]
@@ -119,12 +128,24 @@ class BestOfNPipeline(BasePipeline):
         return kept
 
     def _write(self, kept: list[Kept]) -> None:
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        with (self.output_dir / OUTPUT_FILE).open("w", encoding="utf-8") as out:
+        self.host.output_dir.mkdir(parents=True, exist_ok=True)
+        with (self.host.output_dir / OUTPUT_FILE).open("w", encoding="utf-8") as out:
             out.writelines(json.dumps(row) + "\n" for row in kept)
 
-    def shutdown(self) -> None:
-        generator = getattr(self, "generator", None)
-        if generator is not None:
-            generator.close()
-        super().shutdown()
+    def save_files(self, directory: Path) -> None:
+        """Best-of-n trains nothing: its checkpoints hold no model files."""
+
+    def load_files(self, directory: Path) -> None:
+        """Nothing to restore (see :meth:`save_files`)."""
+
+    def state(self) -> Mapping[str, Any]:
+        return {}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Nothing to restore: every step samples all of ``rows``."""
+
+    def teardown(self) -> None:
+        """Stop the generate scheduler (before a restart after a lost worker, and at shutdown)."""
+        if self.generator is not None:
+            self.generator.close()
+            self.generator = None

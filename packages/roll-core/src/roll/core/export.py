@@ -35,7 +35,7 @@ from roll.core.errors import CheckpointError, RollError, RunDirError
 from roll.core.types import ExportHook, PipelineSpec
 
 RUN_CONFIG = "run_config.yaml"
-"""The run's resolved config, saved in every checkpoint (:meth:`BasePipeline.save_checkpoint`), so that one
+"""The run's resolved config, saved in every checkpoint (:meth:`roll.core.run.Run.save_checkpoint`), so that one
 checkpoint dir, copied anywhere, still says which model, tokenizer and LoRA it was trained with."""
 RUN_DIR_CONFIG = "config.yaml"
 """The run's resolved config in its output dir (written at the start of every run)."""

@@ -1,4 +1,4 @@
-"""What a run survives: preemption signals and lost workers. Used by :class:`~roll.core.pipeline.BasePipeline`.
+"""What a run survives: preemption signals and lost workers. Used by :class:`~roll.core.run.Run`.
 
 - **Preemption** (:class:`StopSignals`): the first SIGTERM or SIGINT (Ctrl-C) during the step loop only asks the
   loop to stop; the current step finishes, a checkpoint is written and the run raises :class:`Preempted` (the CLI

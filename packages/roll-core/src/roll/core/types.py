@@ -2,6 +2,8 @@
 
 Map of the abstractions:
 
+- :class:`Recipe` (with its :class:`Phases`): what a training mode's step is; :class:`roll.core.run.Run` holds
+  one and owns the run around it. A built :class:`Pipeline` is such a run.
 - ``roll.pipeline`` -> :class:`PipelineSpec`: a name, a config model (a :class:`RunConfig` subclass) and
   ``build(config) -> Pipeline``. The ``pipeline:`` key of a YAML file picks one.
 - ``roll.strategy`` -> :class:`StrategySpec`: a train or infer backend (hf, fsdp2, vllm, megatron).
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from roll.core.config.sections import RunConfig, TrackingConfig
+    from roll.core.config.sections import RoleConfig, RunConfig, TrackingConfig
     from roll.core.errors import ConfigIssue
 
 
@@ -42,6 +44,71 @@ class Pipeline(Protocol):
     def run(self) -> Mapping[str, Any]: ...
 
     def shutdown(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The optional phases of a :class:`Recipe`, declared: a phase left ``None`` is one the recipe does not have.
+
+    - ``warm_up() -> ran``: after ``setup``, before step 0 of a fresh run, never on a resume (an SFT warm-up).
+      The run logs ``time/warmup_s`` at step 0 when it returns ``True``.
+    - ``evaluate(step) -> metrics``: held-out metrics after ``step`` completed steps, every ``eval_every`` steps;
+      logged under ``eval/``.
+    - ``teardown()``: release what ``setup`` built besides its clusters (threads, schedulers, open files). Runs
+      before a restart after a lost worker (``setup`` then runs again) and at shutdown, before the clusters stop.
+    - ``export(output_dir)``: write the trained model as a ``save_pretrained`` folder (``checkpoint.export_hf``).
+    - ``report()``: what the run writes when it ends, finished or not (a plot of its metrics); an error in it is
+      logged, never raised.
+    """
+
+    warm_up: Callable[[], bool] | None = None
+    evaluate: Callable[[int], Mapping[str, float]] | None = None
+    teardown: Callable[[], None] | None = None
+    export: Callable[[Path], None] | None = None
+    report: Callable[[], None] | None = None
+
+
+class Recipe(Protocol):
+    """What one training mode is, for :class:`roll.core.run.Run`, which owns when it happens.
+
+    A recipe is a plain class built with the run's config and its :class:`roll.core.run.RunHost` (clusters,
+    tracker, samples, failure guard, output dir, seed, current step); it composes shared parts for the rest. The
+    run calls ``roles`` before Ray places anything, ``setup`` once per attempt (again after a lost worker), then
+    ``train_step(step)`` with the 0-based index of the step it runs. A checkpoint is ``save_files(dir)`` (model
+    and optimizer files) plus ``state()`` (JSON-able: data position, scheduler state); a resume calls
+    ``load_files`` and ``load_state`` after ``setup``. ``phases()`` declares the optional phases (:class:`Phases`)."""
+
+    def roles(self) -> Mapping[str, RoleConfig]:
+        """Every role this run places, by name (checked against the Ray cluster before any actor starts)."""
+        ...
+
+    def setup(self) -> None:
+        """Start the role clusters (with ``host.make_cluster``) and load data. Runs once per attempt, before resume."""
+        ...
+
+    def train_step(self, step: int) -> Mapping[str, float]:
+        """Run training step ``step`` (0-based) and return its metrics."""
+        ...
+
+    def save_files(self, directory: Path) -> None:
+        """Write the model/optimizer files of a checkpoint into ``directory``."""
+        ...
+
+    def load_files(self, directory: Path) -> None:
+        """Restore what :meth:`save_files` wrote."""
+        ...
+
+    def state(self) -> Mapping[str, Any]:
+        """JSON-able state besides models (data position, scheduler state), saved in every checkpoint."""
+        ...
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state` returned."""
+        ...
+
+    def phases(self) -> Phases:
+        """The optional phases this recipe has; read once, when the run is built."""
+        ...
 
 
 @runtime_checkable

@@ -1,7 +1,7 @@
 """What both agentic pipelines run: the inference and env-worker clusters, and the rollout manager over them.
 
-:class:`RolloutRuntime` is composed into a pipeline (not inherited): the pipeline passes its ``make_cluster`` so
-the clusters are placed on its reserved resources and shut down with it.
+:class:`RolloutRuntime` is composed into a recipe (not inherited): the recipe passes its host's ``make_cluster``
+so the clusters are placed on the run's reserved resources and shut down with it.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ Starting many clusters at once: with ``wait=False`` the constructor only launche
 wait for their ``__init__`` and the rendezvous happen on the first call (or :meth:`ready`, or ``infos``), with
 the same errors. A worker's ``__init__`` usually imports torch and a model library (10-18 s on a small CPU box),
 so a pipeline that launches all its roles before waiting on any pays that once, not once per role
-(``BasePipeline.make_cluster`` does).
+(``RunHost.make_cluster`` does).
 
 A driver that must not import torch names the worker class with a :class:`~roll.core.cluster.worker.WorkerRef`
 (its module is imported in the actors only, see :class:`~roll.core.cluster.worker.DeferredWorker`): the methods of
@@ -272,7 +272,7 @@ class Cluster:
 
         For roles whose ranks never join a collective together (reward workers, environments): the new actor gets
         the rendezvous the old one had, but no process group is rebuilt. A role that trains in a process group
-        recovers by rebuilding the whole cluster instead (``BasePipeline`` does, from a checkpoint).
+        recovers by rebuilding the whole cluster instead (:class:`~roll.core.run.Run` does, from a checkpoint).
         """
         if not 0 <= rank < len(self.actors):
             raise IndexError(f"{self.role} has {len(self.actors)} ranks; no rank {rank}")

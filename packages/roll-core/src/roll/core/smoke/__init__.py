@@ -43,9 +43,10 @@ class SmokeConfig(RunConfig):
 
 
 def _build(config: Any) -> Pipeline:
-    from roll.core.smoke.pipeline import SmokePipeline
+    from roll.core.run import Run
+    from roll.core.smoke.pipeline import SmokeRecipe
 
-    return SmokePipeline(config)
+    return Run(config, name="smoke", recipe=lambda host: SmokeRecipe(config, host))
 
 
 SPEC = PipelineSpec(

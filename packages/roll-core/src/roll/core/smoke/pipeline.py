@@ -14,9 +14,10 @@ from roll.core.checkpoint import require_finite
 from roll.core.cluster import Cluster, Dispatch, Worker, WorkerContext, register
 from roll.core.cluster.cluster import on_cluster
 from roll.core.config.sections import RoleConfig
-from roll.core.pipeline import BasePipeline
+from roll.core.run import RunHost
 from roll.core.smoke import SmokeConfig
 from roll.core.tracking import reduce_metrics
+from roll.core.types import Phases
 
 WEIGHTS_FILE = "linear.pt"
 
@@ -69,22 +70,26 @@ class RegressionCluster(Cluster):
     load_state_dict = on_cluster(RegressionWorker.load_state_dict)
 
 
-class SmokePipeline(BasePipeline):
-    """Fits ``y = x·w* + noise``; the loss must fall towards ``noise²``."""
+class SmokeRecipe:
+    """Fits ``y = x·w* + noise``; the loss must fall towards ``noise²``. Phases: ``evaluate``."""
 
-    config: SmokeConfig
-
-    def __init__(self, config: SmokeConfig) -> None:
-        super().__init__(config, name="smoke")
+    def __init__(self, config: SmokeConfig, host: RunHost) -> None:
+        self.config = config
+        self.host = host
         rng = np.random.default_rng(config.seed)
         self.true_w_F = rng.normal(size=config.features).astype(np.float32)
+
+    def phases(self) -> Phases:
+        return Phases(evaluate=self.evaluate)
 
     def roles(self) -> Mapping[str, RoleConfig]:
         return {"workers": self.config.workers}
 
     def setup(self) -> None:
         cfg = self.config
-        cluster = self.make_cluster("workers", RegressionWorker, init_args=(cfg.features, cfg.lr, cfg.seed))
+        cluster = self.host.make_cluster(
+            "workers", RegressionWorker, init_args=(cfg.features, cfg.lr, cfg.seed)
+        )
         self.workers = cast(RegressionCluster, cluster)
         self.workers.setup()
 
@@ -115,4 +120,7 @@ class SmokePipeline(BasePipeline):
         self.workers.load_state_dict(torch.load(directory / WEIGHTS_FILE, weights_only=True))
 
     def state(self) -> Mapping[str, Any]:
-        return {"next_step": self.step}
+        return {"next_step": self.host.step}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Nothing to restore: a step's batch depends on (seed, step) alone."""

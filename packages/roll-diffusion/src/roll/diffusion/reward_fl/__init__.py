@@ -72,9 +72,10 @@ def _preflight(config: Any) -> list[ConfigIssue]:
 
 
 def _build(config: Any) -> Pipeline:
-    from roll.diffusion.reward_fl.pipeline import RewardFLPipeline
+    from roll.core.run import Run
+    from roll.diffusion.reward_fl.pipeline import RewardFLRecipe
 
-    return RewardFLPipeline(config)
+    return Run(config, name="reward_fl", recipe=lambda host: RewardFLRecipe(config, host))
 
 
 def _export(config: Any, checkpoint: Path, out: Path, role: str | None) -> str:

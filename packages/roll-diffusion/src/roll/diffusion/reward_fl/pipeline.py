@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from roll.core.config.sections import RoleConfig
-from roll.core.pipeline import BasePipeline
+from roll.core.run import RunHost
 from roll.core.samples import spread
 from roll.core.tracking import reduce_metrics
+from roll.core.types import Phases
 from roll.diffusion import outputs
 from roll.diffusion.reward_fl.config import RewardFLConfig
 from roll.diffusion.reward_fl.worker import DenoiserTrainer
@@ -33,16 +34,18 @@ SAMPLES_DIR = "samples"
 CURVE_FILE = "reward_curve.png"
 
 
-class RewardFLPipeline(BasePipeline):
+class RewardFLRecipe:
     """Reward feedback learning on ``actor_train``."""
 
-    config: RewardFLConfig
-
-    def __init__(self, config: RewardFLConfig) -> None:
-        super().__init__(config, name="reward_fl")
+    def __init__(self, config: RewardFLConfig, host: RunHost) -> None:
+        self.config = config
+        self.host = host
         self.train_prompts = _train_prompts(config)
         self.history: dict[str, list[tuple[int, float]]] = {"train reward": [], "eval reward": []}
         self._images_writer: Any = None
+
+    def phases(self) -> Phases:
+        return Phases(evaluate=self.evaluate, teardown=self.teardown, export=self.export)
 
     def roles(self) -> Mapping[str, RoleConfig]:
         return {"actor_train": self.config.actor_train}
@@ -50,7 +53,7 @@ class RewardFLPipeline(BasePipeline):
     def setup(self) -> None:
         self.trainer = cast(
             "DenoiserTrainerCluster",
-            self.make_cluster("actor_train", DenoiserTrainer, init_args=(self.config,)),
+            self.host.make_cluster("actor_train", DenoiserTrainer, init_args=(self.config,)),
         )
         self.trainer.setup()
 
@@ -58,7 +61,7 @@ class RewardFLPipeline(BasePipeline):
 
     def train_step(self, step: int) -> Mapping[str, float]:
         if step == 0 and self.config.eval_every:
-            self.tracker.log({f"eval/{k}": v for k, v in self.evaluate(0).items()}, 0)
+            self.host.tracker.log({f"eval/{k}": v for k, v in self.evaluate(0).items()}, 0)
         metrics = reduce_metrics(self.trainer.train_step(self.step_prompts(step), step))
         self.history["train reward"].append((step + 1, metrics["reward_mean"]))
         return {f"train/{k}": v for k, v in metrics.items()}
@@ -80,10 +83,10 @@ class RewardFLPipeline(BasePipeline):
         self.write_pictures(images, step)
         picture = f"{SAMPLES_DIR}/step_{step:06d}.png"  # the grid (frame strip) write_pictures drew
         prompts = self.config.prompts.eval
-        self.log_eval_samples(
+        self.host.log_eval_samples(
             [
                 {"prompt": prompts[i], "reward": float(rewards[i]), "picture": f"{picture}, cell {i}"}
-                for i in spread(len(prompts), self.samples.count)
+                for i in spread(len(prompts), self.host.samples.count)
             ]
         )
         channels_last = np.moveaxis(images, -3, -1)  # [B, (F,) H, W, 3]
@@ -95,7 +98,7 @@ class RewardFLPipeline(BasePipeline):
 
     def write_pictures(self, images: np.ndarray, step: int) -> None:
         """The sample grid (or frame strip and GIF), TensorBoard images, and the reward curve."""
-        folder = self.output_dir / SAMPLES_DIR
+        folder = self.host.output_dir / SAMPLES_DIR
         name = f"step_{step:06d}"
         if images.ndim == 5:  # [B, F, 3, H, W]
             videos = images.transpose(0, 1, 3, 4, 2)
@@ -105,7 +108,7 @@ class RewardFLPipeline(BasePipeline):
             flat = images.transpose(0, 2, 3, 1)
             outputs.save_grid(flat, self.config.eval.grid_columns, folder / f"{name}.png")
         self.tensorboard_images(flat, step)
-        outputs.save_curve(self.history, self.output_dir / CURVE_FILE)
+        outputs.save_curve(self.history, self.host.output_dir / CURVE_FILE)
 
     def tensorboard_images(self, images_BHW3: np.ndarray, step: int) -> None:
         if "tensorboard" not in self.config.tracking.backends:
@@ -115,7 +118,9 @@ class RewardFLPipeline(BasePipeline):
 
             from roll.core.tracking import TENSORBOARD_DIR
 
-            self._images_writer = SummaryWriter(log_dir=str(self.output_dir / TENSORBOARD_DIR / "images"))
+            self._images_writer = SummaryWriter(
+                log_dir=str(self.host.output_dir / TENSORBOARD_DIR / "images")
+            )
         self._images_writer.add_images("eval/samples", images_BHW3, global_step=step, dataformats="NHWC")
         self._images_writer.flush()
 
@@ -137,11 +142,11 @@ class RewardFLPipeline(BasePipeline):
         path = self.trainer.export(str(output_dir))[0]
         logger.info("exported the trained model to %s", path)
 
-    def shutdown(self) -> None:
+    def teardown(self) -> None:
+        """Close the images writer (at shutdown, and before a restart: the next evaluation opens a new one)."""
         if self._images_writer is not None:
             self._images_writer.close()
             self._images_writer = None
-        super().shutdown()
 
 
 def _train_prompts(config: RewardFLConfig) -> list[str]:

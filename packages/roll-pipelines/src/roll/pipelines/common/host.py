@@ -1,9 +1,10 @@
-"""What a part borrows from the pipeline that runs it: :class:`PipelineHost`.
+"""What a part borrows from the run that holds its recipe: :class:`PipelineHost`.
 
 A part that starts clusters of its own (a teacher's SFT warm-up, an advantage transform's teachers) needs four
-things of its pipeline and no more: to make a cluster on the resources reserved for a role (and to hand one back
+things of the run and no more: to make a cluster on the resources reserved for a role (and to hand one back
 before the run ends, so its bundles go to the next role), to log metrics, the run's seed and its output folder.
-Handing it these instead of the pipeline keeps the part from reaching into a pipeline class it does not own.
+It is a narrower view of the recipe's :class:`~roll.core.run.RunHost` (no samples, failure guard or step), so the
+part cannot reach into the run or the recipe it serves.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from roll.core.cluster import Cluster
-from roll.core.pipeline import BasePipeline
+from roll.core.run import RunHost
 
 
 @dataclass(frozen=True)
 class PipelineHost:
-    """``make_cluster(role, worker_cls, **kwargs)``: :meth:`~roll.core.pipeline.BasePipeline.make_cluster`;
+    """``make_cluster(role, worker_cls, **kwargs)``: :meth:`~roll.core.run.RunHost.make_cluster`;
     ``release_cluster(cluster)``: forget a cluster the part has shut down itself; ``log(metrics, step)``: the run's
     tracker; ``seed``: the run's seed; ``output_dir``: the run's folder."""
 
@@ -29,13 +30,13 @@ class PipelineHost:
     output_dir: Path
 
     @classmethod
-    def of(cls, pipeline: BasePipeline) -> PipelineHost:
-        """The host view of ``pipeline``; its clusters and tracker are looked up at each call, as the pipeline
-        replaces them on a restart."""
+    def of(cls, host: RunHost) -> PipelineHost:
+        """The part's view of a recipe's ``host``; the run's clusters and tracker are looked up at each call, as
+        a restart replaces the clusters."""
         return cls(
-            make_cluster=pipeline.make_cluster,
-            release_cluster=lambda cluster: pipeline.clusters.remove(cluster),
-            log=lambda metrics, step: pipeline.tracker.log(metrics, step),
-            seed=pipeline.config.seed,
-            output_dir=pipeline.output_dir,
+            make_cluster=host.make_cluster,
+            release_cluster=host.release_cluster,
+            log=lambda metrics, step: host.tracker.log(metrics, step),
+            seed=host.seed,
+            output_dir=host.output_dir,
         )

@@ -160,9 +160,10 @@ def _preflight(config: Any) -> list[ConfigIssue]:
 
 
 def _build(config: Any) -> Pipeline:
-    from roll.pipelines.distill.pipeline import DistillPipeline
+    from roll.core.run import Run
+    from roll.pipelines.distill.pipeline import DistillRecipe
 
-    return DistillPipeline(config)
+    return Run(config, name="distill", recipe=lambda host: DistillRecipe(config, host))
 
 
 SPEC = PipelineSpec(

@@ -22,10 +22,14 @@ def _preflight(config: Any) -> list[ConfigIssue]:
 
 
 def _build(config: Any) -> Pipeline:
+    from roll.core.run import Run
     from roll.pipelines.distill.onpolicy import OnPolicyDistill
-    from roll.pipelines.rlvr.pipeline import RLVRPipeline
+    from roll.pipelines.rlvr.pipeline import RLVRRecipe
 
-    return RLVRPipeline(config, name="distill_onpolicy", transform=OnPolicyDistill(config))
+    transform = OnPolicyDistill(config)
+    return Run(
+        config, name="distill_onpolicy", recipe=lambda host: RLVRRecipe(config, host, transform=transform)
+    )
 
 
 SPEC = PipelineSpec(

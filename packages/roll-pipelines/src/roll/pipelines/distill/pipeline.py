@@ -20,8 +20,9 @@ import torch
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
-from roll.core.pipeline import BasePipeline
+from roll.core.run import RunHost
 from roll.core.tracking import reduce_metrics
+from roll.core.types import Phases
 from roll.data.tasks import get_task
 from roll.data.vision import vision_columns
 from roll.pipelines.common import data as D
@@ -105,13 +106,12 @@ class TopkTransfer:
         return result
 
 
-class DistillPipeline(BasePipeline):
+class DistillRecipe:
     """Off-policy knowledge distillation from ``teacher`` into ``student``."""
 
-    config: DistillConfig
-
-    def __init__(self, config: DistillConfig) -> None:
-        super().__init__(config, name="distill")
+    def __init__(self, config: DistillConfig, host: RunHost) -> None:
+        self.config = config
+        self.host = host
         d = config.distill
         self.loss = DistillLoss(
             divergence=d.divergence,
@@ -124,6 +124,9 @@ class DistillPipeline(BasePipeline):
             distill_prompt=d.distill_prompt,
         )
         self.teacher_model = config.teacher.model
+
+    def phases(self) -> Phases:
+        return Phases(evaluate=self.evaluate, export=self.export)
 
     def roles(self) -> Mapping[str, RoleConfig]:
         return {"student": self.config.student, "teacher": self.config.teacher}
@@ -143,7 +146,7 @@ class DistillPipeline(BasePipeline):
             self.teacher_model = self.warm_up_teacher(cfg.teacher_warmup)
         self.teacher = cast(
             "DistillTeacherCluster",
-            self.make_cluster(
+            self.host.make_cluster(
                 "teacher", DistillTeacherWorker, init_args=(ScorerSpec(model=self.teacher_model),)
             ),
         )
@@ -151,7 +154,7 @@ class DistillPipeline(BasePipeline):
         strategy = strategy_for(cfg.student, cfg.batch)
         self.student = cast(
             "DistillStudentCluster",
-            self.make_cluster(
+            self.host.make_cluster(
                 "student",
                 DistillStudentWorker,
                 init_args=(TrainerSpec(model=cfg.student.model, strategy=strategy, total_steps=total),),
@@ -191,7 +194,7 @@ class DistillPipeline(BasePipeline):
                 image_processor=self.image_processor,
             ).train
         return warm_up_teacher(
-            PipelineHost.of(self), "teacher", cfg.teacher, warm, rows=rows, pad_id=self.tokenizer.pad_token_id,
+            PipelineHost.of(self.host), "teacher", cfg.teacher, warm, rows=rows, pad_id=self.tokenizer.pad_token_id,
             summary=self.warmup_summary,
         )  # fmt: skip
 
@@ -204,7 +207,7 @@ class DistillPipeline(BasePipeline):
 
     def train_step(self, step: int) -> Mapping[str, float]:
         if step == 0 and self.config.eval_every:  # the curve's start: the student before distillation
-            self.tracker.log({f"eval/{k}": v for k, v in self.evaluate(0).items()}, 0)
+            self.host.tracker.log({f"eval/{k}": v for k, v in self.evaluate(0).items()}, 0)
         rows = D.select(self.data.train, self.feeder.next_indices())
         per_chunk = [
             self.distill(chunk, key=f"s{step}c{i}")
@@ -237,9 +240,9 @@ class DistillPipeline(BasePipeline):
             metrics["answer_accuracy"] = self.answer_accuracy(self.student, prompts, answers)
             truths = [r["ground_truth"] for r in prompts]
             shown = answer_samples(
-                [prompt_ids(r) for r in prompts], truths, answers, self.tokenizer, self.samples.count
+                [prompt_ids(r) for r in prompts], truths, answers, self.tokenizer, self.host.samples.count
             )
-            self.log_eval_samples(shown)
+            self.host.log_eval_samples(shown)
         return metrics
 
     def eval_kd(self, rows: Sequence[D.Row]) -> dict[str, float]:

@@ -159,9 +159,10 @@ def _preflight(config: Any) -> list[ConfigIssue]:
 
 
 def _build(config: Any) -> Pipeline:
-    from roll.pipelines.dpo.pipeline import DPOPipeline
+    from roll.core.run import Run
+    from roll.pipelines.dpo.pipeline import DPORecipe
 
-    return DPOPipeline(config)
+    return Run(config, name="dpo", recipe=lambda host: DPORecipe(config, host))
 
 
 SPEC = PipelineSpec(

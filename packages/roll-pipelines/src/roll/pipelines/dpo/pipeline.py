@@ -21,7 +21,8 @@ from roll.core.batch import Batch
 from roll.core.columns import DESIRABLE, LABELS, REF_SEQ_LOGP
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import CheckpointError, DataError
-from roll.core.pipeline import BasePipeline
+from roll.core.run import RunHost
+from roll.core.types import Phases
 from roll.data.tokenize import Kind
 from roll.pipelines.algorithms.preference import kto_loss, kto_reference_point
 from roll.pipelines.common import data as D
@@ -45,7 +46,7 @@ ACTOR_DIR = "actor_train"
 REFERENCE_FILE = "reference_logps.pt"
 
 
-class DPOPipeline(BasePipeline):
+class DPORecipe:
     """DPO-family training of ``actor_train`` against a frozen reference (none for SimPO).
 
     KTO reads unpaired rows; its reference point is estimated each step from mismatched pairs: row ``i`` of the
@@ -54,10 +55,9 @@ class DPOPipeline(BasePipeline):
     (chosen, rejected) of a pair, or (completion, mismatched completion) of a KTO row.
     """
 
-    config: DPOConfig
-
-    def __init__(self, config: DPOConfig) -> None:
-        super().__init__(config, name="dpo")
+    def __init__(self, config: DPOConfig, host: RunHost) -> None:
+        self.config = config
+        self.host = host
         loss = config.loss
         self.kto = loss.type == "kto"
         self.loss_fn: DPOLoss | KTOLoss
@@ -71,6 +71,9 @@ class DPOPipeline(BasePipeline):
             )
         self.ref_logps: dict[str, torch.Tensor] | None = None  # split -> [N, 2]; precompute mode
         self.reference: ReferenceCluster | None = None
+
+    def phases(self) -> Phases:
+        return Phases(evaluate=self.evaluate, export=self.export)
 
     def roles(self) -> Mapping[str, RoleConfig]:
         roles: dict[str, RoleConfig] = {"actor_train": self.config.actor_train}
@@ -92,7 +95,7 @@ class DPOPipeline(BasePipeline):
         strategy = strategy_for(cfg.actor_train, cfg.batch)
         self.actor = cast(
             "ActorTrainCluster",
-            self.make_cluster(
+            self.host.make_cluster(
                 "actor_train",
                 ActorTrainWorker,
                 init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
@@ -107,7 +110,7 @@ class DPOPipeline(BasePipeline):
         model = ref.model or self.config.actor_train.model
         cluster = cast(
             "ReferenceCluster",
-            self.make_cluster(
+            self.host.make_cluster(
                 "reference", ReferenceWorker, init_args=(ScorerSpec(model=model, strategy=ref.strategy),)
             ),
         )
@@ -185,9 +188,9 @@ class DPOPipeline(BasePipeline):
 
     def precompute_reference(self) -> dict[str, torch.Tensor]:
         """``[N, 2]`` reference log-probs of every train and eval row, from the still-untrained actor."""
-        if self.step:
+        if self.host.step:
             raise CheckpointError(
-                f"dpo: reference log-probs are missing at step {self.step}; the checkpoint lacks {REFERENCE_FILE}"
+                f"dpo: reference log-probs are missing at step {self.host.step}; the checkpoint lacks {REFERENCE_FILE}"
             )
         return {
             split: self.score_all(rows)
@@ -234,8 +237,8 @@ class DPOPipeline(BasePipeline):
         logp_B, ref_B = torch.cat(logp), torch.cat(ref)
         implicit_B = self.config.loss.beta * (logp_B - ref_B)  # DPO's implicit reward; interleaved pairs
         shown = pair_samples(rows, implicit_B[0::2].tolist(), implicit_B[1::2].tolist(), self.tokenizer,
-                             self.samples.count, value="implicit_reward")  # fmt: skip
-        self.log_eval_samples(shown)
+                             self.host.samples.count, value="implicit_reward")  # fmt: skip
+        self.host.log_eval_samples(shown)
         return self.preference_metrics(logp_B, ref_B)
 
     def preference_metrics(self, logp_B: torch.Tensor, ref_logp_B: torch.Tensor) -> dict[str, float]:

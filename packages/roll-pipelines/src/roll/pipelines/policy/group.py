@@ -139,7 +139,7 @@ def policy_spec(cfg: PolicyRunConfig, *, warmup_steps: int, norm_len: int) -> Po
 
 
 class PolicyGroup:
-    """See the module docstring. Build it in a pipeline's ``setup`` with the pipeline's ``make_cluster``."""
+    """See the module docstring. Build it in a recipe's ``setup`` with its host's ``make_cluster``."""
 
     def __init__(self, spec: PolicySpec, make_cluster: MakeCluster) -> None:
         self.spec = spec

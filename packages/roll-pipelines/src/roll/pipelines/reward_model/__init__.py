@@ -50,9 +50,10 @@ def _preflight(config: Any) -> list[ConfigIssue]:
 
 
 def _build(config: Any) -> Pipeline:
-    from roll.pipelines.reward_model.pipeline import RewardModelPipeline
+    from roll.core.run import Run
+    from roll.pipelines.reward_model.pipeline import RewardModelRecipe
 
-    return RewardModelPipeline(config)
+    return Run(config, name="reward_model", recipe=lambda host: RewardModelRecipe(config, host))
 
 
 SPEC = PipelineSpec(

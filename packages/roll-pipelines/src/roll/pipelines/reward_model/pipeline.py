@@ -11,7 +11,8 @@ import torch
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
-from roll.core.pipeline import BasePipeline
+from roll.core.run import RunHost
+from roll.core.types import Phases
 from roll.pipelines.algorithms.preference import bradley_terry_loss
 from roll.pipelines.common import data as D
 from roll.pipelines.common.config import strategy_for
@@ -30,14 +31,16 @@ if TYPE_CHECKING:
 MODEL_DIR = "reward_model"
 
 
-class RewardModelPipeline(BasePipeline):
+class RewardModelRecipe:
     """Bradley-Terry training of a scalar-head model on ``actor_train``."""
 
-    config: RewardModelConfig
-
-    def __init__(self, config: RewardModelConfig) -> None:
-        super().__init__(config, name="reward_model")
+    def __init__(self, config: RewardModelConfig, host: RunHost) -> None:
+        self.config = config
+        self.host = host
         self.loss_fn = BradleyTerryLoss()
+
+    def phases(self) -> Phases:
+        return Phases(evaluate=self.evaluate, export=self.export)
 
     def roles(self) -> Mapping[str, RoleConfig]:
         return {"actor_train": self.config.actor_train}
@@ -51,7 +54,7 @@ class RewardModelPipeline(BasePipeline):
         strategy = strategy_for(cfg.actor_train, cfg.batch)
         self.model = cast(
             "RewardModelCluster",
-            self.make_cluster(
+            self.host.make_cluster(
                 "actor_train",
                 RewardModelWorker,
                 init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
@@ -86,8 +89,8 @@ class RewardModelPipeline(BasePipeline):
         scores_B = torch.cat([self.scores(chunk) for chunk in D.chunks(rows, self.config.eval.batch_size)])
         loss, metrics = bradley_terry_loss(scores_B[0::2], scores_B[1::2])
         shown = pair_samples(rows, scores_B[0::2].tolist(), scores_B[1::2].tolist(), self.tokenizer,
-                             self.samples.count, value="score")  # fmt: skip
-        self.log_eval_samples(shown)
+                             self.host.samples.count, value="score")  # fmt: skip
+        self.host.log_eval_samples(shown)
         return {
             "loss": float(loss),
             "pairwise_accuracy": float(metrics["accuracy"]),

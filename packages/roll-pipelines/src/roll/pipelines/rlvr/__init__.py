@@ -23,9 +23,10 @@ from roll.pipelines.rlvr.config import (
 
 
 def _build(config: Any) -> Pipeline:
-    from roll.pipelines.rlvr.pipeline import RLVRPipeline
+    from roll.core.run import Run
+    from roll.pipelines.rlvr.pipeline import RLVRRecipe
 
-    return RLVRPipeline(config)
+    return Run(config, name="rlvr", recipe=lambda host: RLVRRecipe(config, host))
 
 
 def _preflight(config: Any) -> list[ConfigIssue]:

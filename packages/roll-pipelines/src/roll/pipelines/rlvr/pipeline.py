@@ -1,8 +1,8 @@
 """The RLVR pipeline: reinforcement learning with verifiable rewards, on Ray actors.
 
-One training step reads top to bottom (:meth:`RLVRPipeline.train_step`)::
+One training step reads top to bottom (:meth:`RLVRRecipe.train_step`)::
 
-    generate -> score -> advantages -> train -> sync_weights -> log      (checkpoint: BasePipeline's cadence)
+    generate -> score -> advantages -> train -> sync_weights -> log      (checkpoint: the Run's cadence)
 
 - ``generate``: the :class:`~roll.core.scheduler.GenerateScheduler` hands back ``P`` whole groups of ``G``
   samples, generated request by request on ``actor_infer`` and already scored by the reward workers (scoring
@@ -33,8 +33,9 @@ from typing import Any
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
-from roll.core.pipeline import BasePipeline
+from roll.core.run import RunHost
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler, RolloutBatch
+from roll.core.types import Phases
 from roll.data.vision import has_vision
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
 from roll.pipelines.common.data import load_image_processor_for, load_tokenizer, prepare_data
@@ -57,15 +58,14 @@ BUFFER_FILE = "rollout_buffer.pkl"
 """Partial rollout: the scheduler's buffers, open groups and in-flight requests (see ``buffer_state``)."""
 
 
-class RLVRPipeline(BasePipeline):
+class RLVRRecipe:
     """See the module docstring."""
 
-    config: RLVRConfig
-
     def __init__(
-        self, config: RLVRConfig, *, name: str = "rlvr", transform: AdvantageTransform | None = None
+        self, config: RLVRConfig, host: RunHost, *, transform: AdvantageTransform | None = None
     ) -> None:
-        super().__init__(config, name=name)
+        self.config = config
+        self.host = host
         self.transform = transform
         algo = config.algorithm
         self.objective = PolicyObjective(algo)
@@ -75,6 +75,15 @@ class RLVRPipeline(BasePipeline):
         self.scheduler: GenerateScheduler | None = None
 
     # ------------------------------------------------------------------------------------------- roles
+
+    def phases(self) -> Phases:
+        return Phases(
+            warm_up=self.warm_up,
+            evaluate=self.evaluate,
+            teardown=self.teardown,
+            export=self.export,
+            report=self._plot,
+        )
 
     def roles(self) -> Mapping[str, RoleConfig]:
         cfg = self.config
@@ -102,10 +111,10 @@ class RLVRPipeline(BasePipeline):
         spec = policy_spec(
             cfg, warmup_steps=cfg.warmup.steps if cfg.warmup else 0, norm_len=cfg.rollout.max_new_tokens
         )
-        self.policy = PolicyGroup(spec, self.make_cluster)
+        self.policy = PolicyGroup(spec, self.host.make_cluster)
         extra = self.transform.prepare(self._transform_context()) if self.transform is not None else []
         self.reward_clusters = {
-            name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
+            name: self.host.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
             for name, d in cfg.rewards.items()
         }
         self.policy.start(also=[*self.reward_clusters.values(), *extra])
@@ -129,7 +138,7 @@ class RLVRPipeline(BasePipeline):
         """What :meth:`AdvantageTransform.prepare <roll.pipelines.rlvr.transform.AdvantageTransform.prepare>`
         may use of this run; built in ``setup``, after the data."""
         return TransformContext(
-            host=PipelineHost.of(self),
+            host=PipelineHost.of(self.host),
             tokenizer=self.tokenizer,
             train_rows=self.feeder.rows,
             eval_prompts=self.eval_prompts,
@@ -192,13 +201,7 @@ class RLVRPipeline(BasePipeline):
             "std_out_of_range": result.num_std_out_of_range,
         }
 
-    # --------------------------------------------------------------------------------------- the run
-
-    def run(self) -> dict[str, float]:
-        try:
-            return super().run()
-        finally:
-            self._plot()
+    # --------------------------------------------------------------------------------------- the step
 
     def train_step(self, step: int) -> Mapping[str, float]:
         level = self.curriculum.level if self.curriculum is not None else 0
@@ -210,8 +213,8 @@ class RLVRPipeline(BasePipeline):
         )  # step_ahead: the next batch generates on these weights while this one trains
         batch = self._timed(timings, "score", lambda: self.score(rollout))
         self.show_errors(batch)
-        if self.train_samples_due():  # a few rows for a person to read (roll.core.samples)
-            self.log_train_samples(self.samples.pick(batch))
+        if self.host.train_samples_due():  # a few rows for a person to read (roll.core.samples)
+            self.host.log_train_samples(self.host.samples.pick(batch))
         with self.policy.phase("train"):
             batch = self._timed(timings, "advantages", lambda: self.advantages(batch))
             train_metrics = self._timed(timings, "train", lambda: self.train(batch))
@@ -251,7 +254,7 @@ class RLVRPipeline(BasePipeline):
         """The first reward error of each kind, with its traceback, on the driver's terminal (the rest are
         counted in ``reward/errors``; :mod:`roll.core.failures`)."""
         if C.REWARD_ERROR_REPORT in scored.non_tensors:
-            self.failures.show(scored.non_tensors[C.REWARD_ERROR_REPORT])
+            self.host.failures.show(scored.non_tensors[C.REWARD_ERROR_REPORT])
 
     def advantages(self, batch: Batch) -> Batch:
         """Reference and old log-probs as needed, then the preset's advantage estimator."""
@@ -274,10 +277,10 @@ class RLVRPipeline(BasePipeline):
         loss = self.objective.loss(
             norm_len=self.config.rollout.max_new_tokens, use_old_logp=self._use_old_logp()
         )
-        train_actor = self.policy.critic is None or self.step >= self.config.critic_warmup_steps
+        train_actor = self.policy.critic is None or self.host.step >= self.config.critic_warmup_steps
         metrics = self.policy.train(
             batch, loss, optimizer_steps=self.config.batch.optimizer_steps_per_step,
-            step=self.step, temperature=self.config.rollout.temperature, train_actor=train_actor,
+            step=self.host.step, temperature=self.config.rollout.temperature, train_actor=train_actor,
         )  # fmt: skip
         if train_actor:
             self.objective.observe(metrics, len(batch))
@@ -339,11 +342,13 @@ class RLVRPipeline(BasePipeline):
             tensor_work.warmup_batches, [sft[i] for i in range(len(sft))], steps=wu.steps,
             batch_size=wu.batch_size, seed=self.config.seed, pad_id=self.tokenizer.pad_token_id,
         )  # fmt: skip
-        metrics = self.policy.warmup_sft(batches, MaskedNLLLoss("labels"), lr=wu.lr, log=self.tracker.log)
+        metrics = self.policy.warmup_sft(
+            batches, MaskedNLLLoss("labels"), lr=wu.lr, log=self.host.tracker.log
+        )
         logger.info("warm-up: last nll %.3f", metrics.get("actor/nll", float("nan")))
         if self.config.eval_every:
             # step 0: the held-out score RL starts from, so a run shows what RL added beyond the warm-up
-            self.tracker.log({f"eval/{k}": v for k, v in self.evaluate(0).items()}, 0)
+            self.host.tracker.log({f"eval/{k}": v for k, v in self.evaluate(0).items()}, 0)
         return True
 
     # ------------------------------------------------------------------------------------------- evaluation
@@ -362,8 +367,8 @@ class RLVRPipeline(BasePipeline):
         samples = self.scheduler.generate_all(self.eval_prompts, params)
         scored = self.rewards.score(samples)
         self.show_errors(scored)
-        self.log_eval_samples(
-            self.samples.pick(scored)
+        self.host.log_eval_samples(
+            self.host.samples.pick(scored)
         )  # a few answers beside the accuracy (roll.core.samples)
         out: dict[str, float] = self.policy.actor.apply(
             tensor_work.eval_metrics, scored, domain_of=self.domain_of, default=self.default_domain
@@ -441,16 +446,13 @@ class RLVRPipeline(BasePipeline):
         if hasattr(self, "ahead"):
             self.ahead.shutdown()
 
-    def shutdown(self) -> None:
-        self.teardown()
-        super().shutdown()
-
     def _plot(self) -> None:
-        if not self.config.plot or not (self.output_dir / "metrics.jsonl").exists():
+        """The reward plot of the run (``plot``), drawn when the run ends."""
+        if not self.config.plot or not (self.host.output_dir / "metrics.jsonl").exists():
             return
         try:
             from roll.pipelines.rlvr.plot import plot_run
 
-            logger.info("plot: %s", plot_run(self.output_dir))
+            logger.info("plot: %s", plot_run(self.host.output_dir))
         except Exception:  # a missing font or backend must not fail a finished run
             logger.warning("could not draw the reward plot", exc_info=True)

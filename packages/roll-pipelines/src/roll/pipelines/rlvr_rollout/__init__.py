@@ -104,9 +104,10 @@ class RolloutEvalConfig(RunConfig):
 
 
 def _build(config: Any) -> Pipeline:
-    from roll.pipelines.rlvr_rollout.pipeline import RolloutEvalPipeline
+    from roll.core.run import Run
+    from roll.pipelines.rlvr_rollout.pipeline import RolloutEvalRecipe
 
-    return RolloutEvalPipeline(config)
+    return Run(config, name="rlvr_rollout", recipe=lambda host: RolloutEvalRecipe(config, host))
 
 
 def _preflight(config: Any) -> list[ConfigIssue]:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
-from roll.core.pipeline import BasePipeline
+from roll.core.run import RunHost
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
+from roll.core.types import Phases
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.rlvr.config import reward_routes
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, prompt_batch
@@ -38,16 +40,19 @@ def _no_feed(n: int) -> Batch:
     raise RuntimeError("rlvr_rollout generates with generate_all; it has no prompt feed")
 
 
-class RolloutEvalPipeline(BasePipeline):
+class RolloutEvalRecipe:
     """See the module docstring."""
 
-    config: RolloutEvalConfig
-
-    def __init__(self, config: RolloutEvalConfig) -> None:
-        super().__init__(config, name="rlvr_rollout")
+    def __init__(self, config: RolloutEvalConfig, host: RunHost) -> None:
+        self.config = config
+        self.host = host
         self.domain_of, self.route_default = reward_routes(dict(config.rewards))
         only = next(iter(config.rewards)) if len(config.rewards) == 1 else None
         self.default_domain = self.route_default or only  # where untagged rows go
+        self.scheduler: GenerateScheduler | None = None
+
+    def phases(self) -> Phases:
+        return Phases(teardown=self.teardown)
 
     def roles(self) -> Mapping[str, RoleConfig]:
         roles: dict[str, RoleConfig] = {"actor_infer": self.config.actor_infer}
@@ -64,7 +69,7 @@ class RolloutEvalPipeline(BasePipeline):
         strategy = cfg.actor_infer.strategy
         self.infer = cast(
             "ActorInferCluster",
-            self.make_cluster(
+            self.host.make_cluster(
                 "actor_infer",
                 ActorInferWorker,
                 init_args=(GeneratorSpec(model=model, strategy=strategy),),
@@ -72,7 +77,7 @@ class RolloutEvalPipeline(BasePipeline):
             ),
         )
         clusters = {
-            name: self.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
+            name: self.host.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
             for name, d in cfg.rewards.items()
         }
         self.infer.setup()
@@ -99,11 +104,15 @@ class RolloutEvalPipeline(BasePipeline):
             top_p=cfg.rollout.top_p,
             max_new_tokens=cfg.rollout.max_new_tokens,
         )
+        if self.scheduler is None:
+            raise RuntimeError(
+                "rlvr_rollout: train_step runs after setup() (the run calls them in that order)"
+            )
         scored = self.rewards.score(self.scheduler.generate_all(prompt_batch(self.rows), params))
         if (
             C.REWARD_ERROR_REPORT in scored.non_tensors
         ):  # a reward's first error of each kind, with its traceback
-            self.failures.show(scored.non_tensors[C.REWARD_ERROR_REPORT])
+            self.host.failures.show(scored.non_tensors[C.REWARD_ERROR_REPORT])
         summary = self._summary(scored)
         self._write(scored, summary)
         return summary
@@ -122,8 +131,8 @@ class RolloutEvalPipeline(BasePipeline):
         return summarize(correct, scores, lengths, domains, self.config.pass_k)
 
     def _write(self, scored: Batch, summary: Mapping[str, float]) -> None:
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        with (self.output_dir / SAMPLES_FILE).open("w", encoding="utf-8") as out:
+        self.host.output_dir.mkdir(parents=True, exist_ok=True)
+        with (self.host.output_dir / SAMPLES_FILE).open("w", encoding="utf-8") as out:
             for i in range(len(scored)):
                 row = {
                     "prompt_index": i // self.config.batch.samples_per_prompt,
@@ -138,12 +147,24 @@ class RolloutEvalPipeline(BasePipeline):
                     "finish_reason": str(scored[C.FINISH_REASON][i]),
                 }
                 out.write(json.dumps(row) + "\n")
-        (self.output_dir / SUMMARY_FILE).write_text(
+        (self.host.output_dir / SUMMARY_FILE).write_text(
             json.dumps(dict(summary), indent=2, sort_keys=True) + "\n"
         )
 
-    def shutdown(self) -> None:
-        scheduler = getattr(self, "scheduler", None)
-        if scheduler is not None:
-            scheduler.close()
-        super().shutdown()
+    def save_files(self, directory: Path) -> None:
+        """A rollout trains nothing: its checkpoints hold no model files."""
+
+    def load_files(self, directory: Path) -> None:
+        """Nothing to restore (see :meth:`save_files`)."""
+
+    def state(self) -> Mapping[str, Any]:
+        return {}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Nothing to restore: every step generates for all of ``rows``."""
+
+    def teardown(self) -> None:
+        """Stop the generate scheduler (before a restart after a lost worker, and at shutdown)."""
+        if self.scheduler is not None:
+            self.scheduler.close()
+            self.scheduler = None

@@ -68,9 +68,10 @@ def _preflight(config: Any) -> list[ConfigIssue]:
 
 
 def _build(config: Any) -> Pipeline:
-    from roll.pipelines.sft.pipeline import SFTPipeline
+    from roll.core.run import Run
+    from roll.pipelines.sft.pipeline import SFTRecipe
 
-    return SFTPipeline(config)
+    return Run(config, name="sft", recipe=lambda host: SFTRecipe(config, host))
 
 
 SPEC = PipelineSpec(

@@ -18,8 +18,9 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.columns import IGNORE_INDEX
 from roll.core.config.sections import RoleConfig
-from roll.core.pipeline import BasePipeline
+from roll.core.run import RunHost
 from roll.core.tracking import reduce_metrics
+from roll.core.types import Phases
 from roll.data.collate import collate_prompts
 from roll.data.tasks import get_task
 from roll.pipelines.common import data as D
@@ -41,14 +42,16 @@ logger = logging.getLogger(__name__)
 ACTOR_DIR = "actor_train"
 
 
-class SFTPipeline(BasePipeline):
+class SFTRecipe:
     """Supervised fine-tuning on ``actor_train``."""
 
-    config: SFTConfig
-
-    def __init__(self, config: SFTConfig) -> None:
-        super().__init__(config, name="sft")
+    def __init__(self, config: SFTConfig, host: RunHost) -> None:
+        self.config = config
+        self.host = host
         self.loss_fn = SFTLoss()
+
+    def phases(self) -> Phases:
+        return Phases(evaluate=self.evaluate, export=self.export)
 
     def roles(self) -> Mapping[str, RoleConfig]:
         return {"actor_train": self.config.actor_train}
@@ -62,7 +65,7 @@ class SFTPipeline(BasePipeline):
         strategy = strategy_for(cfg.actor_train, cfg.batch)
         self.actor = cast(
             "SFTCluster",
-            self.make_cluster(
+            self.host.make_cluster(
                 "actor_train",
                 SFTWorker,
                 init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
@@ -128,7 +131,9 @@ class SFTPipeline(BasePipeline):
             for row, text in zip(chunk, self.greedy_answers(chunk))
         ]
         prompts, truths = [prompt_ids(row) for row in rows], [row["ground_truth"] for row in rows]
-        self.log_eval_samples(answer_samples(prompts, truths, answers, self.tokenizer, self.samples.count))
+        self.host.log_eval_samples(
+            answer_samples(prompts, truths, answers, self.tokenizer, self.host.samples.count)
+        )
         return sum(ok for _, ok in answers) / len(rows)
 
     def greedy_answers(self, rows: list[D.Row]) -> list[str]:

@@ -161,9 +161,10 @@ class AgentGatewayConfig(PolicyRunConfig):
 
 
 def _build(config: Any) -> Pipeline:
-    from roll.agentic.pipeline.agent_gateway.pipeline import AgentGatewayPipeline
+    from roll.agentic.pipeline.agent_gateway.pipeline import AgentGatewayRecipe
+    from roll.core.run import Run
 
-    return AgentGatewayPipeline(config)
+    return Run(config, name="agent_gateway", recipe=lambda host: AgentGatewayRecipe(config, host))
 
 
 SPEC = PipelineSpec(

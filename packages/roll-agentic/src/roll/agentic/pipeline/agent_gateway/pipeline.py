@@ -1,7 +1,7 @@
 """The agent-gateway pipeline: the user's agents play episodes through the gateway, the policy trains on what it
 recorded. One step reads top to bottom::
 
-    tasks -> rollout (gateway) -> rows -> advantages -> train -> sync_weights -> log   (checkpoint: BasePipeline's)
+    tasks -> rollout (gateway) -> rows -> advantages -> train -> sync_weights -> log   (checkpoint: the Run's)
 
 - ``tasks``: :func:`step_tasks`, a seeded shuffle per pass over the task rows, a pure function of the step (so a
   resumed run plays the rows the uninterrupted one would, with no data position to save).
@@ -42,8 +42,9 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import ConfigError, DataError
-from roll.core.pipeline import BasePipeline
+from roll.core.run import RunHost
 from roll.core.seeding import derive_seed
+from roll.core.types import Phases
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
 from roll.pipelines.policy.group import PolicyGroup, policy_spec
 from roll.pipelines.policy.objective import PolicyObjective
@@ -51,7 +52,7 @@ from roll.pipelines.policy.views import training_view
 from roll.workers.roles.model import load_tokenizer
 
 __all__ = [
-    "AgentGatewayPipeline",
+    "AgentGatewayRecipe",
     "conversation_sample",
     "gateway_rows",
     "load_tasks",
@@ -62,16 +63,18 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class AgentGatewayPipeline(BasePipeline):
+class AgentGatewayRecipe:
     """See the module docstring."""
 
-    config: AgentGatewayConfig
-
-    def __init__(self, config: AgentGatewayConfig) -> None:
-        super().__init__(config, name="agent_gateway")
+    def __init__(self, config: AgentGatewayConfig, host: RunHost) -> None:
+        self.config = config
+        self.host = host
         a = config.algorithm
         self.objective = PolicyObjective(a)
         self.tasks = load_tasks(config.tasks)
+
+    def phases(self) -> Phases:
+        return Phases(warm_up=self.warm_up, teardown=self.teardown, export=self.export)
 
     def roles(self) -> Mapping[str, RoleConfig]:
         return self.config.policy_roles()
@@ -81,7 +84,7 @@ class AgentGatewayPipeline(BasePipeline):
         spec = policy_spec(
             cfg, warmup_steps=cfg.warmup.steps if cfg.warmup else 0, norm_len=cfg.rollout.max_new_tokens
         )
-        self.policy = PolicyGroup(spec, self.make_cluster)
+        self.policy = PolicyGroup(spec, self.host.make_cluster)
         self.policy.start()
         self.encoder = ChatEncoder(load_tokenizer(cfg.policy_model, "actor_infer"))
         sampler = ClusterSampler(self.policy.infer)
@@ -95,11 +98,13 @@ class AgentGatewayPipeline(BasePipeline):
         cfg, b = self.config, self.config.batch
         tasks = step_tasks(self.tasks, b.prompts_per_step, seed=cfg.seed, step=step)
         rollout = self.gateway.rollout(tasks, b.samples_per_prompt, seed=derive_seed(cfg.seed, step))
-        self.failures.show(rollout.errors)  # an agent's first exception of each kind, with its traceback
+        self.host.failures.show(rollout.errors)  # an agent's first exception of each kind, with its traceback
         samples = gateway_rows(rollout)
         metrics = rollout.metrics()
-        if self.train_samples_due():
-            self.log_train_samples(sample_rows(rollout, self.samples.count, self.encoder.tokenizer.decode))
+        if self.host.train_samples_due():
+            self.host.log_train_samples(
+                sample_rows(rollout, self.host.samples.count, self.encoder.tokenizer.decode)
+            )
         if samples:
             metrics["rollout/staleness_max"] = float(
                 self.policy.version - min(s.policy_version for s in samples)
@@ -159,7 +164,9 @@ class AgentGatewayPipeline(BasePipeline):
             training_view(to_batch(rng.choices(rows, k=wu.batch_size), self.encoder.pad_token_id), columns)
             for _ in range(wu.steps)
         )
-        metrics = self.policy.warmup_sft(batches, MaskedNLLLoss("response"), lr=wu.lr, log=self.tracker.log)
+        metrics = self.policy.warmup_sft(
+            batches, MaskedNLLLoss("response"), lr=wu.lr, log=self.host.tracker.log
+        )
         logger.info("warm-up: %d steps, last nll %.3f", wu.steps, metrics.get("actor/nll", float("nan")))
         return True
 
@@ -182,12 +189,9 @@ class AgentGatewayPipeline(BasePipeline):
         self.policy.load_state(state)
 
     def teardown(self) -> None:
+        """Close the gateway (before a restart after a lost worker, and at shutdown)."""
         if hasattr(self, "gateway"):
             self.gateway.close()
-
-    def shutdown(self) -> None:
-        self.teardown()
-        super().shutdown()
 
 
 # ------------------------------------------------------------------------------------------- pure helpers

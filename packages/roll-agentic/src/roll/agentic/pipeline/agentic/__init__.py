@@ -148,9 +148,10 @@ class AgenticConfig(AgenticRunConfig, PolicyRunConfig):
 
 
 def _build(config: Any) -> Pipeline:
-    from roll.agentic.pipeline.agentic.pipeline import AgenticPipeline
+    from roll.agentic.pipeline.agentic.pipeline import AgenticRecipe
+    from roll.core.run import Run
 
-    return AgenticPipeline(config)
+    return Run(config, name="agentic", recipe=lambda host: AgenticRecipe(config, host))
 
 
 SPEC = PipelineSpec(

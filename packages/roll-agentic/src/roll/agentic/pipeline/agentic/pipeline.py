@@ -1,6 +1,6 @@
 """The agentic pipeline: multi-turn RL on env workers. One step reads top to bottom::
 
-    rollout -> samples -> advantages -> train -> sync_weights -> log      (checkpoint: BasePipeline's cadence)
+    rollout -> samples -> advantages -> train -> sync_weights -> log      (checkpoint: the Run's cadence)
 
 - ``rollout``: the env manager plays ``P`` groups of ``G`` envs against ``actor_infer`` (one batched generate
   per turn); envs that hang are cut off and dropped; redundancy keeps the first groups to finish.
@@ -41,8 +41,9 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import ConfigError
-from roll.core.pipeline import BasePipeline
+from roll.core.run import RunHost
 from roll.core.samples import SampleRow, spread
+from roll.core.types import Phases
 from roll.pipelines.algorithms.dapo import dynamic_sampling_rows
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
 from roll.pipelines.policy.group import PolicyGroup, policy_spec
@@ -54,14 +55,22 @@ logger = logging.getLogger(__name__)
 EVAL_SEED_BASE = 1_000_000_007
 
 
-class AgenticPipeline(BasePipeline):
+class AgenticRecipe:
     """See the module docstring."""
 
-    config: AgenticConfig
-
-    def __init__(self, config: AgenticConfig) -> None:
-        super().__init__(config, name="agentic")
+    def __init__(self, config: AgenticConfig, host: RunHost) -> None:
+        self.config = config
+        self.host = host
         self.objective = PolicyObjective(config.algorithm)
+
+    def phases(self) -> Phases:
+        return Phases(
+            warm_up=self.warm_up,
+            evaluate=self.evaluate,
+            teardown=self.teardown,
+            export=self.export,
+            report=self._plot,
+        )
 
     def roles(self) -> Mapping[str, RoleConfig]:
         cfg = self.config
@@ -72,11 +81,11 @@ class AgenticPipeline(BasePipeline):
         spec = policy_spec(
             cfg, warmup_steps=cfg.warmup.steps if cfg.warmup else 0, norm_len=cfg.rollout.max_new_tokens
         )
-        self.policy = PolicyGroup(spec, self.make_cluster)
+        self.policy = PolicyGroup(spec, self.host.make_cluster)
         self.policy.start()
         self.ahead = StepAhead(self.rollout, enabled=cfg.rollout.async_generation_ratio == 1)
         self.runtime = RolloutRuntime(
-            cfg, self.make_cluster, b.prompts_per_step, b.samples_per_prompt, infer=self.policy.infer
+            cfg, self.host.make_cluster, b.prompts_per_step, b.samples_per_prompt, infer=self.policy.infer
         )
 
     # ------------------------------------------------------------------------------------------- the step
@@ -85,9 +94,9 @@ class AgenticPipeline(BasePipeline):
         timings: dict[str, float] = {}
         rollout = _timed(timings, "rollout", lambda: self.ahead.take(step))
         self.ahead.start(step + 1)  # async: step + 1 rolls out on the current weights while step trains
-        self.failures.show(rollout.errors)  # an env's first exception of each kind, with its traceback
-        if self.train_samples_due():  # a few trajectories for a person to read (roll.core.samples)
-            self.log_train_samples(episode_samples(rollout, self.samples.count))
+        self.host.failures.show(rollout.errors)  # an env's first exception of each kind, with its traceback
+        if self.host.train_samples_due():  # a few trajectories for a person to read (roll.core.samples)
+            self.host.log_train_samples(episode_samples(rollout, self.host.samples.count))
         samples = rollout.samples(self.config.env_manager.mode, self.config.env_manager.gamma)
         metrics = rollout.metrics()
         if self.config.algorithm.dynamic_sampling:
@@ -191,7 +200,9 @@ class AgenticPipeline(BasePipeline):
             )
             for _ in range(wu.steps)
         )
-        metrics = self.policy.warmup_sft(batches, MaskedNLLLoss("response"), lr=wu.lr, log=self.tracker.log)
+        metrics = self.policy.warmup_sft(
+            batches, MaskedNLLLoss("response"), lr=wu.lr, log=self.host.tracker.log
+        )
         logger.info("warm-up: %d steps, last nll %.3f", wu.steps, metrics.get("actor/nll", float("nan")))
         return True
 
@@ -221,8 +232,8 @@ class AgenticPipeline(BasePipeline):
     def evaluate(self, step: int) -> Mapping[str, float]:
         """Greedy episodes on held-out seeds: success rate and return, overall and per env tag."""
         rollout = self.runtime.rollout(batch_seed=EVAL_SEED_BASE + step, greedy=True)
-        self.failures.show(rollout.errors)
-        self.log_eval_samples(episode_samples(rollout, self.samples.count))
+        self.host.failures.show(rollout.errors)
+        self.host.log_eval_samples(episode_samples(rollout, self.host.samples.count))
         return {
             k.removeprefix("env/"): v
             for k, v in rollout.metrics().items()
@@ -256,21 +267,16 @@ class AgenticPipeline(BasePipeline):
         if hasattr(self, "ahead"):
             self.ahead.shutdown()
 
-    def shutdown(self) -> None:
-        self.teardown()
-        super().shutdown()
-
-    def run(self) -> dict[str, float]:
+    def _plot(self) -> None:
+        """The success-rate plot of the run (``plot``), drawn when the run ends."""
+        if not self.config.plot:
+            return
         try:
-            return super().run()
-        finally:
-            if self.config.plot:
-                try:
-                    logger.info(
-                        "plot: %s", plot_success(self.output_dir, ("env/success_rate", "eval/success_rate"))
-                    )
-                except Exception:  # a plotting problem must not fail a finished run
-                    logger.warning("could not draw the success plot", exc_info=True)
+            logger.info(
+                "plot: %s", plot_success(self.host.output_dir, ("env/success_rate", "eval/success_rate"))
+            )
+        except Exception:  # a plotting problem must not fail a finished run
+            logger.warning("could not draw the success plot", exc_info=True)
 
 
 def _expert_action(outcome: ResetOutcome) -> str:

@@ -42,9 +42,10 @@ class AgenticRolloutConfig(AgenticRunConfig):
 
 
 def _build(config: Any) -> Pipeline:
-    from roll.agentic.pipeline.agentic_rollout.pipeline import AgenticRolloutPipeline
+    from roll.agentic.pipeline.agentic_rollout.pipeline import AgenticRolloutRecipe
+    from roll.core.run import Run
 
-    return AgenticRolloutPipeline(config)
+    return Run(config, name="agentic_rollout", recipe=lambda host: AgenticRolloutRecipe(config, host))
 
 
 SPEC = PipelineSpec(

@@ -1,25 +1,31 @@
-"""The run-loop skeleton every training mode shares.
+"""The run loop every training mode shares: :class:`Run`, which holds a recipe, and :class:`RunHost`, its services.
 
-A pipeline says *what* a step is; :class:`BasePipeline` owns *when*: Ray start, resource placement, resume, the
-step loop with evaluation and checkpoint cadence, tracking, a clean shutdown of every actor on success, error,
-Ctrl-C or SIGTERM, a checkpoint before exiting on a preemption signal, and recovery from a lost worker (see
-:mod:`roll.core.recovery`). Subclasses implement the abstract methods; the loop in :meth:`BasePipeline.run` reads top to
-bottom as named steps.
+A recipe (:class:`~roll.core.types.Recipe`, a plain class per mode) says *what* a step is; :class:`Run` owns
+*when*: Ray start, resource placement, resume, the step loop with evaluation and checkpoint cadence, tracking, a
+clean shutdown of every actor on success, error, Ctrl-C or SIGTERM, a checkpoint before exiting on a preemption
+signal, and recovery from a lost worker (see :mod:`roll.core.recovery`). ``Run`` is final: a mode composes it,
+never subclasses it; the loop in :meth:`Run.run` reads top to bottom as named steps. What a recipe borrows from
+the run (making clusters, the tracker, samples, the failure guard, output dir, seed, current step) comes through
+one :class:`RunHost`, handed to the recipe when it is built.
+
+Optional phases are declared, not probed: :meth:`Recipe.phases <roll.core.types.Recipe.phases>` returns a
+:class:`~roll.core.types.Phases` whose unset members the run skips (a recipe without ``evaluate`` logs no
+``eval/`` metrics; one without ``export`` warns when ``checkpoint.export_hf`` is set).
 
 Stop conditions: after every step its metrics go to :class:`~roll.core.failures.FailureGuard`, which raises
 :class:`~roll.core.failures.RunStopped` for a run that cannot learn (error rates of user code, a non-finite loss
-or gradient, steps without updates); pipelines hand it the error reports of their user-code calls to show.
+or gradient, steps without updates); recipes hand it the error reports of their user-code calls to show.
 
-The output dir is claimed and the checkpoint to resume from verified when the pipeline is built, before Ray starts
+The output dir is claimed and the checkpoint to resume from verified when the run is built, before Ray starts
 (:mod:`roll.core.rundir`): a new run never appends to or overwrites another, and a damaged checkpoint is never
 loaded.
 
-Phases of :meth:`BasePipeline.run`: ``setup`` -> resume -> ``warm_up`` (a fresh run only) -> the step loop ->
-the final checkpoint and export.
+Phases of :meth:`Run.run`: ``setup`` -> resume -> ``warm_up`` (a fresh run only) -> the step loop -> the final
+checkpoint and export -> ``report``.
 
-Step numbering: ``self.step`` is the number of completed training steps. ``train_step(step)`` receives the index of
-the step it runs (0-based), so after it returns ``self.step == step + 1``; a checkpoint named ``step_000004`` holds
-the state after four completed steps, and a resumed run continues with ``train_step(4)``.
+Step numbering: :attr:`Run.step` (``host.step``) is the number of completed training steps. ``train_step(step)``
+receives the index of the step it runs (0-based), so after it returns ``step == step + 1``; a checkpoint named
+``step_000004`` holds the state after four completed steps, and a resumed run continues with ``train_step(4)``.
 """
 
 from __future__ import annotations
@@ -28,16 +34,15 @@ import logging
 import signal
 import sys
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, final
 
 from roll.core import plugins, rundir
 from roll.core.checkpoint import CheckpointManager, PipelineState, read_manifest, restore_rng_state
 from roll.core.cluster import Cluster, RayHandle, ResourceManager, Worker, WorkerRef, init_ray, shutdown_ray
 from roll.core.config.loader import dump_yaml
-from roll.core.config.sections import RoleConfig, RunConfig
+from roll.core.config.sections import RunConfig
 from roll.core.errors import ConfigError
 from roll.core.export import RUN_CONFIG
 from roll.core.failures import FailureGuard, RunStopped
@@ -46,15 +51,23 @@ from roll.core.samples import SampleLog, SampleRow
 from roll.core.startup import tracker_issues
 from roll.core.summary import RunSummary, pick_metrics
 from roll.core.tracking import MultiTracker, Progress
-from roll.core.types import Tracker
+from roll.core.types import Phases, Recipe, Tracker
 
 logger = logging.getLogger(__name__)
 
+RecipeFactory = Callable[["RunHost"], Recipe]
+"""``recipe(host) -> Recipe``: builds a mode's recipe once the run's services exist (usually a lambda that
+closes over the config: ``lambda host: SFTRecipe(config, host)``)."""
 
-class BasePipeline(ABC):
-    """Skeleton of a training run. See the module docstring for the contract of each hook."""
 
-    def __init__(self, config: RunConfig, *, name: str) -> None:
+@final
+class Run:
+    """One training run: a recipe and the services around it. See the module docstring for the contract.
+
+    Built by a mode's :attr:`PipelineSpec.build <roll.core.types.PipelineSpec.build>` as
+    ``Run(config, name=..., recipe=...)``; implements :class:`~roll.core.types.Pipeline` for ``roll train``."""
+
+    def __init__(self, config: RunConfig, *, name: str, recipe: RecipeFactory) -> None:
         self.config = config
         self.name = name
         self.output_dir = Path(config.output_dir)
@@ -72,8 +85,8 @@ class BasePipeline(ABC):
             every=0 if self.run_start.finished else config.tracking.log_samples_every,
             count=config.tracking.log_samples_count,
         )
-        """A few rows of a step and of each evaluation for a person to read (:mod:`roll.core.samples`); modes hand
-        them over with :meth:`log_train_samples` and :meth:`log_eval_samples`."""
+        """A few rows of a step and of each evaluation for a person to read (:mod:`roll.core.samples`); recipes
+        hand them over with :meth:`RunHost.log_train_samples` and :meth:`RunHost.log_eval_samples`."""
         self.summary = RunSummary(config.tracking.stdout_metrics)
         """What the run did, for the closing lines (:meth:`summary_lines`)."""
         self.failures = FailureGuard(config.failures)
@@ -88,82 +101,11 @@ class BasePipeline(ABC):
         self._saved_step: int | None = None
         self._closed = False
         self._owns_ray = False
+        self.host = RunHost(self)
+        self.recipe = recipe(self.host)
+        self.phases: Phases = self.recipe.phases()
 
-    # ----------------------------------------------------------------------------------------- the hooks
-
-    @abstractmethod
-    def roles(self) -> Mapping[str, RoleConfig]:
-        """Every role this run places, by name (checked against the Ray cluster before any actor starts)."""
-
-    @abstractmethod
-    def setup(self) -> None:
-        """Start the role clusters (with :meth:`make_cluster`) and load data. Runs once, before resume."""
-
-    @abstractmethod
-    def train_step(self, step: int) -> Mapping[str, float]:
-        """Run training step ``step`` (0-based) and return its metrics."""
-
-    def warm_up(self) -> bool:
-        """The warm-up phase of a fresh run: after setup, before step 0, never on a resume (rlvr's and agentic's SFT
-        warm-up). Returns whether it ran; the loop then logs ``time/warmup_s`` at step 0. Default: none."""
-        return False
-
-    def evaluate(self, step: int) -> Mapping[str, float]:
-        """Held-out metrics after ``step`` completed steps; logged under ``eval/``. Default: none."""
-        return {}
-
-    def save_files(self, directory: Path) -> None:
-        """Write model/optimizer files of a checkpoint into ``directory``. Default: nothing."""
-
-    def load_files(self, directory: Path) -> None:
-        """Restore what :meth:`save_files` wrote."""
-
-    def teardown(self) -> None:
-        """Release what :meth:`setup` built besides its clusters (threads, schedulers), before a restart after a
-        lost worker; :meth:`setup` then runs again. Default: nothing."""
-
-    def export(self, output_dir: Path) -> None:
-        """Write the trained model as a ``save_pretrained`` folder under ``output_dir`` (``checkpoint.export_hf``)."""
-        logger.warning("%s: checkpoint.export_hf is set, but this pipeline has no HF export", self.name)
-
-    def state(self) -> Mapping[str, Any]:
-        """JSON-able pipeline state besides models: data position, scheduler state. Default: empty."""
-        return {}
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state` returned."""
-
-    # ------------------------------------------------------------------------------------------ helpers
-
-    def make_cluster(self, role: str, worker_cls: type[Worker] | WorkerRef, **kwargs: Any) -> Cluster:
-        """A :class:`Cluster` for ``role`` on the resources reserved for it; shut down with the pipeline.
-
-        Its actors are launched, not waited for (``wait=False``): the first call waits, so the roles a ``setup``
-        makes start their imports in parallel."""
-        kwargs.setdefault("wait", False)
-        if self.resources is None:
-            raise RuntimeError("make_cluster is called from setup(), after Ray and resources are up")
-        role_cfg = self.roles()[role]
-        timeout = self.ray.call_timeout_s if self.ray else self.config.ray.call_timeout_s
-        # a role's short call deadline (a reward's) must not cut its workers' start-up (imports, model load)
-        kwargs.setdefault("start_timeout_s", max(timeout, role_cfg.call_timeout_s or 0.0))
-        cluster = Cluster(role, worker_cls, role_cfg, self.resources, call_timeout_s=timeout, **kwargs)
-        self.clusters.append(cluster)
-        return cluster
-
-    def train_samples_due(self) -> bool:
-        """Whether the step now running (``train_step``'s) logs samples: step 1 and every
-        ``tracking.log_samples_every``-th; a mode checks this before it builds rows."""
-        return self.samples.due(self.step + 1)
-
-    def log_train_samples(self, rows: list[SampleRow]) -> None:
-        """Sample rows of the step now running, logged under its step number (the one its metrics get)."""
-        self.samples.log(rows, self.step + 1, "train")
-
-    def log_eval_samples(self, rows: list[SampleRow]) -> None:
-        """Sample rows of the evaluation now running (``evaluate``'s), logged under the step it follows, with
-        ``kind: "eval"``; every evaluation logs them unless samples are off."""
-        self.samples.log(rows, self.step, "eval")
+    # ------------------------------------------------------------------------------------------ report
 
     def summary_lines(self) -> list[str]:
         """The closing lines of a finished run (:class:`~roll.core.summary.RunSummary`)."""
@@ -182,8 +124,16 @@ class BasePipeline(ABC):
         line is ``roll: run dir <absolute output_dir>``; :meth:`summary_lines` are the closing lines.
         Raises :class:`~roll.core.recovery.Preempted` after a graceful stop on SIGTERM/SIGINT (a checkpoint was
         written), ``KeyboardInterrupt`` when a step was abandoned. A lost worker is recovered from up to
-        ``max_restarts`` times (see :mod:`roll.core.recovery`).
+        ``max_restarts`` times (see :mod:`roll.core.recovery`). The recipe's ``report`` phase runs at the end,
+        whatever the outcome.
         """
+        try:
+            return self._run()
+        finally:
+            if self.phases.report is not None:
+                _quietly(self.phases.report, "writing the run's report")
+
+    def _run(self) -> dict[str, float]:
         print(f"roll: {self.run_start.describe(self.name)}", file=sys.stderr, flush=True)
         if self.run_start.finished:
             return {}
@@ -201,8 +151,14 @@ class BasePipeline(ABC):
             self.failures.finish(self.step)
             self._final_checkpoint()
             if self.config.checkpoint.export_hf:
-                self.export(self.output_dir)
+                self._export()
         return dict(self.last_metrics)
+
+    def _export(self) -> None:
+        if self.phases.export is None:
+            logger.warning("%s: checkpoint.export_hf is set, but this pipeline has no HF export", self.name)
+            return
+        self.phases.export(self.output_dir)
 
     def _interrupted(self, stop: StopSignals, exc: KeyboardInterrupt) -> str:
         reason = stop.reason or str(exc) or f"interrupted during step {self.step + 1} (Ctrl-C)"
@@ -212,7 +168,7 @@ class BasePipeline(ABC):
     def _attempt(self, stop: StopSignals) -> bool:
         """Set up, resume and run the step loop once; ``False`` when a lost worker was recovered from."""
         try:
-            self.setup()
+            self.recipe.setup()
             self._resume()
             self._write_config()
             if self.step == 0:
@@ -232,7 +188,7 @@ class BasePipeline(ABC):
 
     def _warm_up(self) -> None:
         start = time.perf_counter()
-        if self.warm_up():
+        if self.phases.warm_up is not None and self.phases.warm_up():
             seconds = time.perf_counter() - start
             print(f"roll: {self.name}: warm-up done in {seconds:.1f} s", file=sys.stderr, flush=True)
             self.tracker.log({"time/warmup_s": seconds}, 0)
@@ -283,7 +239,8 @@ class BasePipeline(ABC):
         for cluster in reversed(self.clusters):
             _quietly(cluster.shutdown, f"shutting down {cluster.role}")
         self.clusters = []
-        self.teardown()
+        if self.phases.teardown is not None:
+            self.phases.teardown()
         if self.resources is not None:
             self.resources.release()
             self.resources.allocate()
@@ -304,7 +261,7 @@ class BasePipeline(ABC):
         # Stop Ray at shutdown only if this pipeline started it (not a test fixture's or the caller's Ray).
         self._owns_ray = not ray.is_initialized()
         self.ray = init_ray(self.config.ray)
-        self.resources = ResourceManager(self.roles(), timeout_s=self.config.ray.init_timeout_s)
+        self.resources = ResourceManager(self.recipe.roles(), timeout_s=self.config.ray.init_timeout_s)
         self.resources.allocate()  # raises with the arithmetic when the roles don't fit
 
     def _resume(self) -> None:
@@ -312,23 +269,24 @@ class BasePipeline(ABC):
         path = self._restart_from or (start.path if start else None)
         if path is None:
             return
-        self.load_files(path)
+        self.recipe.load_files(path)
         state = PipelineState.from_dict(self.checkpoints.load_state(path))
-        self.load_state(state.data)
+        self.recipe.load_state(state.data)
         restore_rng_state(state.rng)
         self.step = state.step
         logger.info("%s: resumed at step %d from %s", self.name, self.step, path)
 
     def _one_step(self, progress: Progress) -> None:
         start = time.perf_counter()
-        metrics = dict(self.train_step(self.step))
+        metrics = dict(self.recipe.train_step(self.step))
         self.step += 1
         metrics["time/step_s"] = time.perf_counter() - start
         self.summary.observe_step(metrics["time/step_s"])
         if self.restarts:
             metrics["restarts"] = float(self.restarts)
-        if self.config.eval_every and self.step % self.config.eval_every == 0:
-            evaluated = {f"eval/{k}": v for k, v in self.evaluate(self.step).items()}
+        evaluate = self.phases.evaluate
+        if evaluate is not None and self.config.eval_every and self.step % self.config.eval_every == 0:
+            evaluated = {f"eval/{k}": v for k, v in evaluate(self.step).items()}
             self.summary.observe_eval(self.step, evaluated)
             metrics.update(evaluated)
         logged = self.step % self.config.tracking.log_every == 0 or self.step == self.config.max_steps
@@ -355,7 +313,7 @@ class BasePipeline(ABC):
 
     def save_checkpoint(self) -> Path:
         """Save models, optimizer and pipeline state (step, data position, RNG) atomically."""
-        state = PipelineState.capture(self.step, data=self.state())
+        state = PipelineState.capture(self.step, data=self.recipe.state())
         path = self.checkpoints.save(self.step, self._write_checkpoint_files, state)
         self._saved_step = self.step
         return path
@@ -363,7 +321,7 @@ class BasePipeline(ABC):
     def _write_checkpoint_files(self, directory: Path) -> None:
         """The mode's files, and the run config beside them, so that one checkpoint dir says which model,
         tokenizer and adapter its weights belong to (``roll export`` reads it)."""
-        self.save_files(directory)
+        self.recipe.save_files(directory)
         (directory / RUN_CONFIG).write_text(dump_yaml(self.config), encoding="utf-8")
 
     def _write_config(self) -> None:
@@ -373,10 +331,13 @@ class BasePipeline(ABC):
     # ----------------------------------------------------------------------------------------- shutdown
 
     def shutdown(self) -> None:
-        """Stop every actor, free the placement groups, close trackers, stop Ray if we started it. Idempotent."""
+        """Tear the recipe down, stop every actor, free the placement groups, close trackers, stop Ray if we
+        started it. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        if self.phases.teardown is not None:
+            _quietly(self.phases.teardown, f"tearing {self.name} down")
         for cluster in reversed(self.clusters):
             _quietly(cluster.shutdown, f"shutting down {cluster.role}")
         if self.resources is not None:
@@ -393,6 +354,85 @@ class BasePipeline(ABC):
         plots = {path.stem: path for path in sorted(self.output_dir.glob("*.png"))}
         if log_images is not None and plots:
             log_images(plots, self.step)
+
+
+@final
+class RunHost:
+    """What a recipe borrows from the :class:`Run` that holds it, and no more: clusters on the resources
+    reserved for its roles, the tracker, the sample log, the failure guard, the output dir, the seed and the
+    current step. Each is looked up at the call, as a restart after a lost worker replaces the clusters."""
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+
+    @property
+    def output_dir(self) -> Path:
+        """The run's folder."""
+        return self._run.output_dir
+
+    @property
+    def seed(self) -> int:
+        """The run's seed (``seed``)."""
+        return self._run.config.seed
+
+    @property
+    def step(self) -> int:
+        """Completed training steps (``train_step(step)`` runs with ``host.step == step``)."""
+        return self._run.step
+
+    @property
+    def tracker(self) -> Tracker:
+        """The run's trackers; ``tracker.log(metrics, step)`` for what a phase logs besides a step's metrics."""
+        return self._run.tracker
+
+    @property
+    def samples(self) -> SampleLog:
+        """The sample log (``samples.count``: rows to build); log rows with :meth:`log_train_samples` and
+        :meth:`log_eval_samples`."""
+        return self._run.samples
+
+    @property
+    def failures(self) -> FailureGuard:
+        """Shows the error reports of user-code calls (``failures.show(errors)``) and stops a run that cannot
+        learn."""
+        return self._run.failures
+
+    def make_cluster(self, role: str, worker_cls: type[Worker] | WorkerRef, **kwargs: Any) -> Cluster:
+        """A :class:`Cluster` for ``role`` on the resources reserved for it; shut down with the run.
+
+        Its actors are launched, not waited for (``wait=False``): the first call waits, so the roles a ``setup``
+        makes start their imports in parallel."""
+        run = self._run
+        kwargs.setdefault("wait", False)
+        if run.resources is None:
+            raise RuntimeError(
+                "make_cluster is called from the recipe's setup(), after Ray and resources are up"
+            )
+        role_cfg = run.recipe.roles()[role]
+        timeout = run.ray.call_timeout_s if run.ray else run.config.ray.call_timeout_s
+        # a role's short call deadline (a reward's) must not cut its workers' start-up (imports, model load)
+        kwargs.setdefault("start_timeout_s", max(timeout, role_cfg.call_timeout_s or 0.0))
+        cluster = Cluster(role, worker_cls, role_cfg, run.resources, call_timeout_s=timeout, **kwargs)
+        run.clusters.append(cluster)
+        return cluster
+
+    def release_cluster(self, cluster: Cluster) -> None:
+        """Forget ``cluster``, which its maker has shut down itself (its bundles go to the next role)."""
+        self._run.clusters.remove(cluster)
+
+    def train_samples_due(self) -> bool:
+        """Whether the step now running (``train_step``'s) logs samples: step 1 and every
+        ``tracking.log_samples_every``-th; a recipe checks this before it builds rows."""
+        return self._run.samples.due(self.step + 1)
+
+    def log_train_samples(self, rows: list[SampleRow]) -> None:
+        """Sample rows of the step now running, logged under its step number (the one its metrics get)."""
+        self._run.samples.log(rows, self.step + 1, "train")
+
+    def log_eval_samples(self, rows: list[SampleRow]) -> None:
+        """Sample rows of the evaluation now running (``evaluate``'s), logged under the step it follows, with
+        ``kind: "eval"``; every evaluation logs them unless samples are off."""
+        self._run.samples.log(rows, self.step, "eval")
 
 
 def build_trackers(config: RunConfig, output_dir: Path) -> Tracker:
