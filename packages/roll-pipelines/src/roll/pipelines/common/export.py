@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from roll.pipelines.common.clusters import HFExporter
+    from roll.workers.roles.clusters import HFExporter
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from roll.workers.roles.actor import LOSS_METRIC_PREFIX
 from roll.workers.types import LossFn
 
 if TYPE_CHECKING:
-    from roll.pipelines.common.clusters import ChunkTrainer
+    from roll.workers.roles.clusters import ChunkTrainer
 
 TRAIN_METRIC_REDUCTION = {"loss": "mean", "grad_norm": "max", "lr": "max", "tokens": "sum", "units": "max"}
 """Per-rank train_step metrics: ``loss``, ``grad_norm``, ``lr`` and ``units`` are already global (equal on every

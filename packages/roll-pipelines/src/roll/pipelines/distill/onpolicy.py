@@ -57,7 +57,8 @@ from roll.pipelines.rlvr.transform import TransformContext
 from roll.workers.roles.spec import ScorerSpec
 
 if TYPE_CHECKING:
-    from roll.pipelines.common.clusters import DistillTeacherCluster, SFTCluster
+    from roll.pipelines.distill.clusters import DistillTeacherCluster
+    from roll.pipelines.sft.clusters import SFTCluster
 
 logger = logging.getLogger(__name__)
 

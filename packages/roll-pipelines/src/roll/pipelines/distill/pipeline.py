@@ -43,7 +43,8 @@ from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.spec import ScorerSpec, TrainerSpec
 
 if TYPE_CHECKING:
-    from roll.pipelines.common.clusters import DistillStudentCluster, DistillTeacherCluster, SFTCluster
+    from roll.pipelines.distill.clusters import DistillStudentCluster, DistillTeacherCluster
+    from roll.pipelines.sft.clusters import SFTCluster
 
 logger = logging.getLogger(__name__)
 

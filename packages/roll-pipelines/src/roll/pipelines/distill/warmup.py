@@ -40,7 +40,8 @@ from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.spec import TrainerSpec
 
 if TYPE_CHECKING:
-    from roll.pipelines.common.clusters import DistillStudentCluster, SFTCluster
+    from roll.pipelines.distill.clusters import DistillStudentCluster
+    from roll.pipelines.sft.clusters import SFTCluster
 
 logger = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from roll.pipelines.sft.worker import SFTWorker
 from roll.workers.roles.spec import TrainerSpec
 
 if TYPE_CHECKING:
-    from roll.pipelines.common.clusters import SFTCluster
+    from roll.pipelines.sft.clusters import SFTCluster
 
 logger = logging.getLogger(__name__)
 
