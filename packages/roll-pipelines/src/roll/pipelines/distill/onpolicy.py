@@ -51,10 +51,10 @@ from roll.pipelines.common.data import prepare_data
 from roll.pipelines.distill.checks import check_same_tokenizer
 from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
 from roll.pipelines.distill.warmup import greedy_accuracy, warm_up_teacher
-from roll.pipelines.distill.worker import DistillTeacherWorker
 from roll.pipelines.policy.views import training_view
 from roll.pipelines.rlvr.transform import TransformContext
 from roll.workers.roles.spec import ScorerSpec
+from roll.workers.roles.teacher import TeacherWorker
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class OnPolicyDistill:
         models = {name: self._teacher_model(context, name) for name in self.config.teachers}
         clusters = {
             name: context.host.make_cluster(
-                f"teacher_{name}", DistillTeacherWorker, init_args=(ScorerSpec(model=model),)
+                f"teacher_{name}", TeacherWorker, init_args=(ScorerSpec(model=model),)
             )
             for name, model in models.items()
         }
