@@ -60,8 +60,8 @@ def measure_gap(
 
 
 def probe_sequences(samples: Batch) -> Batch:
-    """The probe's padded sequences (in the train actor: :func:`~roll.workers.roles.sequences.to_sequences`)."""
-    from roll.workers.roles.sequences import to_sequences
+    """The probe's padded sequences (in the train actor: :func:`~roll.data.sequences.to_sequences`)."""
+    from roll.data.sequences import to_sequences
 
     return to_sequences(samples.to_torch(), pad_token_id=0)
 
