@@ -29,8 +29,8 @@ import torch
 def grpo_batch(tokenizer: object, seed: int, prompts: int = 32, samples: int = 8) -> dict[str, torch.Tensor]:
     from roll.core import columns as C
     from roll.core.batch import Batch
+    from roll.data.sequences import to_sequences
     from roll.data.tasks import builtin_dataset
-    from roll.workers.roles.sequences import to_sequences
 
     g = torch.Generator().manual_seed(seed)
     rows = builtin_dataset("arithmetic", "rl", prompts, options={"level": 0}, seed=seed)

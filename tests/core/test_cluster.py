@@ -13,10 +13,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import ray
@@ -51,10 +51,34 @@ class Rows:
         return Rows([x for p in parts for x in p.items])
 
 
+class Shifter:
+    """A part (see roll.core.cluster.dispatch): registered methods that Echo holds instead of defining them."""
+
+    def __init__(self, worker: Worker, shift: int) -> None:
+        self.worker, self.shift = worker, shift
+
+    @register(Dispatch.DP_SPLIT)
+    def shifted(self, rows: list[int]) -> list[int]:
+        return [r + self.shift + 1000 * self.worker.rank for r in rows]
+
+    @register(Dispatch.RANK_ZERO, timeout_s=2.5)
+    def part_whoami(self) -> str:
+        return f"{self.worker.role}:{self.worker.rank}"
+
+    @register(Dispatch.ONE_TO_ALL)
+    def part_boom(self, msg: str) -> int:
+        if self.worker.rank == 1:
+            raise ValueError(msg)
+        return 0
+
+
 class Echo(Worker):
+    parts: ClassVar[Mapping[str, type]] = {"shifter": Shifter}
+
     def __init__(self, ctx: WorkerContext, offset: int = 0) -> None:
         super().__init__(ctx)
         self.offset = offset
+        self.shifter = Shifter(self, offset)
 
     @register(Dispatch.ONE_TO_ALL)
     def add(self, x: int) -> int:
@@ -225,6 +249,69 @@ def test_exception_becomes_worker_error(echo: Cluster) -> None:
     assert "in boom" in text and "RayTaskError" not in text
     assert (info.value.role, info.value.rank, info.value.method) == ("actor_train", 1, "boom")  # type: ignore[attr-defined]
     assert echo.add(0) == [10, 11]  # the actors survive a raising method
+
+
+def test_a_parts_methods_are_cluster_methods(echo: Cluster) -> None:
+    """Echo holds a Shifter (shift = offset 10): its methods dispatch, time out and fail like Echo's own."""
+    assert echo.shifted([1, 2, 3]) == [11, 12, 1013]  # DP_SPLIT: [1, 2] | [3, 3 (pad)], the pad row dropped
+    assert echo.part_whoami() == "actor_train:0"  # RANK_ZERO
+    assert echo.method(Shifter.shifted) is echo.shifted
+    assert (echo.part_whoami.timeout_s, echo.part_whoami.spec.mode) == (2.5, Dispatch.RANK_ZERO)
+    assert echo.shifted.timeout_s == echo.add.timeout_s  # the role's default, as for Echo's own
+    with pytest.raises(WorkerError) as info:
+        echo.part_boom("bad part 7")
+    assert str(info.value).startswith("actor_train rank 1: part_boom raised ValueError: bad part 7")
+    assert (info.value.role, info.value.rank, info.value.method) == ("actor_train", 1, "part_boom")  # type: ignore[attr-defined]
+
+
+class OtherShifter:
+    @register(Dispatch.DP_SPLIT)
+    def shifted(self, rows: list[int]) -> list[int]:
+        return rows
+
+
+def test_a_name_held_twice_fails_where_the_class_is_defined() -> None:
+    with pytest.raises(TypeError, match=r"Twice: method 'shifted' is registered by part 'a' \(Shifter\) and by part "
+                       r"'b' \(OtherShifter\); a cluster method needs one owner"):  # fmt: skip
+
+        class Twice(Worker):
+            parts: ClassVar[Mapping[str, type]] = {"a": Shifter, "b": OtherShifter}
+
+    with pytest.raises(
+        TypeError, match=r"Own: method 'shifted' is registered by the class itself and by part 's'"
+    ):
+
+        class Own(Worker):
+            parts: ClassVar[Mapping[str, type]] = {"s": Shifter}
+
+            @register(Dispatch.ONE_TO_ALL)
+            def shifted(self) -> None: ...
+
+    with pytest.raises(
+        TypeError, match=r"Nested.parts\['e'\]: Echo declares parts of its own; parts do not nest"
+    ):
+
+        class Nested(Worker):
+            parts: ClassVar[Mapping[str, type]] = {"e": Echo}
+
+    with pytest.raises(TypeError, match=r"Loose.parts must map attribute names to the classes"):
+
+        class Loose(Worker):
+            parts: ClassVar[Mapping[str, type]] = {"s": Shifter(None, 0)}  # type: ignore[dict-item,arg-type]
+
+
+def test_roll_call_finds_the_part_and_names_one_never_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "0")  # Worker.__init__ exports RANK and WORLD_SIZE: restored after the test
+    monkeypatch.setenv("WORLD_SIZE", "1")
+
+    class Forgetful(Worker):
+        parts: ClassVar[Mapping[str, type]] = {"shifter": Shifter}
+
+    echo = Echo(WorkerContext("local", 0, 1), offset=5)
+    assert (echo.roll_call("shifted", [1, 2]), echo.roll_call("add", 1)) == ([6, 7], 6)
+    with pytest.raises(TypeError, match=r"local rank 0: Forgetful declares part 'shifter' \(Shifter\) but "
+                       r"self.shifter is None; set self.shifter to a Shifter in __init__"):  # fmt: skip
+        Forgetful(WorkerContext("local", 0, 1)).roll_call("shifted", [1])
 
 
 def test_hung_method_hits_its_timeout(ray_local: Any) -> None:

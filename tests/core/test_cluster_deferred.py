@@ -58,6 +58,8 @@ def test_a_deferred_cluster_forwards_every_dispatch_mode(echo: Cluster) -> None:
     assert echo.double([1, 2, 3]) == [2, 4, 106]  # DP_SPLIT padded to 4 rows and unpadded
     assert echo.whoami() == "deferred:0/2"  # RANK_ZERO
     assert {"add", "double", "whoami", "apply", "ping"} <= set(echo.methods)
+    assert echo.shifted([1, 2, 3]) == [11, 12, 1013]  # a method of Echo's part, through the same forwarder
+    assert {"shifted", "part_whoami"} <= set(echo.methods)
     assert submit_to_rank(echo, 1, "add", 5).pending.result() == 16
 
 

@@ -203,3 +203,28 @@ def test_chunked_cross_entropy_equals_sft_cross_entropy() -> None:
     got.backward()
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(b.grad, a.grad)
+
+
+def test_the_student_role_reaches_each_of_its_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DistillStudentWorker built in this process (no Ray; ``roll_call`` is what its actor runs): ``setup`` is its
+    PolicyTrainer's, built with STUDENT_FORWARD (``eval_distill`` needs logits), ``eval_step`` its
+    SFTEvaluation's. Counts by hand from :func:`fixed_batch` (lengths 9, 8, 6, 7; labels from token 3): 6+5+3+4 = 18
+    trained tokens, 8+7+5+6 = 26 predicted positions with ``distill_prompt``."""
+    from roll.core.batch import Batch
+    from roll.core.cluster import WorkerContext
+    from roll.pipelines.distill.worker import DistillStudentWorker
+    from roll.workers.config import FSDP2Config
+    from roll.workers.roles.config import ModelConfig
+    from roll.workers.roles.spec import TrainerSpec
+
+    monkeypatch.setenv("RANK", "0")  # Worker.__init__ exports both; restored after the test
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    spec = TrainerSpec(model=ModelConfig(path="tiny-1m"), strategy=FSDP2Config(device="cpu"))
+    student = DistillStudentWorker(WorkerContext("student", 0, 1), spec)
+    student.roll_call("setup")
+    batch = Batch(fixed_batch()[0])
+    (kd,) = student.roll_call("eval_distill", batch, DistillLoss())
+    (kd_prompt,) = student.roll_call("eval_distill", batch, DistillLoss(distill_prompt=True))
+    assert (kd["kd_tokens_sum"], kd_prompt["kd_tokens_sum"]) == (18.0, 26.0)
+    assert kd["kd_sum"] > 0.0
+    assert student.roll_call("eval_step", batch)["tokens_sum"] == 18.0

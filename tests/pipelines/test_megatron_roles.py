@@ -36,13 +36,14 @@ def test_trained_roles_dispatch_rows_by_model_parallel_group() -> None:
     from roll.core.cluster import (
         Dispatch,  # imports Ray: inside, so the gpu tests collect where Ray is absent
     )
-    from roll.core.cluster.dispatch import get_spec
+    from roll.core.cluster.dispatch import get_spec, registered_functions
     from roll.pipelines.distill.worker import DistillStudentWorker
     from roll.workers.roles.actor import ActorTrainWorker
 
+    student, actor = registered_functions(DistillStudentWorker), registered_functions(ActorTrainWorker)
     methods = [
-        DistillStudentWorker.train_distill, DistillStudentWorker.received_topk, DistillStudentWorker.eval_distill,
-        DistillStudentWorker.eval_step, ActorTrainWorker.train_step, ActorTrainWorker.compute_logprobs,
+        student["train_distill"], student["received_topk"], student["eval_distill"], student["eval_step"],
+        actor["train_step"], actor["compute_logprobs"],
     ]  # fmt: skip
     assert [get_spec(m).mode for m in methods] == [Dispatch.MP_SPLIT] * len(methods)  # type: ignore[union-attr]
     assert STUDENT_FORWARD.megatron.kind == "lm" and STUDENT_FORWARD.hf is student_forward
@@ -199,9 +200,10 @@ def test_sft_evaluation_under_megatron_says_to_turn_it_off() -> None:
     from types import SimpleNamespace
 
     from roll.core.errors import WorkerError
-    from roll.pipelines.sft.worker import SFTWorker
+    from roll.pipelines.sft.worker import SFTEvaluation
 
     megatron_like = SimpleNamespace(strategy=SimpleNamespace(model=torch.nn.Linear(1, 1)), role="student")
     megatron_like.spec = SimpleNamespace(strategy=SimpleNamespace(type="megatron"))
+    evaluation = SFTEvaluation(megatron_like)  # type: ignore[arg-type]
     with pytest.raises(WorkerError, match=r"student\.eval_step: .*'megatron'.*eval_every: 0"):
-        SFTWorker._transformers_model(megatron_like, "eval_step")  # type: ignore[arg-type]
+        evaluation._transformers_model("eval_step")

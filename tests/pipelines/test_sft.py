@@ -277,7 +277,8 @@ def test_two_workers_need_a_divisible_batch() -> None:
 def test_sft_eval_dispatches_by_model_parallel_groups() -> None:
     """The SFT worker's held-out loss splits rows by DP rank and calls every TP/PP rank (Megatron)."""
     from roll.core.cluster import Dispatch
-    from roll.core.cluster.dispatch import get_spec
-    from roll.pipelines.sft.worker import SFTWorker
+    from roll.core.cluster.dispatch import get_spec, registered_methods
+    from roll.pipelines.sft.worker import SFTEvaluation, SFTWorker
 
-    assert get_spec(SFTWorker.eval_step).mode is Dispatch.MP_SPLIT  # type: ignore[union-attr]
+    assert get_spec(SFTEvaluation.eval_step).mode is Dispatch.MP_SPLIT  # type: ignore[union-attr]
+    assert registered_methods(SFTWorker)["eval_step"].mode is Dispatch.MP_SPLIT  # the role holds the part

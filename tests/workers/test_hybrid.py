@@ -22,7 +22,7 @@ from _signatures import incompatibility
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster, Dispatch
-from roll.core.cluster.cluster import registered_methods
+from roll.core.cluster.dispatch import registered_functions, registered_methods
 from roll.core.errors import WorkerError
 from roll.core.testing import tiny_role
 from roll.workers.config import SamplingParams
@@ -75,16 +75,21 @@ def _data_split(mode: Dispatch) -> Dispatch:
 
 @pytest.mark.parametrize("role_cls", [ActorTrainWorker, ActorInferWorker], ids=lambda c: c.__name__)
 def test_hybrid_has_the_methods_pipelines_call_on_either_cluster(role_cls: type) -> None:
-    mine = registered_methods(HybridActorWorker)
+    """Each role's registered methods, its own and its parts' (ActorTrainWorker's are all its PolicyTrainer's and
+    WeightSender's), against the hybrid's, compared function to function."""
+    mine, my_functions = registered_methods(HybridActorWorker), registered_functions(HybridActorWorker)
+    theirs = registered_functions(role_cls)
     problems = []
     for name, spec in registered_methods(role_cls).items():
         if name in TRANSPORT:
             continue
         if name not in mine or _data_split(mine[name].mode) != _data_split(spec.mode):
             problems.append(f"{name}: missing or dispatched differently")
-        elif (why := incompatibility(getattr(role_cls, name), getattr(HybridActorWorker, name))) is not None:
+        elif (why := incompatibility(theirs[name], my_functions[name])) is not None:
             problems.append(f"{name}: {why}")
     assert problems == []
+    expected = {"train_step", "setup", "export_hf"} if role_cls is ActorTrainWorker else {"generate", "setup"}
+    assert expected <= set(theirs)  # a part's methods are compared too, not only the class's own
 
 
 def test_generation_after_train_and_sync_equals_a_fresh_infer_strategy(clusters: dict[str, Cluster]) -> None:

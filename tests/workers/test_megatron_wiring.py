@@ -48,11 +48,11 @@ def test_megatron_role_rejects_workers_that_do_not_fill_the_groups() -> None:
 
 def test_row_methods_of_trained_roles_dispatch_by_model_parallel_groups() -> None:
     """The trainer role's row methods; the SFT worker's (roll-pipelines) are checked in tests/pipelines/test_sft.py."""
-    from roll.core.cluster.dispatch import Dispatch, get_spec
+    from roll.core.cluster.dispatch import Dispatch, registered_methods
     from roll.workers.roles.actor import ActorTrainWorker
 
-    methods = [ActorTrainWorker.train_step, ActorTrainWorker.compute_logprobs]
-    assert [get_spec(m).mode for m in methods] == [Dispatch.MP_SPLIT] * 2  # type: ignore[union-attr]
+    specs = registered_methods(ActorTrainWorker)  # its PolicyTrainer part's
+    assert [specs[m].mode for m in ("train_step", "compute_logprobs")] == [Dispatch.MP_SPLIT] * 2
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,10 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.testing import tiny_role
+from roll.data.sequences import to_sequences
 from roll.workers.config import SamplingParams
 from roll.workers.model_update import ModelUpdateGroup
-from roll.workers.roles import CriticWorker, RewardModelWorker, to_sequences
+from roll.workers.roles import CriticWorker, RewardModelWorker
 from roll.workers.roles.spec import TrainerSpec
 from roll.workers.types import ForwardOutput, LossDefaults
 

@@ -17,16 +17,16 @@ from torch.multiprocessing.spawn import start_processes
 
 from roll.core import columns as C
 from roll.core.batch import Batch
+from roll.data.sequences import to_sequences
 from roll.workers import shared_prefix
 from roll.workers.fsdp2 import FSDP2TrainStrategy
 from roll.workers.logprobs import forward_scores, with_cache
-from roll.workers.roles.sequences import to_sequences
 from roll.workers.shared_prefix import prefix_lengths, shared_prefix_scores
 
 
 def grouped_batch(groups: int = 4, samples: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
     """``groups`` prompts of 6..12 tokens, each followed by ``samples`` responses of 1..6 tokens, laid out by the
-    pipelines' own :func:`~roll.workers.roles.sequences.to_sequences` (right-padded prompt + response)."""
+    pipelines' own :func:`~roll.data.sequences.to_sequences` (right-padded prompt + response)."""
     g = torch.Generator().manual_seed(seed)
     prompts, responses = [], []
     for _ in range(groups):

@@ -1,6 +1,6 @@
 """Training forwards that run each distinct prompt once: the G samples of a GRPO group share their prompt.
 
-A padded RL micro-batch holds rows ``prompt + response`` (right-padded, :func:`~roll.workers.roles.sequences.
+A padded RL micro-batch holds rows ``prompt + response`` (right-padded, :func:`~roll.data.sequences.
 to_sequences`), and the rows of one group repeat the same prompt G times. The plain forward runs the model over
 every row's prompt again; here the distinct prompts run once (left-padded, ``[U, Lp]``, with a KV cache), the
 cache is expanded to the rows (``[B, ...]``, an index select that autograd sums back), and the responses run on

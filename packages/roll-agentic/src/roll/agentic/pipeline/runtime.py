@@ -33,7 +33,7 @@ from roll.workers.roles.model import load_tokenizer
 from roll.workers.roles.spec import GeneratorSpec
 
 if TYPE_CHECKING:
-    from roll.workers.roles.clusters import ActorInferCluster, PolicyGenerator
+    from roll.workers.roles.clusters import ActorInferCluster, GenerateCluster
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ MakeCluster = Callable[..., Cluster]
 class ClusterGenerate:
     """A :class:`~roll.agentic.env_manager.manager.GenerateFn` on an ``ActorInferWorker`` cluster."""
 
-    def __init__(self, infer: PolicyGenerator, sampling: SamplingConfig, *, greedy: bool = False) -> None:
+    def __init__(self, infer: GenerateCluster, sampling: SamplingConfig, *, greedy: bool = False) -> None:
         self.infer = infer
         self.sampling = sampling
         self.greedy = greedy
@@ -79,7 +79,7 @@ class RolloutRuntime:
         make_cluster: MakeCluster,
         groups: int,
         group_size: int,
-        infer: PolicyGenerator | None = None,
+        infer: GenerateCluster | None = None,
     ) -> None:
         """``infer``: the policy's inference cluster when a policy group owns it; else one is made here."""
         self.config = config

@@ -11,9 +11,12 @@
         pending = actors.compute_logp.submit(batch)     # returns a PendingCall at once
         logp = pending.result()                         # ... or `await pending` inside asyncio
 
-Every method of the worker class marked with :func:`~roll.core.cluster.dispatch.register` is found when the
+Every method of the worker class marked with :func:`~roll.core.cluster.dispatch.register`, its own or one of its
+parts' (``parts = {"sender": WeightSender}``, see :mod:`~roll.core.cluster.dispatch`), is found when the
 Cluster is built (by inspecting the class, no names to bind) and is reachable as ``cluster.<name>``, a
-:class:`ClusterMethod`; ``cluster.method(Actor.compute_logp)`` gives the same object from a function reference.
+:class:`ClusterMethod`; ``cluster.method(Actor.compute_logp)`` gives the same object from a function reference
+(``cluster.method(WeightSender.stage_weights)`` for a part's). A part's method is called on each actor through
+:meth:`~roll.core.cluster.worker.Worker.roll_call`, with the same dispatch, timeout and errors as the class's own.
 A name that is not registered raises ``AttributeError`` listing the ones that are.
 
 Timeouts: a call's timeout is the method's own (``@register(timeout_s=...)``), else the role's
@@ -58,6 +61,7 @@ from roll.core.cluster.dispatch import (
     OnShards,
     Shardable,
     get_spec,
+    part_methods,
     registered_methods,
 )
 from roll.core.cluster.resources import ResourceManager, RolePlacement
@@ -167,6 +171,7 @@ class Cluster:
                 f"Cluster({role!r}, ...) needs a Worker subclass or a WorkerRef, got {worker_cls!r}"
             )
         self._ref = worker_cls if isinstance(worker_cls, WorkerRef) else None
+        self._forwarded = frozenset(() if isinstance(worker_cls, WorkerRef) else part_methods(worker_cls))
         self.role = role
         self.role_cfg = role_cfg
         self.world_size = role_cfg.num_workers
@@ -237,9 +242,10 @@ class Cluster:
         return self._methods[name]
 
     def remote_method(self, rank: int, name: str) -> Any:
-        """Rank ``rank``'s Ray method ``name`` (``.remote(...)`` it), through the forwarder of a deferred worker."""
+        """Rank ``rank``'s Ray method ``name`` (``.remote(...)`` it); through ``roll_call`` for a method of one of
+        the worker's parts and for every method of a deferred worker."""
         actor = self.actors[rank]
-        if self._ref is None:
+        if self._ref is None and name not in self._forwarded:
             return getattr(actor, name)
         return _Forwarded(actor, name)
 

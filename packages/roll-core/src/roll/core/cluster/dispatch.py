@@ -25,12 +25,32 @@ functions: ``split`` (the cluster call's arguments -> a :class:`CallPlan` with p
 
 A rule's ``split`` takes the cluster's :class:`Mesh` (``Mesh(world_size)`` unless the role has model
 parallelism); the modes other than ``MP_SPLIT`` read only its ``world_size``.
+
+Parts: a worker class composes its methods from objects it holds instead of inheriting them. It declares them in
+the class attribute :data:`PARTS_ATTR` (``parts``), a mapping from the attribute that holds each part to the part's
+class, and sets those attributes in ``__init__``::
+
+    class ActorTrainWorker(Worker):
+        parts: ClassVar[Mapping[str, type]] = {"trainer": PolicyTrainer, "sender": WeightSender}
+
+        def __init__(self, ctx: WorkerContext, spec: TrainerSpec) -> None:
+            super().__init__(ctx)
+            self.trainer = PolicyTrainer(self, spec)
+            self.sender = WeightSender(self, lambda: self.trainer.strategy)
+
+The :func:`register`-marked methods of each part's class are the worker's cluster methods as well
+(:func:`registered_methods` lists them with the class's own; :func:`part_methods` says which part holds which),
+called by name exactly like the class's own (``cluster.stage_weights(...)``). A name may have one owner only: a
+method registered by two parts, or by a part and the class itself, is a ``TypeError`` when the class is defined,
+naming both; parts do not nest (a part's class declares no parts). How the actor reaches a part's method: see
+:mod:`roll.core.cluster.worker`.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import (
     Any,
@@ -48,6 +68,7 @@ from typing import (
 from roll.core.errors import ConfigError, WorkerError
 
 __all__ = [
+    "PARTS_ATTR",
     "RULES",
     "SPEC_ATTR",
     "CallPlan",
@@ -61,11 +82,17 @@ __all__ = [
     "OnShards",
     "Registered",
     "Shardable",
+    "declared_parts",
     "get_spec",
+    "part_methods",
     "register",
+    "registered_functions",
+    "registered_methods",
 ]
 
 SPEC_ATTR = "__roll_dispatch__"
+PARTS_ATTR = "parts"
+"""The class attribute that declares a worker's parts (see the module docstring)."""
 _PAD_COLUMN = "is_pad_B"  # roll.core.batch.PAD_COLUMN; this module imports no torch
 
 P = ParamSpec("P")
@@ -373,13 +400,78 @@ def _unpad(joined: Any, plan: CallPlan, drop_last: Callable[[int], Any]) -> Any:
 
 
 def registered_methods(worker_cls: type) -> dict[str, MethodSpec]:
-    """Every method of ``worker_cls`` (inherited ones included) that carries a :func:`register` marker."""
-    found: dict[str, MethodSpec] = {}
-    for name in dir(worker_cls):
-        spec = get_spec(getattr(worker_cls, name, None))
-        if spec is not None:
-            found[name] = spec
+    """Every method of ``worker_cls`` (inherited ones included) and of its declared parts (see the module
+    docstring) that carries a :func:`register` marker."""
+    return {name: spec for name, (_, _, spec) in _registry(worker_cls).items()}
+
+
+def registered_functions(worker_cls: type) -> dict[str, Callable[..., Any]]:
+    """The function behind each registered method of ``worker_cls``, unbound: a method of the class itself (its
+    ``self`` is the worker) or of a part's class (its ``self`` is the part). For structural checks such as
+    signature comparisons; a Cluster needs only :func:`registered_methods`."""
+    return {name: fn for name, (_, fn, _) in _registry(worker_cls).items()}
+
+
+def part_methods(worker_cls: type) -> dict[str, str]:
+    """The registered methods of ``worker_cls`` that its parts hold: method name -> the attribute holding the part."""
+    return {name: part for name, (part, _, _) in _registry(worker_cls).items() if part is not None}
+
+
+def declared_parts(worker_cls: type) -> dict[str, type]:
+    """``worker_cls``'s :data:`PARTS_ATTR` mapping (attribute name -> class of the part held there), checked."""
+    parts = getattr(worker_cls, PARTS_ATTR, None) or {}
+    if not isinstance(parts, Mapping) or not all(
+        isinstance(k, str) and k.isidentifier() and isinstance(v, type) for k, v in parts.items()
+    ):
+        raise TypeError(
+            f"{worker_cls.__name__}.{PARTS_ATTR} must map attribute names to the classes of the parts held there, "
+            f"e.g. {{'sender': WeightSender}}; got {parts!r}"
+        )
+    return dict(parts)
+
+
+@functools.cache
+def _registry(worker_cls: type) -> dict[str, tuple[str | None, Callable[..., Any], MethodSpec]]:
+    """Registered name -> (holding part's attribute, or None for the class's own; function; spec). Raises
+    ``TypeError`` for a name registered twice (by two parts, or by a part and the class) or nested parts."""
+    found: dict[str, tuple[str | None, Callable[..., Any], MethodSpec]] = {}
+    for name, fn, spec in _marked(worker_cls):
+        found[name] = (None, fn, spec)
+    for part, part_cls in declared_parts(worker_cls).items():
+        if declared_parts(part_cls):
+            raise TypeError(
+                f"{worker_cls.__name__}.{PARTS_ATTR}[{part!r}]: {part_cls.__name__} declares parts of its own; "
+                f"parts do not nest: declare every part on {worker_cls.__name__}"
+            )
+        if part in found:
+            raise TypeError(
+                f"{worker_cls.__name__}: part attribute {part!r} has the name of a registered method; rename the part"
+            )
+        for name, fn, spec in _marked(part_cls):
+            if name in found:
+                raise TypeError(f"{worker_cls.__name__}: {_clash(worker_cls, name, found[name][0], part)}")
+            found[name] = (part, fn, spec)
     return found
+
+
+def _marked(cls: type) -> list[tuple[str, Callable[..., Any], MethodSpec]]:
+    """``(name, function, spec)`` of every attribute of ``cls`` (inherited ones included) with a marker."""
+    out = []
+    for name in dir(cls):
+        fn = getattr(cls, name, None)
+        spec = get_spec(fn)
+        if spec is not None and callable(fn):
+            out.append((name, fn, spec))
+    return out
+
+
+def _clash(worker_cls: type, name: str, first: str | None, second: str) -> str:
+    parts = declared_parts(worker_cls)
+    owner = "the class itself" if first is None else f"part {first!r} ({parts[first].__name__})"
+    return (
+        f"method {name!r} is registered by {owner} and by part {second!r} ({parts[second].__name__}); a cluster "
+        "method needs one owner: rename one of them, or hold only one of those parts"
+    )
 
 
 RULES: dict[Dispatch, DispatchRule] = {

@@ -16,6 +16,14 @@ the class with a :class:`WorkerRef` instead of importing it, and the Cluster sta
 that import the module in their own process, build the worker there and forward every call to it (the driver
 learns the registered methods from the actor). :meth:`Worker.apply` runs a function in an actor's process, for work
 that needs what the actor has imported and the driver has not.
+
+A role composes its methods from parts it holds (``parts = {"sender": WeightSender}``, see
+:mod:`roll.core.cluster.dispatch`); it subclasses :class:`Worker` directly and no role subclasses another. A Ray
+actor has only its class's methods, so the Cluster calls a part's registered method through
+:meth:`Worker.roll_call` (``actor.roll_call.remote(name, ...)``), which finds the part holding it; the class's own
+methods it calls directly (``actor.name.remote(...)``), and a deferred worker's all through
+:meth:`DeferredWorker.roll_call`, which hands them to the same lookup. Dispatch, timeouts and errors are those of
+the method, wherever it lives.
 """
 
 from __future__ import annotations
@@ -23,14 +31,21 @@ from __future__ import annotations
 import importlib
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import ray
 
-from roll.core.cluster.dispatch import Dispatch, MethodSpec, register, registered_methods
+from roll.core.cluster.dispatch import (
+    Dispatch,
+    MethodSpec,
+    declared_parts,
+    part_methods,
+    register,
+    registered_methods,
+)
 
 __all__ = ["DeferredWorker", "Worker", "WorkerContext", "WorkerInfo", "WorkerRef"]
 
@@ -63,7 +78,15 @@ class WorkerInfo:
 
 
 class Worker:
-    """Base class for the actors of one role. See the module docstring for the life cycle."""
+    """Base class for the actors of one role. See the module docstring for the life cycle, and
+    :mod:`roll.core.cluster.dispatch` for ``parts``."""
+
+    parts: ClassVar[Mapping[str, type]] = {}
+    """The objects this worker holds whose registered methods are its cluster methods too: attribute -> class."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        registered_methods(cls)  # a bad parts declaration or a name clash fails where the class is defined
 
     def __init__(self, ctx: WorkerContext) -> None:
         self._ctx = ctx
@@ -162,8 +185,25 @@ class Worker:
         if dist.is_initialized():
             dist.destroy_process_group()
 
-    # The two methods below are the Cluster's side channel for the rendezvous; they are not registered, so they
-    # are not exposed as cluster methods.
+    # The methods below are the Cluster's side channels (a part's method, the rendezvous); they are not
+    # registered, so they are not exposed as cluster methods.
+
+    def roll_call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Run registered method ``name``: this worker's own, or that of the part holding it (see the module
+        docstring). The Cluster calls a part's methods, and every method of a deferred worker, through this."""
+        part = part_methods(type(self)).get(name)
+        if part is None:
+            return getattr(self, name)(*args, **kwargs)
+        return getattr(self._part(part), name)(*args, **kwargs)
+
+    def _part(self, attr: str) -> object:
+        held, cls = getattr(self, attr, None), declared_parts(type(self))[attr]
+        if not isinstance(held, cls):
+            raise TypeError(
+                f"{self.role} rank {self.rank}: {type(self).__name__} declares part {attr!r} ({cls.__name__}) but "
+                f"self.{attr} is {held!r}; set self.{attr} to a {cls.__name__} in __init__"
+            )
+        return held
 
     def roll_master_endpoint(self) -> tuple[str, int]:
         """Rank 0 only: this node's IP and a port that was free a moment ago, for MASTER_ADDR/MASTER_PORT."""
@@ -224,7 +264,7 @@ class DeferredWorker:
         return registered_methods(type(self._worker))
 
     def roll_call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self._worker, name)(*args, **kwargs)
+        return self._worker.roll_call(name, *args, **kwargs)
 
     def ping(self) -> int:
         return self._worker.ping()

@@ -8,25 +8,22 @@ driver that must not import torch imports it under ``TYPE_CHECKING`` only.
 
 from __future__ import annotations
 
+from roll.core.cluster import Cluster
 from roll.core.cluster.cluster import on_cluster
-from roll.pipelines.distill.worker import DistillStudentWorker, DistillTeacherWorker
-from roll.pipelines.sft.clusters import SFTCluster
-from roll.workers.roles.clusters import TeacherCluster
+from roll.pipelines.distill.worker import DistillStudent
+from roll.pipelines.sft.clusters import SFTEvaluationCalls
+from roll.workers.roles.clusters import PolicyTrainerCalls, TopkReceiverCalls
 
-__all__ = ["DistillStudentCluster", "DistillTeacherCluster"]
+__all__ = ["DistillStudentCalls", "DistillStudentCluster"]
 
 
-class DistillStudentCluster(SFTCluster):
+class DistillStudentCalls(Cluster):
+    """The methods of the :class:`~roll.pipelines.distill.worker.DistillStudent` part, on a cluster."""
+
+    eval_distill = on_cluster(DistillStudent.eval_distill)
+    received_topk = on_cluster(DistillStudent.received_topk)
+    train_distill = on_cluster(DistillStudent.train_distill)
+
+
+class DistillStudentCluster(PolicyTrainerCalls, SFTEvaluationCalls, TopkReceiverCalls, DistillStudentCalls):
     """The driver's view of a :class:`~roll.pipelines.distill.worker.DistillStudentWorker` cluster."""
-
-    eval_distill = on_cluster(DistillStudentWorker.eval_distill)
-    join_transfer_group = on_cluster(DistillStudentWorker.join_transfer_group)
-    received_topk = on_cluster(DistillStudentWorker.received_topk)
-    setup = on_cluster(DistillStudentWorker.setup)
-    train_distill = on_cluster(DistillStudentWorker.train_distill)
-
-
-class DistillTeacherCluster(TeacherCluster):
-    """The driver's view of a :class:`~roll.pipelines.distill.worker.DistillTeacherWorker` cluster."""
-
-    send_topk_keyed = on_cluster(DistillTeacherWorker.send_topk_keyed)

@@ -51,14 +51,14 @@ from roll.pipelines.common.data import prepare_data
 from roll.pipelines.distill.checks import check_same_tokenizer
 from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
 from roll.pipelines.distill.warmup import greedy_accuracy, warm_up_teacher
-from roll.pipelines.distill.worker import DistillTeacherWorker
 from roll.pipelines.policy.views import training_view
 from roll.pipelines.rlvr.transform import TransformContext
 from roll.workers.roles.spec import ScorerSpec
+from roll.workers.roles.teacher import TeacherWorker
 
 if TYPE_CHECKING:
-    from roll.pipelines.distill.clusters import DistillTeacherCluster
     from roll.pipelines.sft.clusters import SFTCluster
+    from roll.workers.roles.clusters import TeacherCluster
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class TeacherPanel:
     """Teacher clusters by name, each scoring the rows whose tag routes to it."""
 
     def __init__(
-        self, clusters: Mapping[str, DistillTeacherCluster], routes: Mapping[str, Sequence[str] | None]
+        self, clusters: Mapping[str, TeacherCluster], routes: Mapping[str, Sequence[str] | None]
     ) -> None:
         self.clusters, self.routes = dict(clusters), dict(routes)
 
@@ -119,9 +119,9 @@ class OnPolicyDistill:
         models = {name: self._teacher_model(context, name) for name in self.config.teachers}
         clusters = {
             name: cast(
-                "DistillTeacherCluster",
+                "TeacherCluster",
                 context.host.make_cluster(
-                    f"teacher_{name}", DistillTeacherWorker, init_args=(ScorerSpec(model=model),)
+                    f"teacher_{name}", TeacherWorker, init_args=(ScorerSpec(model=model),)
                 ),
             )
             for name, model in models.items()

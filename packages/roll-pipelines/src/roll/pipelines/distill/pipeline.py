@@ -36,15 +36,17 @@ from roll.pipelines.distill import DistillConfig, TeacherWarmupConfig
 from roll.pipelines.distill.checks import check_same_tokenizer
 from roll.pipelines.distill.losses import DistillLoss
 from roll.pipelines.distill.warmup import greedy_accuracy, warm_up_teacher
-from roll.pipelines.distill.worker import DistillStudentWorker, DistillTeacherWorker
+from roll.pipelines.distill.worker import DistillStudentWorker
 from roll.pipelines.sft.pipeline import prompt_ids
 from roll.workers.logits_transfer import align_to
 from roll.workers.roles.config import ModelConfig
 from roll.workers.roles.spec import ScorerSpec, TrainerSpec
+from roll.workers.roles.teacher import TeacherWorker
 
 if TYPE_CHECKING:
-    from roll.pipelines.distill.clusters import DistillStudentCluster, DistillTeacherCluster
+    from roll.pipelines.distill.clusters import DistillStudentCluster
     from roll.pipelines.sft.clusters import SFTCluster
+    from roll.workers.roles.clusters import TeacherCluster
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +71,7 @@ class TopkTransfer:
     """Teacher top-k logits onto the student's batch: through the driver (``object_store``) or point to point
     (``collective``: the student ranks receive inside ``train_distill``). See :mod:`roll.workers.logits_transfer`."""
 
-    def __init__(
-        self, teacher: DistillTeacherCluster, student: DistillStudentCluster, k: int, mode: str
-    ) -> None:
+    def __init__(self, teacher: TeacherCluster, student: DistillStudentCluster, k: int, mode: str) -> None:
         self.teacher, self.student, self.k, self.mode = teacher, student, k, mode
         self._joined = False
 
@@ -98,9 +98,7 @@ class TopkTransfer:
     def run(self, batch: Batch, key: str, student_call: Any, *args: Any) -> Any:
         """Call ``student_call(batch, *args, receive=...)`` while the teacher ranks send its rows' top-k."""
         self.join()
-        sending = self.teacher.send_topk_keyed.submit(
-            batch, self.k, TRANSFER_GROUP, self.teacher.world_size, key
-        )
+        sending = self.teacher.send_topk.submit(batch, self.k, TRANSFER_GROUP, self.teacher.world_size, key)
         receive = {"name": TRANSFER_GROUP, "key": key, "num_sources": self.teacher.world_size, "k": self.k}
         result = student_call(batch, *args, receive=receive)
         sending.result()
@@ -146,9 +144,9 @@ class DistillRecipe:
         if cfg.teacher_warmup is not None:
             self.teacher_model = self.warm_up_teacher(cfg.teacher_warmup)
         self.teacher = cast(
-            "DistillTeacherCluster",
+            "TeacherCluster",
             self.host.make_cluster(
-                "teacher", DistillTeacherWorker, init_args=(ScorerSpec(model=self.teacher_model),)
+                "teacher", TeacherWorker, init_args=(ScorerSpec(model=self.teacher_model),)
             ),
         )
         total = cfg.max_steps * cfg.batch.optimizer_steps_per_step

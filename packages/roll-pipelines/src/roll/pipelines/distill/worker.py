@@ -1,51 +1,44 @@
-"""The distillation roles: a student that trains on its logits, and a teacher whose top-k sends are keyed per step.
+"""The distillation student: a policy trainer whose strategy returns logits, and the methods that train on them.
 
-- :class:`DistillStudentWorker`: :class:`~roll.pipelines.sft.worker.SFTWorker` (greedy answers and held-out NLL for
-  evaluation) whose strategy runs :data:`~.losses.STUDENT_FORWARD` (:func:`~.losses.student_forward` under fsdp2,
-  its reader of the vocabulary-parallel logits under megatron), so :class:`~.losses.DistillLoss` sees logits. Its
-  row methods dispatch by model-parallel group (``MP_SPLIT``: under megatron TP/PP peers get the same rows). :meth:`~DistillStudentWorker.train_distill` takes the teacher's top-k either inside the batch (object
-  store path) or receives them from the teacher ranks over a transfer group (collective path).
-- :class:`DistillTeacherWorker`: :class:`~roll.workers.roles.teacher.TeacherWorker` whose collective send uses a
-  per-step store key, so a student never reads a previous step's request or reply from the group's store.
+:class:`DistillStudentWorker` holds four parts (see :mod:`roll.core.cluster.dispatch`): a
+:class:`~roll.workers.roles.actor.PolicyTrainer` whose strategy runs :data:`~.losses.STUDENT_FORWARD`
+(:func:`~.losses.student_forward` under fsdp2, its reader of the vocabulary-parallel logits under megatron), so
+:class:`~.losses.DistillLoss` sees logits; :class:`~roll.pipelines.sft.worker.SFTEvaluation` (greedy answers and
+held-out NLL); :class:`~roll.workers.roles.topk_receiver.TopkReceiver` (``join_transfer_group``, the receiving end
+of the teacher's top-k); and :class:`DistillStudent` (``train_distill``, ``received_topk``, ``eval_distill``). Its
+row methods dispatch by model-parallel group (``MP_SPLIT``: under megatron TP/PP peers get the same rows).
+:meth:`~DistillStudent.train_distill` takes the teacher's top-k either inside the batch (object store path) or
+receives them from the teacher ranks over a transfer group (collective path). The teacher is a plain
+:class:`~roll.workers.roles.teacher.TeacherWorker`: each step's ``send_topk`` uses its own store key, so a student
+never reads a previous step's request or reply from the group's store.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.core.cluster import Dispatch, WorkerContext, register
+from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.pipelines.distill.losses import STUDENT_FORWARD, DistillLoss, kd_mask
-from roll.pipelines.sft.worker import SFTWorker
-from roll.workers.logits_transfer import receive_topk, send_topk
-from roll.workers.model_update import CollectiveGroup
+from roll.pipelines.sft.worker import SFTEvaluation
 from roll.workers.roles import _common
+from roll.workers.roles.actor import PolicyTrainer
 from roll.workers.roles.spec import TrainerSpec
-from roll.workers.roles.teacher import TeacherWorker
+from roll.workers.roles.topk_receiver import TopkReceiver
 
 
-class DistillStudentWorker(SFTWorker):
-    """One data-parallel rank of the student (``spec.threads``: torch's intra-op threads, for CPU runs)."""
+class DistillStudent:
+    """The student's distillation methods over ``trainer`` (built with :data:`STUDENT_FORWARD`), receiving the
+    teacher's top-k through ``receiver`` on the collective path; a part of :class:`DistillStudentWorker`."""
 
-    def __init__(self, ctx: WorkerContext, spec: TrainerSpec) -> None:
-        super().__init__(ctx, spec)
-        self._transfer: dict[str, CollectiveGroup] = {}
-
-    @register(Dispatch.ONE_TO_ALL)
-    def setup(self) -> None:
-        """As :meth:`ActorTrainWorker.setup`, with the strategy's forward replaced by :data:`STUDENT_FORWARD`."""
-        self.strategy, self.tokenizer = _common.build_trainer(self, self.spec, forward=STUDENT_FORWARD)
-
-    @register(Dispatch.ONE_TO_ALL)
-    def join_transfer_group(
-        self, name: str, addr: str, port: int, world_size: int, rank_offset: int, backend: str = "gloo"
-    ) -> None:
-        """Join logits-transfer group ``name`` as rank ``rank_offset + self.rank`` (teachers come first)."""
-        self._transfer[name] = CollectiveGroup(addr, port, rank_offset + self.rank, world_size, backend)
+    def __init__(self, trainer: PolicyTrainer, receiver: TopkReceiver) -> None:
+        self.trainer = trainer
+        self.receiver = receiver
 
     @register(Dispatch.MP_SPLIT)
     def train_distill(
@@ -55,7 +48,7 @@ class DistillStudentWorker(SFTWorker):
         top-k rows from the teacher ranks. Returns the strategy's metrics plus the loss's (``kd/...``)."""
         if receive is not None:
             batch = self._with_received_topk(batch, **receive)
-        return _common.train_on(self.strategy, batch, loss_fn, prefix="kd/")
+        return _common.train_on(self.trainer.strategy, batch, loss_fn, prefix="kd/")
 
     @register(Dispatch.MP_SPLIT)
     def received_topk(self, batch: Batch, receive: dict[str, Any]) -> Batch:
@@ -71,30 +64,32 @@ class DistillStudentWorker(SFTWorker):
         if len(real) == 0:
             return [{"kd_sum": 0.0, "kd_tokens_sum": 0.0}]
         mb = _common.micro_batch(real)
-        out = self.strategy.forward_only(mb[C.INPUT_IDS], mb[C.ATTENTION_MASK], **_common.vision_kwargs(real))
+        out = self.trainer.strategy.forward_only(
+            mb[C.INPUT_IDS], mb[C.ATTENTION_MASK], **_common.vision_kwargs(real)
+        )
         mb = {k: v.to(out.logp_BT.device) for k, v in mb.items()}
         n_kd = float(kd_mask(mb, distill_prompt=loss_fn.distill_prompt).sum())
         kd_only = replace(loss_fn, kd_weight=1.0).bind(mb)  # the divergence's token mean over these rows
         return [{"kd_sum": float(kd_only(out, mb)[0]) * n_kd, "kd_tokens_sum": n_kd}]
 
     def _with_received_topk(self, batch: Batch, name: str, key: str, num_sources: int, k: int) -> Batch:
-        ids_B = batch.tensors[C.SAMPLE_ID]
-        T = batch.tensors[C.INPUT_IDS].shape[1]
-        topk = receive_topk(self._transfer[name], ids_B, num_sources=num_sources, T=T, k=k, key=key)
-        return batch.union(topk)
+        return batch.union(self.receiver.receive(batch, name=name, num_sources=num_sources, k=k, key=key))
 
 
-class DistillTeacherWorker(TeacherWorker):
-    """:class:`TeacherWorker` with :meth:`send_topk_keyed` (a store key per step)."""
+class DistillStudentWorker(Worker):
+    """One data-parallel rank of the student (``spec``: what it trains; ``spec.threads``: torch's intra-op
+    threads, for CPU runs). Call ``setup`` on the cluster first."""
 
-    @register(Dispatch.DP_SPLIT)
-    def send_topk_keyed(self, batch: Batch, k: int, name: str, num_sources: int, key: str) -> list[int]:
-        """``send_topk`` with store key ``key``: every step must use a new key (the store keeps old ones)."""
-        _common.require(batch, C.SAMPLE_ID)
-        real = _common.real_rows(batch)
-        values_BTK, indices_BTK = self._topk(real, k)
-        topk = Batch(
-            {C.TOPK_VALUES: values_BTK, C.TOPK_INDICES: indices_BTK, C.SAMPLE_ID: real.tensors[C.SAMPLE_ID]}
-        )
-        send_topk(self._groups[name], topk, src=self.rank, num_sources=num_sources, key=key)
-        return [int(i) for i in real.tensors[C.SAMPLE_ID]]
+    parts: ClassVar[Mapping[str, type]] = {
+        "trainer": PolicyTrainer,
+        "evaluation": SFTEvaluation,
+        "transfer": TopkReceiver,
+        "student": DistillStudent,
+    }
+
+    def __init__(self, ctx: WorkerContext, spec: TrainerSpec) -> None:
+        super().__init__(ctx)
+        self.trainer = PolicyTrainer(self, spec, forward=STUDENT_FORWARD)
+        self.evaluation = SFTEvaluation(self.trainer)
+        self.transfer = TopkReceiver(self)
+        self.student = DistillStudent(self.trainer, self.transfer)

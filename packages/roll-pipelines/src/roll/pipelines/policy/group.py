@@ -58,9 +58,9 @@ if TYPE_CHECKING:
         ActorInferCluster,
         ActorTrainCluster,
         CriticCluster,
+        GenerateCluster,
         HybridActorCluster,
-        PolicyGenerator,
-        PolicyTrainer,
+        TrainCluster,
     )
 
 logger = logging.getLogger(__name__)
@@ -144,8 +144,8 @@ class PolicyGroup:
     def __init__(self, spec: PolicySpec, make_cluster: MakeCluster) -> None:
         self.spec = spec
         self._make_cluster = make_cluster
-        self.actor: PolicyTrainer
-        self.infer: PolicyGenerator
+        self.actor: TrainCluster
+        self.infer: GenerateCluster
         self.reference: ActorInferCluster | None = None
         self.critic: Critic | None = None
         self.updater: ModelUpdateGroup

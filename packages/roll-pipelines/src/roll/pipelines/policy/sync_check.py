@@ -33,7 +33,7 @@ from roll.pipelines.policy.views import training_view
 from roll.workers.config import SamplingParams
 
 if TYPE_CHECKING:
-    from roll.workers.roles.clusters import PolicyGenerator, PolicyTrainer
+    from roll.workers.roles.clusters import GenerateCluster, TrainCluster
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def probe_prompt(batch: Batch) -> list[int] | None:
 
 
 def measure_gap(
-    actor: PolicyTrainer, infer: PolicyGenerator, prompt_ids: list[int], max_new_tokens: int
+    actor: TrainCluster, infer: GenerateCluster, prompt_ids: list[int], max_new_tokens: int
 ) -> dict[str, float]:
     """Greedy-decode ``prompt_ids`` on ``infer``, score the tokens on ``actor``; the gap's mean and max."""
     params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, ignore_eos=True, seed=0)
@@ -62,8 +62,8 @@ def measure_gap(
 
 
 def probe_sequences(samples: Batch) -> Batch:
-    """The probe's padded sequences (in the train actor: :func:`~roll.workers.roles.sequences.to_sequences`)."""
-    from roll.workers.roles.sequences import to_sequences
+    """The probe's padded sequences (in the train actor: :func:`~roll.data.sequences.to_sequences`)."""
+    from roll.data.sequences import to_sequences
 
     return to_sequences(samples.to_torch(), pad_token_id=0)
 
@@ -100,7 +100,7 @@ class SyncCheck:
         if self.prompt_ids is None and self.cfg.every > 0:
             self.prompt_ids = probe_prompt(batch)
 
-    def after_sync(self, actor: PolicyTrainer, infer: PolicyGenerator, version: int) -> dict[str, float]:
+    def after_sync(self, actor: TrainCluster, infer: GenerateCluster, version: int) -> dict[str, float]:
         """The gap metrics when this sync is one to check (and a probe is known), else ``{}``."""
         if self.prompt_ids is None or self.cfg.every == 0:
             return {}
@@ -109,7 +109,7 @@ class SyncCheck:
             return {}
         return self.check(actor, infer, version)
 
-    def check(self, actor: PolicyTrainer, infer: PolicyGenerator, version: int) -> dict[str, float]:
+    def check(self, actor: TrainCluster, infer: GenerateCluster, version: int) -> dict[str, float]:
         """Measure now (whatever ``every`` says) and warn past the threshold; needs a probe (:meth:`remember`)."""
         assert self.prompt_ids is not None, "no probe prompt yet: the policy has not trained on a batch"
         metrics = measure_gap(actor, infer, self.prompt_ids, self.cfg.max_new_tokens)

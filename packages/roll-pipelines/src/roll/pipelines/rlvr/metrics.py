@@ -2,7 +2,7 @@
 
 They run where the batch is torch (the train actor, :mod:`.tensor_work`) and import torch on first call, so the
 driver that imports this module for :func:`throughput` and :func:`row_domains` does not. Pure functions of a
-rollout batch (after :func:`roll.workers.roles.sequences.to_sequences`) and timings; the
+rollout batch (after :func:`roll.data.sequences.to_sequences`) and timings; the
 pipeline merges them with the trainer's metrics (loss, clip fraction, KL, entropy, grad norm) and the
 scheduler's counts (dropped groups, stale groups, requests).
 """

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 def score(batch: Batch, *, pad_id: int, algorithm: AlgorithmConfig, max_new_tokens: int) -> Batch:
     """Padded ``[B, T]`` sequences of the ragged rollout, plus ``rewards_B``: the scores after the overlong
     penalty and clipping."""
+    from roll.data.sequences import to_sequences
     from roll.pipelines.algorithms.dapo import soft_overlong_penalty
     from roll.pipelines.algorithms.stats import clip_rewards
-    from roll.workers.roles.sequences import to_sequences
 
     batch = to_sequences(batch.to_torch(), pad_id)
     a = algorithm

@@ -8,15 +8,20 @@ driver that must not import torch imports it under ``TYPE_CHECKING`` only.
 
 from __future__ import annotations
 
+from roll.core.cluster import Cluster
 from roll.core.cluster.cluster import on_cluster
-from roll.pipelines.sft.worker import SFTWorker
-from roll.workers.roles.clusters import ActorTrainCluster
+from roll.pipelines.sft.worker import SFTEvaluation
+from roll.workers.roles.clusters import PolicyTrainerCalls
 
-__all__ = ["SFTCluster"]
+__all__ = ["SFTCluster", "SFTEvaluationCalls"]
 
 
-class SFTCluster(ActorTrainCluster):
+class SFTEvaluationCalls(Cluster):
+    """The methods of the :class:`~roll.pipelines.sft.worker.SFTEvaluation` part, on a cluster."""
+
+    eval_step = on_cluster(SFTEvaluation.eval_step)
+    generate_greedy = on_cluster(SFTEvaluation.generate_greedy)
+
+
+class SFTCluster(PolicyTrainerCalls, SFTEvaluationCalls):
     """The driver's view of a :class:`~roll.pipelines.sft.worker.SFTWorker` cluster."""
-
-    eval_step = on_cluster(SFTWorker.eval_step)
-    generate_greedy = on_cluster(SFTWorker.generate_greedy)

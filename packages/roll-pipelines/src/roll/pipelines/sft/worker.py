@@ -1,32 +1,42 @@
-"""``SFTWorker``: the actor with two forward-only evaluation methods SFT needs (token accuracy needs logits).
+"""``SFTWorker``: a policy trainer and :class:`SFTEvaluation`, the two forward-only evaluation methods SFT needs
+(token accuracy needs logits).
 
-Both run on every rank (MP_SPLIT: rows split by data-parallel rank, so Megatron's TP/PP peers see the same rows;
+The role holds two parts (see :mod:`roll.core.cluster.dispatch`): a
+:class:`~roll.workers.roles.actor.PolicyTrainer` (``setup``, ``train_step``, checkpoints, ``export_hf`` ...) and an
+:class:`SFTEvaluation` over it. Both evaluation methods run on every rank (MP_SPLIT: rows split by data-parallel rank, so Megatron's TP/PP peers see the same rows;
 plain DP_SPLIT for FSDP), so a sharded (FSDP) model takes part in each forward on every rank; rows that
 dispatch added as padding are weighted 0.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import torch
 
 from roll.core import columns as C
 from roll.core.batch import PAD_COLUMN, Batch
-from roll.core.cluster import Dispatch, register
+from roll.core.cluster import Dispatch, Worker, WorkerContext, register
 from roll.core.columns import IGNORE_INDEX, LABELS
 from roll.core.errors import WorkerError
 from roll.pipelines.algorithms.aggregate import Aggregation
 from roll.pipelines.algorithms.preference import sft_cross_entropy
 from roll.workers.logprobs import position_ids_from_mask
 from roll.workers.roles import _common
-from roll.workers.roles.actor import ActorTrainWorker
+from roll.workers.roles.actor import PolicyTrainer
+from roll.workers.roles.spec import TrainerSpec
 from roll.workers.vision import next_positions, vision_inputs
 
 TOKEN_SUM = Aggregation("token-mean", num_global_tokens=1.0)
 """A token *sum*: token-mean over a global count of 1."""
 
 
-class SFTWorker(ActorTrainWorker):
-    """:class:`ActorTrainWorker` plus :meth:`eval_step` and :meth:`generate_greedy`."""
+class SFTEvaluation:
+    """:meth:`eval_step` and :meth:`generate_greedy` on ``trainer``'s model, a part of a training role."""
+
+    def __init__(self, trainer: PolicyTrainer) -> None:
+        self.trainer = trainer
 
     @register(Dispatch.MP_SPLIT)
     @torch.no_grad()
@@ -36,7 +46,7 @@ class SFTWorker(ActorTrainWorker):
         A dict, not a list: dispatch returns the per-rank dicts as they are (a list would be taken for rows and
         unpadded, which fails when dispatch padded the batch to split it evenly)."""
         model = self._transformers_model("eval_step")
-        device = self.strategy.device
+        device = self.trainer.strategy.device
         ids_BT = batch.tensors[C.INPUT_IDS].to(device)
         mask_BT = batch.tensors[C.ATTENTION_MASK].to(device)
         labels_BT = batch.tensors[LABELS].to(device).clone()
@@ -67,7 +77,7 @@ class SFTWorker(ActorTrainWorker):
         """Greedy continuations of left-padded prompts, a fixed ``max_new_tokens`` steps on every rank (so a
         sharded model's collectives pair up; answers are cut at the stop token by the caller)."""
         model = self._transformers_model("generate_greedy")
-        device = self.strategy.device
+        device = self.trainer.strategy.device
         ids_BT = batch.tensors[C.INPUT_IDS].to(device)
         mask_BT = batch.tensors[C.ATTENTION_MASK].to(device)
         inputs = {
@@ -99,11 +109,22 @@ class SFTWorker(ActorTrainWorker):
 
     def _transformers_model(self, method: str) -> torch.nn.Module:
         """The trained transformers model these evaluations run; the megatron strategy holds a ``GPTModel``."""
-        model = self.strategy.model
+        model = self.trainer.strategy.model
         if not hasattr(model, "config"):  # Megatron's DDP-wrapped GPTModel has no HF config
             raise WorkerError(
-                f"{self.role}.{method}: held-out evaluation (token accuracy, greedy answers) runs a transformers "
-                f"forward, which strategy {self.spec.strategy.type!r} does not have; set eval_every: 0 (and no teacher "
-                "warm-up summary), or use strategy.type fsdp2"
+                f"{self.trainer.role}.{method}: held-out evaluation (token accuracy, greedy answers) runs a "
+                f"transformers forward, which strategy {self.trainer.spec.strategy.type!r} does not have; set "
+                "eval_every: 0 (and no teacher warm-up summary), or use strategy.type fsdp2"
             )
         return model
+
+
+class SFTWorker(Worker):
+    """One data-parallel rank of the SFT policy (``spec``: what it trains). Call ``setup`` on the cluster first."""
+
+    parts: ClassVar[Mapping[str, type]] = {"trainer": PolicyTrainer, "evaluation": SFTEvaluation}
+
+    def __init__(self, ctx: WorkerContext, spec: TrainerSpec) -> None:
+        super().__init__(ctx)
+        self.trainer = PolicyTrainer(self, spec)
+        self.evaluation = SFTEvaluation(self.trainer)

@@ -5,11 +5,16 @@ Each role takes one argument, a frozen spec of what it builds (:mod:`roll.worker
 ``roll.strategy`` plugin that builds it, so vllm/megatron plug in without changes here. Build a role with
 ``Cluster(role, WorkerCls, role_cfg, init_args=(spec,))`` and call ``cluster.setup()`` first (it joins the role's
 process group when it has several ranks and loads the model).
+Every role subclasses ``Worker`` directly; shared behaviour comes from parts it holds (see
+:mod:`roll.core.cluster.dispatch`): :class:`~roll.workers.roles.actor.PolicyTrainer` (a trained policy's methods),
+:class:`~roll.workers.roles.sender.WeightSender` (the model update's sending end) and
+:class:`~roll.workers.roles.topk_receiver.TopkReceiver` (a distillation student's top-k receiving end).
 Column names are in :mod:`roll.core.columns`.
 
 Registered methods (dispatch mode) by role:
 
-- :class:`ActorTrainWorker` ``(TrainerSpec)``:
+- :class:`ActorTrainWorker` ``(TrainerSpec)``, parts ``trainer`` (``PolicyTrainer``), ``sender``
+  (``WeightSender``) and ``transfer`` (``TopkReceiver``):
   ``setup()`` ALL; ``train_step(batch, loss_fn, temperature=1.0) -> list[dict]`` MP (per-DP-rank metrics: loss,
   grad_norm, lr, tokens, units, and the loss's own as ``actor/<name>``; critic: ``critic/<name>``, reward model:
   ``reward/<name>``); ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch``
@@ -22,7 +27,7 @@ Registered methods (dispatch mode) by role:
   ``receive_topk(batch, name, num_sources, k, key="topk") -> Batch`` DP.
 - :class:`ActorInferWorker` ``(GeneratorSpec)``: ``setup()`` ALL;
   ``generate(prompts, params: SamplingParams) -> Batch`` DP (n rows per prompt, seeded by each row's
-  ``prompt_seed_B`` when given; see :func:`~roll.workers.roles.sequences.to_sequences`); ``compute_logprobs(batch, temperature=1.0,
+  ``prompt_seed_B`` when given; see :func:`~roll.data.sequences.to_sequences`); ``compute_logprobs(batch, temperature=1.0,
   with_entropy=False) -> Batch`` DP; ``update_weights(bucket_refs, policy_version)`` / ``update_weights_ipc`` / ``join_update_group`` /
   ``receive_weights(name, policy_version)`` ALL; ``policy_version() -> list[int]`` ALL;
   ``weights_checksum(dtype=None) -> list[str]`` ALL; ``offload()`` / ``reload()`` ALL.
@@ -33,7 +38,7 @@ Registered methods (dispatch mode) by role:
   ``weights_checksum(dtype=None, side="infer")`` / ``offload(side=None)`` / ``reload(side=None)`` ALL (``side``
   picks one strategy; None: both); the model update is ``sync_weights(policy_version) -> list[int]`` ALL (in
   process), which ``ModelUpdateGroup(hybrid, hybrid)`` uses (mode ``in_process``); it also has the model-update
-  sender methods of ``ActorTrainWorker`` (:class:`~roll.workers.roles.sender.WeightSender`), so
+  sender methods of ``ActorTrainWorker`` (the same part, :class:`~roll.workers.roles.sender.WeightSender`), so
   ``ModelUpdateGroup(hybrid, reference)`` sends its trainer's weights to another process.
 - :class:`ReferenceWorker` ``(ScorerSpec)``: ``setup()``,
   ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch`` DP, ``offload``/``reload``.
@@ -72,7 +77,6 @@ if TYPE_CHECKING:
     from roll.workers.roles.model import load_causal_lm, load_model, load_tokenizer
     from roll.workers.roles.reference import ReferenceWorker
     from roll.workers.roles.reward_model import RewardModelWorker
-    from roll.workers.roles.sequences import to_sequences
     from roll.workers.roles.teacher import TeacherWorker
 
 _WHERE = {
@@ -86,7 +90,6 @@ _WHERE = {
     "load_tokenizer": "model",
     "ReferenceWorker": "reference",
     "RewardModelWorker": "reward_model",
-    "to_sequences": "sequences",
     "TeacherWorker": "teacher",
 }
 
@@ -121,5 +124,4 @@ __all__ = [
     "load_model",
     "load_tokenizer",
     "role_ref",
-    "to_sequences",
 ]

@@ -1,50 +1,62 @@
-"""``ActorTrainWorker``: the policy being trained (fsdp2 by default, any ``roll.strategy`` train plugin)."""
+"""``ActorTrainWorker``: the policy being trained (fsdp2 by default, any ``roll.strategy`` train plugin).
+
+The role is three parts (see :mod:`roll.core.cluster.dispatch`): :class:`PolicyTrainer` (the strategy: train step,
+log-probs, checkpoints, export, offload), :class:`~roll.workers.roles.sender.WeightSender` (the model update's
+sending end) and :class:`~roll.workers.roles.topk_receiver.TopkReceiver` (a distillation student's top-k
+receiving end). A role that trains the policy differently holds a ``PolicyTrainer`` with its own parts beside it
+(roll-pipelines' SFT and distillation students do) instead of subclassing this one.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Dispatch, Worker, WorkerContext, register
-from roll.workers import logits_transfer
-from roll.workers.model_update import CollectiveGroup, weights_checksum
+from roll.workers.model_update import weights_checksum
 from roll.workers.offload import measured
 from roll.workers.roles import _common, checkpoint
 from roll.workers.roles.model import copy_processor_files
 from roll.workers.roles.sender import WeightSender
 from roll.workers.roles.spec import TrainerSpec
+from roll.workers.roles.topk_receiver import TopkReceiver
 from roll.workers.types import LossFn, TrainStrategy
 
 LOSS_METRIC_PREFIX = "actor/"
-"""The prefix of the loss's own metrics in :meth:`ActorTrainWorker.train_step`'s result."""
+"""The prefix of the loss's own metrics in :meth:`PolicyTrainer.train_step`'s result."""
 
 
-class ActorTrainWorker(WeightSender, Worker):
-    """One data-parallel rank of the trained policy. Call :meth:`setup` on the cluster before anything else.
+class PolicyTrainer:
+    """A trained policy's strategy and its cluster methods, a part of a training role (see the module docstring).
 
-    ``spec`` says what it trains: the model, the train strategy's config (fsdp2 by default), the LR schedule's
-    length and torch's thread count.
+    ``worker``: the role holding it (rank, process group); ``spec``: what it trains; ``build``: the strategy
+    plugin's extra build arguments (``forward=...`` for a student that trains on its logits).
     """
 
-    def __init__(self, ctx: WorkerContext, spec: TrainerSpec) -> None:
-        super().__init__(ctx)
+    def __init__(self, worker: Worker, spec: TrainerSpec, **build: Any) -> None:
         _common.use_threads(spec.threads)
+        self.worker = worker
         self.spec = spec
         self.strategy: TrainStrategy  # built by setup()
         self.tokenizer: Any = None
-        self._init_sender()
+        self._build = build
+
+    @property
+    def role(self) -> str:
+        return self.worker.role
+
+    @property
+    def rank(self) -> int:
+        return self.worker.rank
 
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:
         """Join the role's process group (world size > 1), load model and tokenizer, build the strategy."""
-        self.strategy, self.tokenizer = _common.build_trainer(self, self.spec)
-
-    def _sending_strategy(self) -> TrainStrategy:
-        return self.strategy
+        self.strategy, self.tokenizer = _common.build_trainer(self.worker, self.spec, **self._build)
 
     @register(Dispatch.ONE_TO_ALL)
     def set_lr(self, lr: float) -> None:
@@ -117,23 +129,22 @@ class ActorTrainWorker(WeightSender, Worker):
         state = self.strategy.state_dict()
         return weights_checksum(state, getattr(torch, dtype) if dtype else None) if self.rank == 0 else ""
 
-    # ---- logits transfer (distillation students; see roll.workers.logits_transfer) ----------------------------
 
-    @register(Dispatch.ONE_TO_ALL)
-    def join_transfer_group(
-        self, name: str, addr: str, port: int, world_size: int, rank_offset: int, backend: str = "gloo"
-    ) -> None:
-        """Join the logits-transfer group ``name`` as rank ``rank_offset + self.rank`` (after the teachers)."""
-        self._groups[name] = CollectiveGroup(addr, port, rank_offset + self.rank, world_size, backend)
+class ActorTrainWorker(Worker):
+    """One data-parallel rank of the trained policy. Call ``setup`` on the cluster before anything else.
 
-    @register(Dispatch.DP_SPLIT)
-    def receive_topk(self, batch: Batch, name: str, num_sources: int, k: int, key: str = "topk") -> Batch:
-        """Receive the teacher's top-k rows for this rank's ``sample_id_B`` (teachers run ``send_topk`` with the
-        same ``key`` at the same time); returns them in this rank's row order (``topk_values_BTK``,
-        ``topk_indices_BTK``, ``sample_id_B``). Each call is one round (see :mod:`roll.workers.logits_transfer`)."""
-        _common.require(batch, C.SAMPLE_ID, C.INPUT_IDS)
-        T = batch.tensors[C.INPUT_IDS].shape[1]
-        group = self._groups[name]
-        return logits_transfer.receive_topk(
-            group, batch.tensors[C.SAMPLE_ID], num_sources=num_sources, T=T, k=k, key=key
-        )
+    ``spec`` says what it trains: the model, the train strategy's config (fsdp2 by default), the LR schedule's
+    length and torch's thread count.
+    """
+
+    parts: ClassVar[Mapping[str, type]] = {
+        "trainer": PolicyTrainer,
+        "sender": WeightSender,
+        "transfer": TopkReceiver,
+    }
+
+    def __init__(self, ctx: WorkerContext, spec: TrainerSpec) -> None:
+        super().__init__(ctx)
+        self.trainer = PolicyTrainer(self, spec)
+        self.sender = WeightSender(self, lambda: self.trainer.strategy)
+        self.transfer = TopkReceiver(self)

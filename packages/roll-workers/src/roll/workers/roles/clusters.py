@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from roll.core.cluster import Cluster
 from roll.core.cluster.cluster import on_cluster
-from roll.workers.roles.actor import ActorTrainWorker
+from roll.workers.roles.actor import PolicyTrainer
 from roll.workers.roles.critic import CriticWorker
 from roll.workers.roles.hybrid import HybridActorWorker
 from roll.workers.roles.infer import ActorInferWorker
@@ -18,45 +18,63 @@ from roll.workers.roles.reference import ReferenceWorker
 from roll.workers.roles.reward_model import RewardModelWorker
 from roll.workers.roles.sender import WeightSender
 from roll.workers.roles.teacher import TeacherWorker
+from roll.workers.roles.topk_receiver import TopkReceiver
 
 __all__ = [
     "ActorInferCluster",
     "ActorTrainCluster",
     "ChunkTrainer",
     "CriticCluster",
+    "GenerateCluster",
     "HFExporter",
     "HybridActorCluster",
-    "PolicyGenerator",
-    "PolicyTrainer",
+    "PolicyTrainerCalls",
     "ReferenceCluster",
     "RewardModelCluster",
     "TeacherCluster",
+    "TopkReceiverCalls",
+    "TrainCluster",
+    "WeightSenderCalls",
 ]
 
 
-class ActorTrainCluster(Cluster):
-    """The driver's view of a :class:`~roll.workers.roles.actor.ActorTrainWorker` cluster."""
+class PolicyTrainerCalls(Cluster):
+    """The methods of the :class:`~roll.workers.roles.actor.PolicyTrainer` part, on a cluster."""
+
+    compute_logprobs = on_cluster(PolicyTrainer.compute_logprobs)
+    export_hf = on_cluster(PolicyTrainer.export_hf)
+    full_state_dict = on_cluster(PolicyTrainer.full_state_dict)
+    load_checkpoint = on_cluster(PolicyTrainer.load_checkpoint)
+    offload = on_cluster(PolicyTrainer.offload)
+    reload = on_cluster(PolicyTrainer.reload)
+    save_checkpoint = on_cluster(PolicyTrainer.save_checkpoint)
+    set_lr = on_cluster(PolicyTrainer.set_lr)
+    setup = on_cluster(PolicyTrainer.setup)
+    train_step = on_cluster(PolicyTrainer.train_step)
+    weights_checksum = on_cluster(PolicyTrainer.weights_checksum)
+
+
+class WeightSenderCalls(Cluster):
+    """The methods of the :class:`~roll.workers.roles.sender.WeightSender` part, on a cluster."""
 
     broadcast_weights = on_cluster(WeightSender.broadcast_weights)
-    compute_logprobs = on_cluster(ActorTrainWorker.compute_logprobs)
-    export_hf = on_cluster(ActorTrainWorker.export_hf)
-    full_state_dict = on_cluster(ActorTrainWorker.full_state_dict)
-    join_transfer_group = on_cluster(ActorTrainWorker.join_transfer_group)
     join_update_group = on_cluster(WeightSender.join_update_group)
-    load_checkpoint = on_cluster(ActorTrainWorker.load_checkpoint)
-    offload = on_cluster(ActorTrainWorker.offload)
-    receive_topk = on_cluster(ActorTrainWorker.receive_topk)
     release_weights = on_cluster(WeightSender.release_weights)
-    reload = on_cluster(ActorTrainWorker.reload)
-    save_checkpoint = on_cluster(ActorTrainWorker.save_checkpoint)
-    set_lr = on_cluster(ActorTrainWorker.set_lr)
-    setup = on_cluster(ActorTrainWorker.setup)
     share_weight_bucket = on_cluster(WeightSender.share_weight_bucket)
     stage_weights = on_cluster(WeightSender.stage_weights)
-    train_step = on_cluster(ActorTrainWorker.train_step)
     update_endpoint = on_cluster(WeightSender.update_endpoint)
     weight_bucket = on_cluster(WeightSender.weight_bucket)
-    weights_checksum = on_cluster(ActorTrainWorker.weights_checksum)
+
+
+class TopkReceiverCalls(Cluster):
+    """The methods of the :class:`~roll.workers.roles.topk_receiver.TopkReceiver` part, on a cluster."""
+
+    join_transfer_group = on_cluster(TopkReceiver.join_transfer_group)
+    receive_topk = on_cluster(TopkReceiver.receive_topk)
+
+
+class ActorTrainCluster(PolicyTrainerCalls, WeightSenderCalls, TopkReceiverCalls):
+    """The driver's view of a :class:`~roll.workers.roles.actor.ActorTrainWorker` cluster."""
 
 
 class ActorInferCluster(Cluster):
@@ -75,29 +93,22 @@ class ActorInferCluster(Cluster):
     weights_checksum = on_cluster(ActorInferWorker.weights_checksum)
 
 
-class HybridActorCluster(Cluster):
+class HybridActorCluster(WeightSenderCalls):
     """The driver's view of a :class:`~roll.workers.roles.hybrid.HybridActorWorker` cluster."""
 
-    broadcast_weights = on_cluster(WeightSender.broadcast_weights)
     compute_logprobs = on_cluster(HybridActorWorker.compute_logprobs)
     export_hf = on_cluster(HybridActorWorker.export_hf)
     full_state_dict = on_cluster(HybridActorWorker.full_state_dict)
     generate = on_cluster(HybridActorWorker.generate)
-    join_update_group = on_cluster(WeightSender.join_update_group)
     load_checkpoint = on_cluster(HybridActorWorker.load_checkpoint)
     offload = on_cluster(HybridActorWorker.offload)
     policy_version = on_cluster(HybridActorWorker.policy_version)
-    release_weights = on_cluster(WeightSender.release_weights)
     reload = on_cluster(HybridActorWorker.reload)
     save_checkpoint = on_cluster(HybridActorWorker.save_checkpoint)
     set_lr = on_cluster(HybridActorWorker.set_lr)
     setup = on_cluster(HybridActorWorker.setup)
-    share_weight_bucket = on_cluster(WeightSender.share_weight_bucket)
-    stage_weights = on_cluster(WeightSender.stage_weights)
     sync_weights = on_cluster(HybridActorWorker.sync_weights)
     train_step = on_cluster(HybridActorWorker.train_step)
-    update_endpoint = on_cluster(WeightSender.update_endpoint)
-    weight_bucket = on_cluster(WeightSender.weight_bucket)
     weights_checksum = on_cluster(HybridActorWorker.weights_checksum)
 
 
@@ -147,17 +158,17 @@ class TeacherCluster(Cluster):
     transfer_endpoint = on_cluster(TeacherWorker.transfer_endpoint)
 
 
-PolicyTrainer = ActorTrainCluster | HybridActorCluster
+TrainCluster = ActorTrainCluster | HybridActorCluster
 """The policy's train cluster: its own actors, or the hybrid ones that also generate."""
 
 
-PolicyGenerator = ActorInferCluster | HybridActorCluster
+GenerateCluster = ActorInferCluster | HybridActorCluster
 """The policy's generating cluster: its own actors, or the hybrid ones that also train."""
 
 
-ChunkTrainer = ActorTrainCluster | RewardModelCluster
+ChunkTrainer = PolicyTrainerCalls | RewardModelCluster
 """A cluster the offline modes train chunk by chunk (roll.pipelines.common.loop.train_chunks)."""
 
 
-HFExporter = ActorTrainCluster | HybridActorCluster | RewardModelCluster
+HFExporter = PolicyTrainerCalls | HybridActorCluster | RewardModelCluster
 """A cluster that exports its model as a save_pretrained folder (roll.pipelines.common.export)."""

@@ -16,7 +16,8 @@ cluster (``generate``, ``policy_version``), with the same signatures; ``offload`
 ``sync_weights``: ``ModelUpdateGroup(hybrid, hybrid)`` sees one cluster on both ends and uses it (mode
 ``in_process``). ``compute_logprobs`` scores with the trainer's weights, which equal the served ones after a
 sync. To another process (a frozen reference that starts from the warmed-up weights) it sends like an
-``ActorTrainWorker`` (:class:`~roll.workers.roles.sender.WeightSender`): ``ModelUpdateGroup(hybrid, reference)``.
+``ActorTrainWorker``, through the same part (:class:`~roll.workers.roles.sender.WeightSender`):
+``ModelUpdateGroup(hybrid, reference)``.
 
 On a GPU, ``offload(side="train")`` before generating and ``offload(side="infer")`` before training keep one
 side off the device while the other works.
@@ -24,8 +25,9 @@ side off the device while the other works.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -51,12 +53,15 @@ from roll.workers.types import InferStrategy, LossFn, TrainStrategy
 Side = Literal["train", "infer"]
 
 
-class HybridActorWorker(WeightSender, Worker):
+class HybridActorWorker(Worker):
     """One rank of the policy holding both strategies. Call :meth:`setup` on the cluster first.
 
     ``spec.trainer``: what the train side trains (as for ``ActorTrainWorker``); ``spec.infer``: the infer
-    strategy's config (``HFInferConfig``), over a second copy of the same model.
+    strategy's config (``HFInferConfig``), over a second copy of the same model. Part ``sender`` sends the
+    trainer's weights to another process (see the module docstring).
     """
+
+    parts: ClassVar[Mapping[str, type]] = {"sender": WeightSender}
 
     def __init__(self, ctx: WorkerContext, spec: HybridSpec) -> None:
         super().__init__(ctx)
@@ -65,10 +70,7 @@ class HybridActorWorker(WeightSender, Worker):
         self.train: TrainStrategy  # built by setup()
         self.infer: InferStrategy
         self.tokenizer: Any = None
-        self._init_sender()
-
-    def _sending_strategy(self) -> TrainStrategy:
-        return self.train
+        self.sender = WeightSender(self, lambda: self.train)
 
     @register(Dispatch.ONE_TO_ALL)
     def setup(self) -> None:
@@ -85,14 +87,14 @@ class HybridActorWorker(WeightSender, Worker):
 
     @register(Dispatch.MP_SPLIT)  # as the trainer role's; with pure data parallelism it is DP_SPLIT
     def train_step(self, batch: Batch, loss_fn: LossFn, temperature: float = 1.0) -> dict[str, float]:
-        """One optimizer step over the global batch (as :meth:`ActorTrainWorker.train_step`)."""
+        """One optimizer step over the global batch (as :meth:`PolicyTrainer.train_step`)."""
         limit = _common.token_budget(self.spec.trainer)
         _common.check_micro_batch_fits(batch, limit, self.role, "strategy.max_tokens_per_micro_batch")
         return _common.train_on(self.train, batch, loss_fn, temperature, prefix=LOSS_METRIC_PREFIX)
 
     @register(Dispatch.ONE_TO_ALL)
     def set_lr(self, lr: float) -> None:
-        """As :meth:`ActorTrainWorker.set_lr`."""
+        """As :meth:`PolicyTrainer.set_lr`."""
         self.train.set_lr(lr)
 
     @register(Dispatch.MP_SPLIT)
@@ -102,7 +104,7 @@ class HybridActorWorker(WeightSender, Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str) -> None:
-        """The trainer's checkpoint and this process's RNG (as :meth:`ActorTrainWorker.save_checkpoint`); the
+        """The trainer's checkpoint and this process's RNG (as :meth:`PolicyTrainer.save_checkpoint`); the
         inference side holds no state of its own beyond the weights of the last sync."""
         checkpoint.save(self.train, Path(path), self.rank)
 

@@ -69,8 +69,8 @@ class ActorInferWorker(Worker):
         :data:`~columns.PROMPT_SEED` (each prompt's seed; default with ``params.seed``: ``derive_seed(params.seed,
         prompt_index)``, so the samples do not depend on how the cluster split the rows). Writes
         ``prompt_index_B``, ``sample_index_B``, ``policy_version_B`` and the non-tensor columns ``prompt_ids``,
-        ``response_ids``, ``response_logp``, ``finish_reason``, ``text``; use :func:`~roll.workers.roles.
-        sequences.to_sequences` to turn them into padded ``[B, T]`` tensors.
+        ``response_ids``, ``response_logp``, ``finish_reason``, ``text``; use :func:`~roll.data.sequences.to_sequences`
+        (on the driver) to turn them into padded ``[B, T]`` tensors.
         """
         prompt_ids = _prompt_ids(prompts)
         index_B = _prompt_index(prompts, self.rank)

@@ -1,21 +1,23 @@
-"""``WeightSender``: the sending end of a cross-process model update, for any role that holds a trainer.
+"""``WeightSender``: the sending end of a cross-process model update, a part of any role that holds a trainer.
 
 :class:`~roll.workers.model_update.ModelUpdateGroup` drives these methods on its ``train`` cluster when the
 receiving cluster is another process (object store, CUDA IPC or a collective; see :mod:`roll.workers.model_update`).
 :class:`~roll.workers.roles.actor.ActorTrainWorker` sends to the generators this way, and
 :class:`~roll.workers.roles.hybrid.HybridActorWorker` (which syncs its own generator in process) sends its warmed-up
-trainer weights to a separate reference with the same methods. A class mixes this in before ``Worker``, calls
-:meth:`_init_sender` in its ``__init__`` and returns its train strategy from :meth:`_sending_strategy`.
+trainer weights to a separate reference with the same methods. A role holds one as a part (see
+:mod:`roll.core.cluster.dispatch`): ``parts = {"sender": WeightSender}`` and, in ``__init__``,
+``self.sender = WeightSender(self, lambda: <the train strategy>)``; the cluster then has its methods.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import ray
 import torch
 
-from roll.core.cluster import Dispatch, register
+from roll.core.cluster import Dispatch, Worker, register
 from roll.workers.config import LoraConfig
 from roll.workers.model_update import (
     BucketMeta,
@@ -32,26 +34,30 @@ from roll.workers.types import TrainStrategy
 
 
 class WeightSender:
-    """Stage, bucket and send the trainer's weights (its adapter alone under LoRA). See the module docstring."""
+    """Stage, bucket and send the trainer's weights (its adapter alone under LoRA). See the module docstring.
 
-    rank: int
-    node_ip: str
+    ``worker``: the role holding this part (its rank and node address); ``strategy``: returns the role's train
+    strategy, which its ``setup`` builds after this part exists.
+    """
 
-    def _init_sender(self) -> None:
+    def __init__(self, worker: Worker, strategy: Callable[[], TrainStrategy]) -> None:
+        self._worker = worker
+        self._strategy = strategy
         self._groups: dict[str, CollectiveGroup] = {}
         self._staged: dict[str, torch.Tensor] = {}
         self._staged_lora: LoraConfig | None = None
         self._bucket_names: list[list[str]] = []
         self._shared: list[torch.Tensor] = []  # CUDA IPC buckets, alive until release_weights
 
-    def _sending_strategy(self) -> TrainStrategy:
-        raise NotImplementedError
+    @property
+    def rank(self) -> int:
+        return self._worker.rank
 
     @register(Dispatch.ONE_TO_ALL)
     def stage_weights(self, bucket_mb: float, all_ranks: bool = False) -> int:
         """Gather what to send (collective: the full weights, or the adapter alone under LoRA) and plan buckets;
         returns the bucket count (0 off rank 0 unless ``all_ranks``: CUDA IPC, where each rank serves its GPU)."""
-        named, self._staged_lora = update_payload(self._sending_strategy(), all_ranks=all_ranks)
+        named, self._staged_lora = update_payload(self._strategy(), all_ranks=all_ranks)
         self._staged = named if self.rank == 0 or all_ranks else {}
         self._bucket_names = plan_update(self._staged, bucket_mb, self._staged_lora)
         return len(self._bucket_names)
@@ -78,7 +84,7 @@ class WeightSender:
     @register(Dispatch.RANK_ZERO)
     def update_endpoint(self) -> tuple[str, int]:
         """Address and a free port for a collective update group hosted by this rank."""
-        return self.node_ip, free_port()
+        return self._worker.node_ip, free_port()
 
     @register(Dispatch.ONE_TO_ALL)
     def join_update_group(
@@ -92,7 +98,7 @@ class WeightSender:
     def broadcast_weights(self, name: str, bucket_mb: float, policy_version: int) -> tuple[int, int] | None:
         """Broadcast the weights (the adapter alone under LoRA) over group ``name`` (collective over this role
         too). Rank 0: (buckets, bytes)."""
-        named, lora = update_payload(self._sending_strategy())
+        named, lora = update_payload(self._strategy())
         if self.rank != 0:
             return None
         return send_weights(self._groups[name], named, bucket_mb, policy_version, lora=lora)

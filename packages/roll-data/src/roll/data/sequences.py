@@ -1,4 +1,8 @@
-"""Generated samples (ragged token lists) to the padded ``[B, T]`` layout that training and scoring read."""
+"""Generated samples (ragged token lists) to the padded ``[B, T]`` layout that training and scoring read.
+
+A driver-side data step: a pipeline calls :func:`to_sequences` on what its generators returned, before it scores
+and trains on the rows (the inference role only samples; the train roles only read the padded columns).
+"""
 
 from __future__ import annotations
 
