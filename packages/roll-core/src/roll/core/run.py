@@ -128,31 +128,28 @@ class Run:
         whatever the outcome.
         """
         try:
-            return self._run()
+            print(f"roll: {self.run_start.describe(self.name)}", file=sys.stderr, flush=True)
+            if self.run_start.finished:
+                return {}
+            print(f"roll: run dir {self.output_dir.resolve()}", file=sys.stderr, flush=True)
+            self.summary.start(self.run_start.step)
+            stop = StopSignals(grace_s=self.config.stop_grace_s)
+            with stop.installed():
+                try:
+                    self._start_runtime()
+                    stop.reinstall()
+                    while not self._attempt(stop):
+                        pass
+                except KeyboardInterrupt as exc:  # Ray may have dropped the message: the reason is kept in `stop`
+                    raise KeyboardInterrupt(self._interrupted(stop, exc)) from None
+                self.failures.finish(self.step)
+                self._final_checkpoint()
+                if self.config.checkpoint.export_hf:
+                    self._export()
+            return dict(self.last_metrics)
         finally:
             if self.phases.report is not None:
                 _quietly(self.phases.report, "writing the run's report")
-
-    def _run(self) -> dict[str, float]:
-        print(f"roll: {self.run_start.describe(self.name)}", file=sys.stderr, flush=True)
-        if self.run_start.finished:
-            return {}
-        print(f"roll: run dir {self.output_dir.resolve()}", file=sys.stderr, flush=True)
-        self.summary.start(self.run_start.step)
-        stop = StopSignals(grace_s=self.config.stop_grace_s)
-        with stop.installed():
-            try:
-                self._start_runtime()
-                stop.reinstall()
-                while not self._attempt(stop):
-                    pass
-            except KeyboardInterrupt as exc:  # Ray may have dropped the message: the reason is kept in `stop`
-                raise KeyboardInterrupt(self._interrupted(stop, exc)) from None
-            self.failures.finish(self.step)
-            self._final_checkpoint()
-            if self.config.checkpoint.export_hf:
-                self._export()
-        return dict(self.last_metrics)
 
     def _export(self) -> None:
         if self.phases.export is None:

@@ -19,7 +19,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TextIO
@@ -59,6 +60,16 @@ TENSORBOARD_DIR = "tensorboard"
 
 
 # ------------------------------------------------------------------------------------------- reduction
+
+
+@contextmanager
+def timed(timings: MutableMapping[str, float], phase: str) -> Iterator[None]:
+    """Record the wall time of the ``with`` body as ``timings[phase]`` (seconds), also when it raises."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[phase] = time.perf_counter() - start
 
 
 def reduction_for(name: str, how: Mapping[str, str] | None = None) -> str:

@@ -191,10 +191,13 @@ class Worker:
     def roll_call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Run registered method ``name``: this worker's own, or that of the part holding it (see the module
         docstring). The Cluster calls a part's methods, and every method of a deferred worker, through this."""
+        return self.roll_method(name)(*args, **kwargs)
+
+    def roll_method(self, name: str) -> Callable[..., Any]:
+        """The bound method that runs registered method ``name`` (:meth:`roll_call` without the call)."""
         part = part_methods(type(self)).get(name)
-        if part is None:
-            return getattr(self, name)(*args, **kwargs)
-        return getattr(self._part(part), name)(*args, **kwargs)
+        method: Callable[..., Any] = getattr(self if part is None else self._part(part), name)
+        return method
 
     def _part(self, attr: str) -> object:
         held, cls = getattr(self, attr, None), declared_parts(type(self))[attr]
@@ -264,7 +267,7 @@ class DeferredWorker:
         return registered_methods(type(self._worker))
 
     def roll_call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return self._worker.roll_call(name, *args, **kwargs)
+        return self._worker.roll_method(name)(*args, **kwargs)  # one frame to the method, not two
 
     def ping(self) -> int:
         return self._worker.ping()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import math
 import pickle
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.run import RunHost
 from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler, RolloutBatch
+from roll.core.tracking import timed
 from roll.core.types import Phases
 from roll.data.vision import has_vision
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
@@ -206,20 +206,25 @@ class RLVRRecipe:
     def train_step(self, step: int) -> Mapping[str, float]:
         level = self.curriculum.level if self.curriculum is not None else 0
         timings: dict[str, float] = {}
-        with self.policy.phase("generate"):
-            rollout = self._timed(timings, "generate", lambda: self._take(step))
+        with self.policy.phase("generate"), timed(timings, "generate"):
+            rollout = self._take(step)
         self.ahead.start(
             step + 1
         )  # step_ahead: the next batch generates on these weights while this one trains
-        batch = self._timed(timings, "score", lambda: self.score(rollout))
+        with timed(timings, "score"):
+            batch = self.score(rollout)
         self.show_errors(batch)
         if self.host.train_samples_due():  # a few rows for a person to read (roll.core.samples)
             self.host.log_train_samples(self.host.samples.pick(batch))
         with self.policy.phase("train"):
-            batch = self._timed(timings, "advantages", lambda: self.advantages(batch))
-            train_metrics = self._timed(timings, "train", lambda: self.train(batch))
-        self._timed(timings, "generate_wait", self.ahead.wait)
-        self._timed(timings, "sync", lambda: self.sync_weights())
+            with timed(timings, "advantages"):
+                batch = self.advantages(batch)
+            with timed(timings, "train"):
+                train_metrics = self.train(batch)
+        with timed(timings, "generate_wait"):
+            self.ahead.wait()
+        with timed(timings, "sync"):
+            self.sync_weights()
         out = self.log(rollout, batch, {**train_metrics, **self.policy.pop_phase_metrics()}, timings)
         if self.curriculum is not None and self.config.curriculum is not None:
             # the level fed when this step began (with step_ahead, its prompts were fed a step earlier)
@@ -316,13 +321,6 @@ class RLVRRecipe:
         if self.transform is not None:
             out.update(self.transform.metrics())
         return out
-
-    @staticmethod
-    def _timed(timings: dict[str, float], phase: str, fn: Any) -> Any:
-        start = time.perf_counter()
-        result = fn()
-        timings[phase] = time.perf_counter() - start
-        return result
 
     # ------------------------------------------------------------------------------------------ warm-up
 

@@ -22,8 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from roll.core.config.sections import RoleConfig
 from roll.core.errors import ConfigError
 from roll.core.run import RunHost
 from roll.core.samples import SampleRow, spread
+from roll.core.tracking import timed
 from roll.core.types import Phases
 from roll.pipelines.algorithms.dapo import dynamic_sampling_rows
 from roll.pipelines.algorithms.losses import MaskedNLLLoss
@@ -92,7 +92,8 @@ class AgenticRecipe:
 
     def train_step(self, step: int) -> Mapping[str, float]:
         timings: dict[str, float] = {}
-        rollout = _timed(timings, "rollout", lambda: self.ahead.take(step))
+        with timed(timings, "rollout"):
+            rollout = self.ahead.take(step)
         self.ahead.start(step + 1)  # async: step + 1 rolls out on the current weights while step trains
         self.host.failures.show(rollout.errors)  # an env's first exception of each kind, with its traceback
         if self.host.train_samples_due():  # a few trajectories for a person to read (roll.core.samples)
@@ -106,14 +107,18 @@ class AgenticRecipe:
             metrics["rollout/staleness_max"] = float(
                 self.policy.version - min(s.policy_version for s in samples)
             )
-            batch = _timed(timings, "advantages", lambda: self.advantages(samples))
-            metrics.update(_timed(timings, "train", lambda: self.train(batch, step)))
+            with timed(timings, "advantages"):
+                batch = self.advantages(samples)
+            with timed(timings, "train"):
+                metrics.update(self.train(batch, step))
         else:
             logger.warning("step %d: no sample to train on (dropped or filtered)", step)
             metrics["updates"] = 0.0  # counted by roll.core.failures (max_steps_without_update)
-        _timed(timings, "rollout_wait", self.ahead.wait)  # the next rollout ends on the weights it began with
+        with timed(timings, "rollout_wait"):  # the next rollout ends on the weights it began with
+            self.ahead.wait()
         if samples:
-            _timed(timings, "sync", self.sync_weights)
+            with timed(timings, "sync"):
+                self.sync_weights()
         metrics.update(self.policy.pop_phase_metrics())  # time-sharing costs, the sync check's gap
         return self.log(metrics, samples, timings)
 
@@ -338,10 +343,3 @@ def _episode_row(episode: Episode) -> SampleRow:
         "turns": len(episode.turns),
         "status": episode.status,
     }
-
-
-def _timed(timings: dict[str, float], phase: str, fn: Callable[[], Any]) -> Any:
-    start = time.perf_counter()
-    result = fn()
-    timings[phase] = time.perf_counter() - start
-    return result
