@@ -24,10 +24,6 @@ LABELS: Final = "labels_BT"
 """Unshifted targets: the token itself where the loss is taken, ``IGNORE_INDEX`` elsewhere (prompt, padding).
 Since ``logp_BT[b, t]`` is the log-prob of token ``t``, ``labels_BT != IGNORE_INDEX`` is the loss mask."""
 IGNORE_INDEX: Final = -100
-PROMPT_LENGTH: Final = "prompt_length_B"
-"""int64: how many of a row's leading tokens are its prompt (the pair collators of :mod:`roll.data.collate`)."""
-LAST_INDEX: Final = "last_index_B"
-"""int64: the position of a row's last real token, where a reward model reads its score (right-padded rows)."""
 
 # ---- per-token scores ------------------------------------------------------------------------------------------
 LOGP: Final = "logp_BT"

@@ -27,7 +27,6 @@ from roll.core.errors import DataError
 if TYPE_CHECKING:
     from datasets import Dataset
 
-PREFIX = "reasoning_gym:"
 TAG = "reasoning_gym"
 EVAL_SEED_OFFSET = 10_000_019
 ANSWER_FORMAT = "The answer is {answer}."

@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
@@ -151,12 +151,6 @@ def unpack_bucket(flat_N: torch.Tensor, meta: BucketMeta) -> dict[str, torch.Ten
     for name, dtype, shape, offset, length in meta.entries:
         out[name] = flat_N[offset : offset + length].view(getattr(torch, dtype)).reshape(shape)
     return out
-
-
-def iter_buckets(named: Mapping[str, torch.Tensor], bucket_mb: float) -> Iterator[dict[str, torch.Tensor]]:
-    """``named`` as consecutive dicts of at most ``bucket_mb`` MiB."""
-    for names in plan_buckets(named, bucket_mb):
-        yield {n: named[n] for n in names}
 
 
 def weights_checksum(named: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> str:

@@ -325,10 +325,6 @@ def _tool_formats_section(specs: Mapping[str, Any]) -> str:
     return intro + "\n\n" + "\n".join(rows)
 
 
-PAGES = ("run", "pipelines", "strategies", "rewards", "envs", "tools", "trackers")
-"""The generated pages, ``docs/reference/<name>.md``, in the order of the site's navigation."""
-
-
 def reference_pages() -> dict[str, str]:
     """``{file name: Markdown}`` for every page of the configuration reference, from the installed plugins."""
     from roll.core import plugins

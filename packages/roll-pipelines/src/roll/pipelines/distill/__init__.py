@@ -37,7 +37,6 @@ from roll.pipelines.common.exporter import DISTILL_EXPORT
 from roll.workers.roles.config import ModelConfig
 
 DEFAULT_TEACHER = "tiny-10m"
-DEFAULT_STUDENT = "tiny-1m"
 
 
 def _default_data() -> DataConfig:

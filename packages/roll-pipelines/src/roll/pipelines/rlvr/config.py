@@ -221,9 +221,6 @@ class RLVRConfig(PolicyRunConfig):
         return issues
 
 
-SamplingMode = Literal["rollout", "validation"]
-
-
 def reward_routes(rewards: dict[str, RewardDomainConfig]) -> tuple[dict[str, str], str | None]:
     """``(tag -> domain, default domain)``: the domain without ``tags`` takes every other row (None: no default)."""
     routes = {tag: name for name, d in rewards.items() for tag in d.tags or []}

@@ -16,7 +16,7 @@ from roll.core.batch import Batch
 from roll.data.vision import vision_columns
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 Row = dict[str, Any]
 PROMPT_COLUMNS = (C.PROMPT, C.GROUND_TRUTH, C.TAG)
@@ -78,8 +78,3 @@ def sft_batch(rows: Sequence[Row], *, pad_id: int) -> Batch:
     from roll.data.collate import collate_sft
 
     return Batch(collate_sft(rows, pad_id=pad_id), vision_columns(rows))
-
-
-def group_view(values_B: torch.Tensor, group_size: int) -> torch.Tensor:
-    """``[B] -> [P, G]`` for prompt-major rows."""
-    return values_B.reshape(-1, group_size)

@@ -45,7 +45,6 @@ TrainStrategyConfig = SerializeAsAny[Annotated[FSDP2Config | MegatronConfig, Fie
 InferStrategyConfig = SerializeAsAny[Annotated[HFInferConfig | VLLMConfig, Field(discriminator="type")]]
 """The built-in strategy configs of each kind; a plugin's config (see :func:`_plugin_strategy`) also fits the field,
 and ``SerializeAsAny`` dumps it with its own fields."""
-StrategyConfig = FSDP2Config | MegatronConfig | HFInferConfig | VLLMConfig
 
 MICRO_BATCH_FIELDS = ("micro_batch_size", "max_tokens_per_micro_batch")
 """Strategy fields that :func:`with_micro_batches` fills from ``batch``; a config must leave them unset."""
@@ -215,7 +214,6 @@ __all__ = [
     "InferStrategyConfig",
     "LoadDType",
     "ModelConfig",
-    "StrategyConfig",
     "StrategyKind",
     "TrainRoleConfig",
     "TrainStrategyConfig",
