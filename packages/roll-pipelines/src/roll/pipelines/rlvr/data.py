@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.data.vision import vision_columns
-
-if TYPE_CHECKING:
-    pass
 
 Row = dict[str, Any]
 PROMPT_COLUMNS = (C.PROMPT, C.GROUND_TRUTH, C.TAG)
