@@ -1,4 +1,4 @@
-"""Teacher top-k logits reach the student ranks holding the same samples, exactly: by object store (re-split by
+"""Teacher top-k logits reach the student ranks holding the same samples, exactly: by object store (rows matched by
 sample id) and point to point over a standalone gloo group."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import ray
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -19,7 +18,7 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster
 from roll.core.testing import tiny_role
-from roll.workers.logits_transfer import align_to, student_shards
+from roll.workers.logits_transfer import align_to
 from roll.workers.roles import TeacherWorker
 from roll.workers.roles.spec import ScorerSpec
 
@@ -58,18 +57,18 @@ def test_topk_matches_a_local_forward(roles: tuple[Cluster, Cluster]) -> None:
     torch.testing.assert_close(out[C.TOPK_VALUES][0, 1:5], logits.topk(K).values, atol=1e-5, rtol=0)
 
 
-def test_object_store_resplit_by_sample_id(roles: tuple[Cluster, Cluster]) -> None:
+def test_object_store_path_matches_rows_by_sample_id(roles: tuple[Cluster, Cluster]) -> None:
+    """The distill driver's object-store path: the teacher's rows, in batch order, joined onto a student batch
+    that holds the samples in another order (rows 5, 3, 1, 0, 2, 4) land on the rows with the same sample id."""
     teacher, _ = roles
     batch = sequences(rows=6, seed=1)
     out = teacher.topk_logits(batch, K)
-    student_batch = batch.select([5, 3, 1, 0, 2, 4])  # the student holds the samples in another order
-    shards = [ray.get(ref) for ref in student_shards(out, student_batch, world_size=2)]
-    for rank, shard in enumerate(shards):
-        want = student_batch.slice(3 * rank, 3 * rank + 3).tensors[C.SAMPLE_ID]
-        assert torch.equal(shard.tensors[C.SAMPLE_ID], want)
-        expected = align_to(out, want)
-        assert torch.equal(shard.tensors[C.TOPK_VALUES], expected.tensors[C.TOPK_VALUES])
-        assert torch.equal(shard.tensors[C.TOPK_INDICES], expected.tensors[C.TOPK_INDICES])
+    order = [5, 3, 1, 0, 2, 4]
+    student_batch = batch.select(order)
+    joined = student_batch.union(align_to(out, student_batch.tensors[C.SAMPLE_ID]))
+    assert torch.equal(joined.tensors[C.SAMPLE_ID], batch.tensors[C.SAMPLE_ID][order])
+    assert torch.equal(joined.tensors[C.TOPK_VALUES], out.tensors[C.TOPK_VALUES][order])
+    assert torch.equal(joined.tensors[C.TOPK_INDICES], out.tensors[C.TOPK_INDICES][order])
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from roll.workers.megatron_heads import (
     read_scores,
     read_values,
 )
-from roll.workers.megatron_train import check_optimizer_shard, checkpoint_files, concat_outputs, trim_output
+from roll.workers.megatron_train import check_optimizer_shard, concat_outputs, trim_output
 from roll.workers.model_update import pack_bucket, plan_update, unpack_bucket
 from roll.workers.roles.heads import SCORE_FORWARD, VALUE_FORWARD
 from roll.workers.types import ForwardOutput, LossDefaults
@@ -175,19 +175,6 @@ def test_outputs_join_and_trim_field_by_field_keeping_their_type() -> None:
     for joined in (concat_outputs([trimmed, trimmed]), _concat_outputs([trimmed, trimmed])):
         assert isinstance(joined, _WithLogits) and joined.logits_BTV is not None
         assert joined.logits_BTV.shape == (4, 4, 7) and joined.values_BT is None
-
-
-def test_checkpoint_file_names_of_a_tp2_pp2_role() -> None:
-    """8 ranks, TP 2 x PP 2 (DP 2): one model file, 4 optimizer shards (each with the distributed optimizer's
-    ``.params``), written once per TP/PP rank, and an RNG file per rank."""
-    names = checkpoint_files(
-        MegatronConfig(tensor_parallel_size=2, pipeline_parallel_size=2, micro_batch_size=1), 8
-    )
-    shards = [f"optimizer.pt.tp{t}.pp{p}.pt" for p in range(2) for t in range(2)]
-    expected = ["model.safetensors"] + [n for s in shards for n in (s, f"{s}.params")]
-    assert names == expected + [f"rng_rank{r}.pt" for r in range(8)]
-    plain = checkpoint_files(MegatronConfig(use_distributed_optimizer=False), 1)
-    assert plain == ["model.safetensors", "optimizer.pt.tp0.pp0.pt", "rng_rank0.pt"]
 
 
 def test_resuming_with_another_tp_layout_names_the_one_written(tmp_path: Path) -> None:

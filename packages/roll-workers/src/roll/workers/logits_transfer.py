@@ -4,9 +4,8 @@ Rows are matched by ``sample_id_B`` (a unique id per sample), never by position,
 student clusters may have different world sizes and the student's data-parallel layout need not be the teacher's.
 
 - **Object store** (default): the teacher cluster's ``topk_logits`` returns one Batch; :func:`align_to` reorders
-  it to the student batch's sample order, and :func:`student_shards` cuts it exactly as the student's DP_SPLIT
-  will cut the student batch, putting each shard into the object store once (``ray.put``), so rank ``r`` of the
-  student gets ref ``r`` without another driver copy.
+  it to the student batch's sample order, and the driver joins it onto the student batch, which the student's
+  DP_SPLIT then cuts like any other column.
 - **torch.distributed** (:func:`send_topk` / :func:`receive_topk`): teachers and students join one standalone
   group (:class:`~roll.workers.model_update.CollectiveGroup`; teachers are ranks ``0..S-1``, students follow).
   Each student publishes the ids it needs in the group's store; each teacher sends each student, point to point,
@@ -23,8 +22,6 @@ student clusters may have different world sizes and the student's data-parallel 
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from roll.core import columns as C
@@ -32,7 +29,7 @@ from roll.core.batch import Batch
 from roll.core.errors import DataError
 from roll.workers.model_update import CollectiveGroup
 
-__all__ = ["align_to", "receive_topk", "send_topk", "student_shards"]
+__all__ = ["align_to", "receive_topk", "send_topk"]
 
 
 def align_to(teacher_out: Batch, sample_ids_B: torch.Tensor) -> Batch:
@@ -42,15 +39,6 @@ def align_to(teacher_out: Batch, sample_ids_B: torch.Tensor) -> Batch:
     if missing:
         raise DataError(f"teacher output lacks sample ids {missing[:5]} ({len(missing)} in all)")
     return teacher_out.select([row_of[int(s)] for s in sample_ids_B.tolist()])
-
-
-def student_shards(teacher_out: Batch, student_batch: Batch, world_size: int) -> list[Any]:
-    """Object refs of the teacher rows for each student rank, cut like DP_SPLIT cuts ``student_batch``."""
-    import ray
-
-    aligned = align_to(teacher_out, student_batch.tensors[C.SAMPLE_ID])
-    padded, _ = aligned.pad_to_multiple(world_size)
-    return [ray.put(shard) for shard in padded.chunk(world_size)]
 
 
 def send_topk(group: CollectiveGroup, topk: Batch, *, src: int, num_sources: int, key: str = "topk") -> None:

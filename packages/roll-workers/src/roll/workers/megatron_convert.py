@@ -204,34 +204,6 @@ def layer_range(num_layers: int, pp_size: int, pp_rank: int) -> range:
     return range(pp_rank * per_stage, (pp_rank + 1) * per_stage)
 
 
-def stage_of_layer(num_layers: int, pp_size: int, layer: int) -> tuple[int, int]:
-    """``(pp_rank, local index)`` of global decoder layer ``layer`` (inverse of :func:`layer_range`)."""
-    per_stage = layer_range(num_layers, pp_size, 0).stop
-    if not 0 <= layer < num_layers:
-        raise ConfigError(f"layer {layer} is outside a model of {num_layers} layers")
-    return layer // per_stage, layer % per_stage
-
-
-def stage_hf_names(layout: GPTLayout, pp_size: int, pp_rank: int) -> list[str]:
-    """The HF tensor names pipeline stage ``pp_rank`` holds: the embedding on the first stage, its layers, the
-    final norm and the head on the last (a tied LM head is the first stage's embedding; with more than one stage
-    the last keeps a copy as ``output_layer.weight``, which the export does not repeat)."""
-    names = ["model.embed_tokens.weight"] if pp_rank == 0 else []
-    for layer in layer_range(layout.num_layers, pp_size, pp_rank):
-        names += [f"model.layers.{layer}.{suffix}" for suffix in _hf_layer_suffixes(layout)]
-    if pp_rank == pp_size - 1:
-        names.append("model.norm.weight")
-        if layout.head != "lm" or not layout.tied_embeddings:
-            names += [hf_name for hf_name, _ in HEAD_TENSORS[layout.head]]
-    return names
-
-
-def _hf_layer_suffixes(layout: GPTLayout) -> list[str]:
-    suffixes = [hf for hf, _, _ in _simple_layer_params(layout)]
-    suffixes += [f"self_attn.{n}_proj.{kind}" for kind in _qkv_suffixes(layout) for n in "qkv"]
-    return [*suffixes, "mlp.gate_proj.weight", "mlp.up_proj.weight"]
-
-
 def _simple_layer_params(layout: GPTLayout) -> list[tuple[str, str, Split]]:
     """(HF suffix, Megatron suffix, split) of each per-layer tensor that maps one to one."""
     in_norm = (

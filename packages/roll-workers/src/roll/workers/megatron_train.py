@@ -25,7 +25,7 @@ Heads: a causal LM by default; a value or score head (critic, reward model) or a
 student) when built with a :class:`~roll.workers.megatron_heads.ForwardPair` as ``forward=``
 (:mod:`roll.workers.megatron_heads`).
 
-Checkpoint files (:func:`checkpoint_files`): the HF-named ``model.safetensors`` (rank 0), one optimizer file per
+Checkpoint files: the HF-named ``model.safetensors`` (rank 0), one optimizer file per
 TP/PP rank, ``optimizer.pt.tp{t}.pp{p}.pt`` (plus ``.params``, the distributed optimizer's gathered state), written
 by DP rank 0, and ``rng_rank{r}.pt`` per rank. Resuming needs the same TP/PP layout; another one is refused with
 the layout found.
@@ -698,17 +698,6 @@ OPTIMIZER_SHARD = "{path}.tp{tp}.pp{pp}.pt"
 def optimizer_shard_path(path: str | Path, tp_rank: int, pp_rank: int) -> str:
     """The optimizer file of TP rank ``tp_rank`` of stage ``pp_rank`` for a checkpoint's ``optimizer.pt``."""
     return OPTIMIZER_SHARD.format(path=path, tp=tp_rank, pp=pp_rank)
-
-
-def checkpoint_files(config: MegatronConfig, world_size: int) -> list[str]:
-    """Every file a megatron role of ``world_size`` ranks writes into its checkpoint folder (see module docstring)."""
-    tp, pp, _ = config.parallel_sizes()
-    names = ["model.safetensors"]
-    for p in range(pp):
-        for t in range(tp):
-            shard = optimizer_shard_path("optimizer.pt", t, p)
-            names += [shard, f"{shard}.params"] if config.use_distributed_optimizer else [shard]
-    return names + [f"rng_rank{r}.pt" for r in range(world_size)]
 
 
 def check_optimizer_shard(target: Path, config: MegatronConfig) -> None:

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
     from PIL.Image import Image
 
-__all__ = ["SokobanConfig", "SokobanEnv", "draw_room", "render_rgb", "save_png"]
+__all__ = ["SokobanConfig", "SokobanEnv", "draw_room", "render_rgb"]
 
 ACTIONS = tuple(DIRECTIONS)
 IMAGE_TEXT = (
@@ -244,10 +244,3 @@ def render_rgb(level: SokobanLevel, tile: int = 16) -> NDArray[np.uint8]:
     import numpy as np
 
     return np.array(draw_room(level, tile), dtype=np.uint8)
-
-
-def save_png(frame: NDArray[np.uint8], path: str) -> None:
-    """Write a frame as PNG (needs Pillow)."""
-    from PIL import Image
-
-    Image.fromarray(frame).save(path)

@@ -6,21 +6,19 @@ OpenAI-SDK code: it asks the model, runs the tool calls the model makes (appendi
 again, and scores the final answer 1 if it is the secret digit, else 0. A policy that answers without the tool
 guesses (1 in 10); one that calls it and copies its result is right.
 
-:func:`warmup_rows` builds SFT rows for a warm-up that teaches the *format* (a tool call, or a bare digit) and
-reading a tool result (``reading_fraction`` of the rows), with the tool called in a ``tool_fraction`` of first
-answers: RL must then learn to call it always. The rows are rendered exactly as the gateway renders the agent's requests.
+:func:`warmup_conversations` builds SFT conversations for a warm-up that teaches the *format* (a tool call, or a
+bare digit) and reading a tool result (``reading_fraction`` of them), with the tool called in a ``tool_fraction`` of
+first answers: RL must then learn to call it always.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
 
-from roll.agentic.gateway.formats import render_messages
 from roll.core.config.base import RollModel
 from roll.core.types import AgentSpec
 
@@ -30,7 +28,6 @@ __all__ = [
     "lookup_agent",
     "lookup_tasks",
     "warmup_conversations",
-    "warmup_rows",
 ]
 
 SYSTEM = "Answer with one digit."
@@ -91,37 +88,6 @@ def lookup_agent(config: LookupAgentConfig | None = None) -> Any:
     return agent
 
 
-def warmup_rows(
-    count: int,
-    rng: random.Random,
-    *,
-    tool_fraction: float,
-    show_tools: bool = True,
-    reading_fraction: float = 0.5,
-) -> list[tuple[list[dict[str, str]], str]]:
-    """``(plain messages, answer text)`` SFT pairs: an answer after a tool result that copies it
-    (``reading_fraction`` of them), else a first answer that calls the tool (``tool_fraction`` of those) or
-    guesses a digit."""
-    tools = [TOOL] if show_tools else None
-    first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
-    rows = []
-    for _ in range(count):
-        digit = str(rng.randrange(10))
-        if rng.random() >= reading_fraction:
-            answer = CALL_TEXT if rng.random() < tool_fraction else str(rng.randrange(10))
-            rows.append((render_messages(first, tools), answer))
-        else:
-            call = {
-                "id": "c",
-                "type": "function",
-                "function": {"name": "lookup", "arguments": json.dumps({})},
-            }
-            after: list[dict[str, Any]] = [*first, {"role": "assistant", "content": None, "tool_calls": [call]},
-                                          {"role": "tool", "tool_call_id": "c", "content": digit}]  # fmt: skip
-            rows.append((render_messages(after, tools), digit))
-    return rows
-
-
 def warmup_conversations(
     count: int,
     rng: random.Random,
@@ -130,8 +96,10 @@ def warmup_conversations(
     show_tools: bool = True,
     reading_fraction: float = 0.5,
 ) -> list[dict[str, Any]]:
-    """:func:`warmup_rows` as OpenAI-format conversations (``{"messages", "tools"}``, the last message the
-    answer to learn): what the ``agent_gateway`` pipeline's ``warmup.path`` holds, one per line.
+    """OpenAI-format conversations (``{"messages", "tools"}``, the last message the answer to learn): an answer
+    after a tool result that copies it (``reading_fraction`` of them), else a first answer that calls the tool
+    (``tool_fraction`` of those) or guesses a digit. What the ``agent_gateway`` pipeline's ``warmup.path`` holds,
+    one per line.
 
     ``reading_fraction``: the share of conversations that read a tool result and copy it. The guessed digits of
     the first answers teach "any digit" in a context a few tokens from the reading one, and tiny-1m's copy comes
