@@ -140,7 +140,8 @@ class Run:
                     stop.reinstall()
                     while not self._attempt(stop):
                         pass
-                except KeyboardInterrupt as exc:  # Ray may have dropped the message: the reason is kept in `stop`
+                except KeyboardInterrupt as exc:
+                    # Ray may have dropped the message: the reason is kept in `stop`.
                     raise KeyboardInterrupt(self._interrupted(stop, exc)) from None
                 self.failures.finish(self.step)
                 self._final_checkpoint()
