@@ -14,9 +14,9 @@ Design:
   caching makes the shared prompt cheap.
 - **Weights** arrive through our worker extension (:class:`RollWorkerExtension`, passed as vLLM's
   ``worker_extension_cls`` and called with ``collective_rpc``): by value (a safetensors blob, any placement,
-  loaded with vLLM's in-place ``reload_weights``, which also re-packs the CPU backend's GEMM weights), by CUDA
-  IPC handles (colocated with the trainer), or by NCCL broadcast from the trainer over a ``StatelessProcessGroup``
-  (disaggregated). Each update resets the prefix cache (cached KV of the old weights would be reused otherwise)
+  loaded with vLLM's in-place ``reload_weights``, which also re-packs the CPU backend's GEMM weights) or by CUDA
+  IPC handles (colocated with the trainer). A collective update (disaggregated roles) is received by the role's
+  actor (:mod:`roll.workers.model_update`) and loaded by value. Each update resets the prefix cache (cached KV of the old weights would be reused otherwise)
   and records the ``policy_version`` the engine now serves; every sample carries it.
 - **Sleep mode** frees the GPU between phases when colocated: ``offload`` = ``sleep(level)``, ``reload`` =
   ``wake_up()``; :meth:`VLLMInferStrategy.wake_up` takes vLLM's tags (``["weights"]`` first, update, then
@@ -461,21 +461,9 @@ class VLLMInferStrategy:
     def load_weights_from_ipc(
         self, handles: Mapping[str, list[tuple[str, Any]]], policy_version: int
     ) -> None:
-        """Load tensors shared by CUDA IPC (see :func:`ipc_handles`) on the same GPU(s) as the sender."""
+        """Load tensors shared by CUDA IPC (:func:`roll.workers.model_update.share_bucket`) on the same GPU(s) as
+        the sender."""
         self._rpc("roll_update_weights_from_ipc", dict(handles))
-        self._after_update(policy_version)
-
-    def init_weight_group(
-        self, master_address: str, master_port: int, rank_offset: int, world_size: int
-    ) -> None:
-        """Join an NCCL group with the trainer (rank 0, see :func:`trainer_weight_group`); call both concurrently."""
-        self._rpc("roll_init_weight_group", master_address, master_port, rank_offset, world_size)
-
-    def load_weights_from_group(
-        self, metas: Sequence[tuple[str, str, list[int]]], policy_version: int
-    ) -> None:
-        """Receive ``(name, dtype, shape)`` tensors the trainer broadcasts in this order (see :func:`broadcast`)."""
-        self._rpc("roll_receive_weights", [tuple(m) for m in metas])
         self._after_update(policy_version)
 
     def load_lora(self, path: str, policy_version: int) -> None:
@@ -603,25 +591,6 @@ class RollWorkerExtension:
         _synchronize(self.device)
         return len(weights)
 
-    def roll_init_weight_group(
-        self, master_address: str, master_port: int, rank_offset: int, world_size: int
-    ) -> None:
-        from vllm.distributed.parallel_state import get_world_group
-
-        rank = get_world_group().rank + rank_offset
-        self._roll_comm = _nccl_group(master_address, master_port, rank, world_size, self.device)
-
-    def roll_receive_weights(self, metas: list[tuple[str, str, list[int]]]) -> int:
-        comm = getattr(self, "_roll_comm", None)
-        if comm is None:
-            raise WorkerError("roll_receive_weights before roll_init_weight_group")
-        for name, dtype, shape in metas:
-            tensor = torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
-            comm.broadcast(tensor, src=0, stream=torch.cuda.current_stream())
-            self.model_runner.model.load_weights(weights=[(name, tensor)])
-        torch.cuda.synchronize(self.device)
-        return len(metas)
-
 
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
@@ -652,51 +621,3 @@ def _rebuild_ipc(handle: tuple[Any, tuple[Any, ...]], device_index: int | None) 
         args_list[6] = device_index
     return func(*args_list)  # type: ignore[no-any-return]
 
-
-def _nccl_group(address: str, port: int, rank: int, world_size: int, device: torch.device) -> Any:
-    from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
-    from vllm.distributed.utils import StatelessProcessGroup
-
-    group = StatelessProcessGroup.create(host=address, port=port, rank=rank, world_size=world_size)
-    return PyNcclCommunicator(group, device=device)
-
-
-# ---- sender side (the trainer) ---------------------------------------------------------------------------------
-
-
-def ipc_handles(named_tensors: Mapping[str, torch.Tensor]) -> dict[str, list[tuple[str, Any]]]:
-    """CUDA IPC handles of the trainer's tensors, keyed by GPU UUID, for :meth:`load_weights_from_ipc`.
-
-    Keep the tensors alive until the load returns: the receiver maps their memory, it does not copy it first.
-    """
-    from torch.multiprocessing.reductions import reduce_tensor
-
-    handles: dict[str, list[tuple[str, Any]]] = {}
-    for name, tensor in named_tensors.items():
-        if tensor.device.type != "cuda":
-            raise DataError(f"ipc_handles needs CUDA tensors; {name} is on {tensor.device}")
-        uuid = str(torch.cuda.get_device_properties(tensor.device).uuid)
-        handles.setdefault(uuid, []).append((name, reduce_tensor(tensor.detach().contiguous())))  # type: ignore[no-untyped-call]
-    return handles
-
-
-def trainer_weight_group(master_address: str, master_port: int, world_size: int, device: torch.device) -> Any:
-    """The trainer's end (rank 0) of the NCCL group that :meth:`VLLMInferStrategy.init_weight_group` joins."""
-    require_vllm()
-    return _nccl_group(master_address, master_port, 0, world_size, device)
-
-
-def broadcast(comm: Any, named_tensors: Mapping[str, torch.Tensor]) -> None:
-    """Broadcast tensors from the trainer (rank 0), in order.
-
-    Protocol: compute :func:`weight_metas`, start ``load_weights_from_group(metas, version)`` on the inference
-    workers without waiting (e.g. a Ray call), then call this; both sides then meet in the same NCCL broadcasts.
-    """
-    for tensor in named_tensors.values():
-        comm.broadcast(tensor.contiguous(), src=0, stream=torch.cuda.current_stream())
-    torch.cuda.synchronize()
-
-
-def weight_metas(named_tensors: Mapping[str, torch.Tensor]) -> list[tuple[str, str, list[int]]]:
-    """The ``(name, dtype, shape)`` list receivers need for :meth:`VLLMInferStrategy.load_weights_from_group`."""
-    return [(n, str(t.dtype).removeprefix("torch."), list(t.shape)) for n, t in named_tensors.items()]
