@@ -620,4 +620,3 @@ def _rebuild_ipc(handle: tuple[Any, tuple[Any, ...]], device_index: int | None) 
     if device_index is not None:
         args_list[6] = device_index
     return func(*args_list)  # type: ignore[no-any-return]
-
