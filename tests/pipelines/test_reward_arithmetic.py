@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from roll.core import plugins
 from roll.core.types import RewardSpec
 from roll.pipelines.rewards.arithmetic import ArithmeticReward
 from roll.pipelines.rewards.config import ArithmeticRewardConfig
-from roll.pipelines.rewards.specs import ARITHMETIC, SPECS
+from roll.pipelines.rewards.specs import ARITHMETIC
 from roll.pipelines.rewards.types import RewardFunction, RewardRequest
 
 
@@ -29,7 +30,9 @@ def test_bad_ground_truth_scores_zero_with_error() -> None:
 
 
 def test_spec_builds_a_reward_function() -> None:
-    assert set(SPECS) == {
+    """The ``roll.reward`` entry points (roll-pipelines' pyproject) name these specs; each is a RewardSpec."""
+    specs = plugins.load_all("roll.reward")
+    assert set(specs) == {
         "math",
         "code_sandbox",
         "llm_judge",
@@ -41,7 +44,7 @@ def test_spec_builds_a_reward_function() -> None:
         "reward_model",
         "llm_judge_local",
     }
-    assert all(isinstance(spec, RewardSpec) for spec in SPECS.values())
+    assert all(isinstance(spec, RewardSpec) for spec in specs.values())
     reward = ARITHMETIC.build(ArithmeticRewardConfig())
     assert isinstance(reward, RewardFunction)
     assert reward.score([RewardRequest("The answer is 2.", ground_truth="2")])[0].score == 1.0

@@ -127,19 +127,3 @@ LLM_JUDGE_LOCAL = RewardSpec(
     LocalJudgeRewardConfig,
     "an LLM judge served by the run's own reward workers (no HTTP endpoint)",
 )
-
-SPECS: dict[str, RewardSpec] = {
-    spec.name: spec
-    for spec in (
-        MATH,
-        CODE_SANDBOX,
-        LLM_JUDGE,
-        IFEVAL,
-        ARITHMETIC,
-        PYTHON,
-        EXACT_MATCH,
-        REASONING_GYM,
-        REWARD_MODEL,
-        LLM_JUDGE_LOCAL,
-    )
-}
