@@ -39,9 +39,8 @@ TRAINING_BATCH_KEYS = tuple(
 
 
 class RolloutBatchConfig(RollModel):
-    """How many envs a step plays: ``prompts_per_step`` groups of ``samples_per_prompt`` envs, the two keys of
-    :class:`~roll.core.config.batch.BatchConfig` a rollout needs (the same paths and meaning as in ``agentic``;
-    the env manager's groups are the prompts). Its training keys are refused: nothing is trained here."""
+    """How many envs a step plays: ``prompts_per_step`` groups of ``samples_per_prompt`` envs, as in ``agentic``. Only
+    these two batch keys: a rollout trains nothing, so the optimizer and micro-batch keys are refused."""
 
     prompts_per_step: int = Field(8, ge=1, description="P: env groups (one seed each) per step")
     samples_per_prompt: int = Field(
