@@ -24,7 +24,7 @@ from roll.core.config.validate import issues_error
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 
-__all__ = ["MOVED_KEYS", "SPEC", "AgenticRolloutConfig", "RolloutBatchConfig"]
+__all__ = ["MOVED_KEYS", "SPEC", "TRAINING_BATCH_KEYS", "AgenticRolloutConfig", "RolloutBatchConfig"]
 
 MOVED_KEYS = {
     "groups": "batch.prompts_per_step",
@@ -39,8 +39,9 @@ TRAINING_BATCH_KEYS = tuple(
 
 
 class RolloutBatchConfig(RollModel):
-    """How many envs a step plays: ``prompts_per_step`` groups of ``samples_per_prompt`` envs, as in ``agentic``. Only
-    these two batch keys: a rollout trains nothing, so the optimizer and micro-batch keys are refused."""
+    """How many envs a step plays: ``prompts_per_step`` groups of ``samples_per_prompt`` envs, as in
+    ``agentic``. Only these two batch keys: a rollout trains nothing, so the optimizer and micro-batch keys are
+    refused."""
 
     prompts_per_step: int = Field(8, ge=1, description="P: env groups (one seed each) per step")
     samples_per_prompt: int = Field(
