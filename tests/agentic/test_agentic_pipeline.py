@@ -124,8 +124,7 @@ def test_agentic_rollout_writes_trajectories_and_success_rates(ray_local: Any, t
         {
             "output_dir": str(tmp_path),
             "max_steps": 2,
-            "groups": 3,
-            "group_size": 2,
+            "batch": {"prompts_per_step": 3, "samples_per_prompt": 2},
             "greedy": False,
             "actor_infer": {"num_workers": 1, "cpus_per_worker": 0.5},
             "env_manager": {

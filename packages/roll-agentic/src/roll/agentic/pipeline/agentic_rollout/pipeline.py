@@ -18,7 +18,8 @@ SUMMARY_FILE = "success_rates.json"
 
 
 class AgenticRolloutRecipe:
-    """Plays ``groups`` x ``group_size`` envs per step with the policy of ``model``; trains nothing."""
+    """Plays ``batch.prompts_per_step`` groups of ``batch.samples_per_prompt`` envs per step with the policy
+    ``actor_infer`` serves; trains nothing."""
 
     def __init__(self, config: AgenticRolloutConfig, host: RunHost) -> None:
         self.config = config
@@ -33,7 +34,9 @@ class AgenticRolloutRecipe:
 
     def setup(self) -> None:
         cfg = self.config
-        self.runtime = RolloutRuntime(cfg, self.host.make_cluster, cfg.groups, cfg.group_size)
+        self.runtime = RolloutRuntime(
+            cfg, self.host.make_cluster, cfg.batch.prompts_per_step, cfg.batch.samples_per_prompt
+        )
         self.runtime.setup()
         self.trajectories = self.host.output_dir / cfg.trajectories_file
         if self.host.step == 0 and self.trajectories.exists():
