@@ -240,6 +240,9 @@ def test_roll_train_runs_the_agent_through_the_gateway_and_resumes(ray_local: An
 
     full = run([f"output_dir={tmp_path / 'full'}"])
     assert sorted(full) == [-2, -1, 1, 2], "the warm-up logs its steps before step 1"
+    assert full[1]["time/warmup_s"] > 0 and "time/warmup_s" not in full[2], (
+        "the warm-up's time is in step 1's row"
+    )
     for step in (1, 2):
         m = full[step]
         assert m["agent/errors"] == 0.0 and m["agent/calls"] == 1.0 and m["agent/episodes_kept"] == 4.0

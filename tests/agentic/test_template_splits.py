@@ -425,11 +425,12 @@ def test_a_thinking_model_trains_on_exactly_what_it_sampled(ray_local: Any, tmp_
     ]  # fmt: skip
     config = load_config(examples / "agentic_guess.yaml", overrides, model=AgenticConfig)
     pipeline = AGENTIC.build(config)
+    recipe: Any = pipeline.recipe  # type: ignore[attr-defined]
     seen: list[tuple[Any, Any]] = []
     rollouts: dict[int, Any] = {}
-    rollout, advantages = pipeline.rollout, pipeline.advantages
-    pipeline.rollout = lambda step: rollouts.setdefault(step, rollout(step))  # type: ignore[method-assign]
-    pipeline.advantages = lambda samples: seen.append((samples, advantages(samples))) or seen[-1][1]  # type: ignore[method-assign]
+    rollout, advantages = recipe.rollout, recipe.advantages
+    recipe.rollout = lambda step: rollouts.setdefault(step, rollout(step))
+    recipe.advantages = lambda samples: seen.append((samples, advantages(samples))) or seen[-1][1]
     try:
         pipeline.run()
     finally:

@@ -104,6 +104,7 @@ class Run:
         self.host = RunHost(self)
         self.recipe = recipe(self.host)
         self.phases: Phases = self.recipe.phases()
+        self._carried: dict[str, float] = {}  # metrics of a phase before a step, logged with that step
 
     # ------------------------------------------------------------------------------------------ report
 
@@ -189,7 +190,9 @@ class Run:
         if self.phases.warm_up is not None and self.phases.warm_up():
             seconds = time.perf_counter() - start
             print(f"roll: {self.name}: warm-up done in {seconds:.1f} s", file=sys.stderr, flush=True)
-            self.tracker.log({"time/warmup_s": seconds}, 0)
+            # into the first step's row: a row of its own would be a second line for step 0, where a warm-up
+            # may already have logged its held-out evaluation
+            self._carried["time/warmup_s"] = seconds
 
     def _loop(self, stop: StopSignals) -> None:
         with Progress(
@@ -277,6 +280,8 @@ class Run:
     def _one_step(self, progress: Progress) -> None:
         start = time.perf_counter()
         metrics = dict(self.recipe.train_step(self.step))
+        metrics.update(self._carried)
+        self._carried = {}
         self.step += 1
         metrics["time/step_s"] = time.perf_counter() - start
         self.summary.observe_step(metrics["time/step_s"])

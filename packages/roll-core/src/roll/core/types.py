@@ -51,7 +51,7 @@ class Phases:
     """The optional phases of a :class:`Recipe`, declared: a phase left ``None`` is one the recipe does not have.
 
     - ``warm_up() -> ran``: after ``setup``, before step 0 of a fresh run, never on a resume (an SFT warm-up).
-      The run logs ``time/warmup_s`` at step 0 when it returns ``True``.
+      The run logs ``time/warmup_s`` with step 1's metrics when it returns ``True``.
     - ``evaluate(step) -> metrics``: held-out metrics after ``step`` completed steps, every ``eval_every`` steps;
       logged under ``eval/``.
     - ``teardown()``: release what ``setup`` built besides its clusters (threads, schedulers, open files). Runs
