@@ -30,6 +30,7 @@ from roll.pipelines.rlvr.data import CARRY_COLUMNS, prompt_batch
 from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker, timed_out_rows
 from roll.workers.config import SamplingParams
 from roll.workers.roles.infer import ActorInferWorker
+from roll.workers.roles.spec import GeneratorSpec
 from roll_example_pipeline import BestOfNConfig
 
 OUTPUT_FILE = "best_of_n.jsonl"
@@ -75,7 +76,10 @@ class BestOfNRecipe:
         self.rows = data.train
         env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
         self.infer = self.host.make_cluster(
-            "actor_infer", ActorInferWorker, init_args=(model, strategy, strategy.type), runtime_env=env
+            "actor_infer",
+            ActorInferWorker,
+            init_args=(GeneratorSpec(model=model, strategy=strategy),),
+            runtime_env=env,
         )
         reward_clusters = {
             name: self.host.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
