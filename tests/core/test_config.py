@@ -279,6 +279,15 @@ def test_overrides_may_set_keys_the_model_declares(tmp_path: Path) -> None:
     assert (config.seed, config.tracking.log_every) == (3, 5)
     with pytest.raises(ConfigError, match=r"did you mean 'seed'\?"):
         load_config(main, ["sed=3"])
+    # a misspelt key in a section the model declares but the YAML leaves out: the key is named, not the section
+    with pytest.raises(ConfigError) as caught:
+        load_config(main, ["tracking.log_evry=5"])
+    (issue,) = caught.value.issues
+    assert issue.path == "tracking.log_evry" and (issue.hint or "").startswith(
+        "did you mean 'tracking.log_every'"
+    )
+    with pytest.raises(ConfigError, match=r"no key 'trackng' to override"):
+        load_config(main, ["trackng.log_every=5"])
 
 
 # --- public API ------------------------------------------------------------------------------------------

@@ -394,3 +394,42 @@ def test_shutdown_sends_the_runs_plots_to_image_trackers_only(tmp_path: Path) ->
     run.step = 7
     run.shutdown()
     assert sink.images == [({"plot": tmp_path / "plot.png"}, 7)] and sink.closed
+
+
+def test_a_failing_report_is_logged_with_its_traceback_and_the_run_still_ends(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The report phase (rlvr's and agentic's plots) runs when the run ends; its error is logged once, with the
+    traceback, and never turns a finished run into a failed one. The smoke recipe, with a report that fails."""
+    from roll.core.config import load_config
+    from roll.core.run import Run, RunHost
+    from roll.core.smoke import SmokeConfig
+    from roll.core.smoke.pipeline import SmokeRecipe
+    from roll.core.types import Phases
+
+    class Reporting:
+        def __init__(self, config: Any, host: RunHost) -> None:
+            self.inner = SmokeRecipe(config, host)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def report(self) -> None:
+            raise RuntimeError("no font for the plot")
+
+        def phases(self) -> Phases:
+            return Phases(report=self.report)
+
+    smoke_yaml = Path(__file__).resolve().parents[2] / "examples" / "smoke.yaml"
+    overrides = [f"output_dir={tmp_path}", "ray.num_cpus=null", "max_steps=2", "tracking.backends=[jsonl]"]
+    config = load_config(smoke_yaml, overrides, model=SmokeConfig)
+    run = Run(config, name="smoke", recipe=lambda host: Reporting(config, host))
+    try:
+        with caplog.at_level("WARNING", logger="roll.core.run"):
+            metrics = run.run()
+    finally:
+        run.shutdown()
+    assert metrics and all(v == v for v in metrics.values())  # finished, with finite (non-NaN) metrics
+    failed = [r for r in caplog.records if "writing the run's report" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is not None
+    assert "no font for the plot" in str(failed[0].exc_info[1])

@@ -160,11 +160,13 @@ def _drop_plus(override: Override) -> str:
 
 
 def _parent(data: dict[str, Any], override: Override, create: bool, field_names: FieldNames) -> Any:
-    """The container that holds the override's last key; creates missing mappings when ``create``."""
+    """The container that holds the override's last key; creates missing mappings when ``create``, and a section
+    the config model declares but the YAML leaves out (so a misspelt key in it is named, not the section)."""
     node: Any = data
     for depth, key in enumerate(override.keys[:-1]):
         if not _exists(node, key):
-            if not (create and isinstance(node, dict)):
+            declared = override.op == "set" and key in field_names(override.keys[:depth])
+            if not ((create or declared) and isinstance(node, dict)):
                 raise _missing(node, key, override, field_names, depth)
             node[key] = {}
         node = node[int(key)] if isinstance(node, list) else node[key]

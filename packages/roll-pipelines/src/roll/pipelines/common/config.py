@@ -1,7 +1,7 @@
 """Config sections the offline training modes share. Light: pydantic and other config modules only.
 
 Batch sizes are stated once, in ``batch`` (:class:`~roll.core.config.batch.BatchConfig`); the strategy's own
-micro-batch fields must stay unset (:func:`batch_issues` says so), and :func:`strategy_for` derives them.
+micro-batch fields must stay unset (:func:`batch_issues` says so), and :func:`trainer_spec` derives them.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from roll.workers.roles.config import (
     TrainStrategyConfig,
     with_micro_batches,
 )
+from roll.workers.roles.spec import TrainerSpec
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -28,7 +29,7 @@ __all__ = [
     "answer_source",
     "batch_issues",
     "generate_issues",
-    "strategy_for",
+    "trainer_spec",
 ]
 
 
@@ -125,6 +126,12 @@ def _pair_issues(batch: BatchConfig) -> list[ConfigIssue]:
     return issues
 
 
-def strategy_for(role: TrainRoleConfig, batch: BatchConfig) -> TrainStrategyConfig:
-    """The role's strategy with its micro-batch size taken from ``batch``."""
-    return with_micro_batches(role.strategy, batch.micro_batch_samples, batch.micro_batch_tokens)
+def trainer_spec(role: TrainRoleConfig, batch: BatchConfig, max_steps: int) -> TrainerSpec:
+    """What an offline mode's trained role builds: ``role``'s model and strategy, the strategy's micro-batch size
+    taken from ``batch``, and an LR schedule as long as ``max_steps`` steps of ``batch``'s optimizer steps."""
+    strategy: TrainStrategyConfig = with_micro_batches(
+        role.strategy, batch.micro_batch_samples, batch.micro_batch_tokens
+    )
+    return TrainerSpec(
+        model=role.model, strategy=strategy, total_steps=max_steps * batch.optimizer_steps_per_step
+    )

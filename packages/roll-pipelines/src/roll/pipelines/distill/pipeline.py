@@ -26,7 +26,7 @@ from roll.core.types import Phases
 from roll.data.tasks import get_task
 from roll.data.vision import vision_columns
 from roll.pipelines.common import data as D
-from roll.pipelines.common.config import answer_source, strategy_for
+from roll.pipelines.common.config import answer_source, trainer_spec
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.host import PipelineHost
@@ -40,7 +40,7 @@ from roll.pipelines.distill.worker import DistillStudentWorker
 from roll.pipelines.sft.pipeline import prompt_ids
 from roll.workers.logits_transfer import align_to
 from roll.workers.roles.config import ModelConfig
-from roll.workers.roles.spec import ScorerSpec, TrainerSpec
+from roll.workers.roles.spec import ScorerSpec
 from roll.workers.roles.teacher import TeacherWorker
 
 if TYPE_CHECKING:
@@ -149,15 +149,10 @@ class DistillRecipe:
                 "teacher", TeacherWorker, init_args=(ScorerSpec(model=self.teacher_model),)
             ),
         )
-        total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
-        strategy = strategy_for(cfg.student, cfg.batch)
+        spec = trainer_spec(cfg.student, cfg.batch, cfg.max_steps)
         self.student = cast(
             "DistillStudentCluster",
-            self.host.make_cluster(
-                "student",
-                DistillStudentWorker,
-                init_args=(TrainerSpec(model=cfg.student.model, strategy=strategy, total_steps=total),),
-            ),
+            self.host.make_cluster("student", DistillStudentWorker, init_args=(spec,)),
         )
         pending = [self.teacher.setup.submit(), self.student.setup.submit()]
         for call in pending:

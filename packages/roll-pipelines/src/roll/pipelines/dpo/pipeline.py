@@ -26,7 +26,7 @@ from roll.core.types import Phases
 from roll.data.tokenize import Kind
 from roll.pipelines.algorithms.preference import kto_loss, kto_reference_point
 from roll.pipelines.common import data as D
-from roll.pipelines.common.config import strategy_for
+from roll.pipelines.common.config import trainer_spec
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import optimizer_chunks, train_chunks
@@ -35,7 +35,7 @@ from roll.pipelines.dpo import DPOConfig
 from roll.pipelines.dpo.losses import DPOLoss, KTOLoss, preference_output, response_logp
 from roll.workers.roles.actor import ActorTrainWorker
 from roll.workers.roles.reference import ReferenceWorker
-from roll.workers.roles.spec import ScorerSpec, TrainerSpec
+from roll.workers.roles.spec import ScorerSpec
 
 if TYPE_CHECKING:
     from roll.workers.roles.clusters import ActorTrainCluster, ReferenceCluster
@@ -91,15 +91,9 @@ class DPORecipe:
                 "KTO needs at least 2 training rows: its KL term pairs each prompt with another completion"
             )
         self.feeder = RowFeeder(len(self.data.train), cfg.batch.prompts_per_step, seed=cfg.seed)
-        total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
-        strategy = strategy_for(cfg.actor_train, cfg.batch)
+        spec = trainer_spec(cfg.actor_train, cfg.batch, cfg.max_steps)
         self.actor = cast(
-            "ActorTrainCluster",
-            self.host.make_cluster(
-                "actor_train",
-                ActorTrainWorker,
-                init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
-            ),
+            "ActorTrainCluster", self.host.make_cluster("actor_train", ActorTrainWorker, init_args=(spec,))
         )
         self.actor.setup()
         if cfg.reference.mode == "worker" and cfg.loss.needs_reference:

@@ -15,7 +15,7 @@ from roll.core.run import RunHost
 from roll.core.types import Phases
 from roll.pipelines.algorithms.preference import bradley_terry_loss
 from roll.pipelines.common import data as D
-from roll.pipelines.common.config import strategy_for
+from roll.pipelines.common.config import trainer_spec
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import optimizer_chunks, train_chunks
@@ -23,7 +23,6 @@ from roll.pipelines.common.samples import pair_samples
 from roll.pipelines.reward_model import RewardModelConfig
 from roll.pipelines.reward_model.losses import BradleyTerryLoss
 from roll.workers.roles.reward_model import RewardModelWorker
-from roll.workers.roles.spec import TrainerSpec
 
 if TYPE_CHECKING:
     from roll.workers.roles.clusters import RewardModelCluster
@@ -50,15 +49,9 @@ class RewardModelRecipe:
         self.tokenizer = D.load_tokenizer(cfg.actor_train.model.path)
         self.data = D.prepare_data(cfg.data, cfg.tokenize, kind="preference", tokenizer=self.tokenizer)
         self.feeder = RowFeeder(len(self.data.train), cfg.batch.prompts_per_step, seed=cfg.seed)
-        total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
-        strategy = strategy_for(cfg.actor_train, cfg.batch)
+        spec = trainer_spec(cfg.actor_train, cfg.batch, cfg.max_steps)
         self.model = cast(
-            "RewardModelCluster",
-            self.host.make_cluster(
-                "actor_train",
-                RewardModelWorker,
-                init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
-            ),
+            "RewardModelCluster", self.host.make_cluster("actor_train", RewardModelWorker, init_args=(spec,))
         )
         self.model.setup()
 

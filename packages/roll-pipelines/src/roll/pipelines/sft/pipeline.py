@@ -24,7 +24,7 @@ from roll.core.types import Phases
 from roll.data.collate import collate_prompts
 from roll.data.tasks import get_task
 from roll.pipelines.common import data as D
-from roll.pipelines.common.config import answer_source, strategy_for
+from roll.pipelines.common.config import answer_source, trainer_spec
 from roll.pipelines.common.export import export_hf
 from roll.pipelines.common.feed import RowFeeder
 from roll.pipelines.common.loop import optimizer_chunks, sum_metrics, train_chunks
@@ -32,7 +32,6 @@ from roll.pipelines.common.samples import answer_samples
 from roll.pipelines.sft import SFTConfig
 from roll.pipelines.sft.losses import SFTLoss
 from roll.pipelines.sft.worker import SFTWorker
-from roll.workers.roles.spec import TrainerSpec
 
 if TYPE_CHECKING:
     from roll.pipelines.sft.clusters import SFTCluster
@@ -61,16 +60,8 @@ class SFTRecipe:
         self.tokenizer = D.load_tokenizer(cfg.actor_train.model.path)
         self.data = D.prepare_data(cfg.data, cfg.tokenize, kind="sft", tokenizer=self.tokenizer)
         self.feeder = RowFeeder(len(self.data.train), cfg.batch.samples_per_step, seed=cfg.seed)
-        total = cfg.max_steps * cfg.batch.optimizer_steps_per_step
-        strategy = strategy_for(cfg.actor_train, cfg.batch)
-        self.actor = cast(
-            "SFTCluster",
-            self.host.make_cluster(
-                "actor_train",
-                SFTWorker,
-                init_args=(TrainerSpec(model=cfg.actor_train.model, strategy=strategy, total_steps=total),),
-            ),
-        )
+        spec = trainer_spec(cfg.actor_train, cfg.batch, cfg.max_steps)
+        self.actor = cast("SFTCluster", self.host.make_cluster("actor_train", SFTWorker, init_args=(spec,)))
         self.actor.setup()
 
     # ------------------------------------------------------------------------------------------ one step
