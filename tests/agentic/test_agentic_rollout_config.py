@@ -153,6 +153,17 @@ def test_an_unknown_batch_key_gets_a_did_you_mean(tmp_path: Path) -> None:
     )
 
 
+def test_a_typo_is_reported_beside_a_training_key_not_after_it_is_fixed(tmp_path: Path) -> None:
+    path = _yaml(tmp_path, batch={"micro_batch_samples": 4, "prompt_per_step": 4, "zzz": 1})
+    issues = {issue.path: issue for issue in _issues(path, [])}
+    assert sorted(issues) == ["batch.micro_batch_samples", "batch.prompt_per_step", "batch.zzz"]
+    assert issues["batch.micro_batch_samples"].message.endswith("agentic_rollout trains nothing")
+    typo = issues["batch.prompt_per_step"]
+    assert (typo.message, typo.hint) == ("unknown key 'prompt_per_step'", "did you mean 'prompts_per_step'?")
+    assert typo.source is not None and typo.source.endswith(_line(path, "prompt_per_step"))
+    assert issues["batch.zzz"].hint == "allowed keys here: prompts_per_step, samples_per_prompt"
+
+
 def _saved_old(config: AgenticRolloutConfig) -> dict[str, Any]:
     """What an older roll saved for ``config``: every field dumped, ``groups`` / ``group_size`` at the top and the
     sampling keys in ``env_manager``."""

@@ -102,8 +102,14 @@ def _issue(
     if kind == "missing":
         return ConfigIssue(path, f"required key {keys[-1]!r} is missing", None, where)
     if kind == "extra_forbidden":
-        return ConfigIssue(path, f"unknown key {keys[-1]!r}", _did_you_mean(model, keys, data), where)
+        return unknown_key(model, keys, data, where)
     return ConfigIssue(path, _value_message(keys, errors, data, model), None, where)
+
+
+def unknown_key(model: type[BaseModel], keys: list[str], data: Any, where: str | None = None) -> ConfigIssue:
+    """The issue for key path ``keys`` that ``model`` does not have, with the close keys it has as the hint (a
+    validator that refuses some keys itself reports the unknown ones beside them with this)."""
+    return ConfigIssue(".".join(keys), f"unknown key {keys[-1]!r}", _did_you_mean(model, keys, data), where)
 
 
 def _did_you_mean(model: type[BaseModel], keys: list[str], data: Any) -> str | None:

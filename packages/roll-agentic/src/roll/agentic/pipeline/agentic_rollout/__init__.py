@@ -20,7 +20,7 @@ from roll.agentic.pipeline.config import AgenticRunConfig
 from roll.core.config.base import RollModel
 from roll.core.config.batch import BatchConfig
 from roll.core.config.sampling import upgrade_sampling
-from roll.core.config.validate import issues_error
+from roll.core.config.validate import issues_error, unknown_key
 from roll.core.errors import ConfigIssue
 from roll.core.types import Pipeline, PipelineSpec
 
@@ -62,7 +62,9 @@ class RolloutBatchConfig(RollModel):
                 for key in data
                 if key in TRAINING_BATCH_KEYS
             ]
-            if issues:
+            if issues:  # every other unknown key with them, not once they are fixed
+                known = (*TRAINING_BATCH_KEYS, *cls.model_fields)
+                issues += [unknown_key(cls, [key], data) for key in data if key not in known]
                 raise issues_error(issues, title=cls.__name__)
         return data
 
