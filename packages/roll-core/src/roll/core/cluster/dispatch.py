@@ -251,7 +251,10 @@ def register(
 ) -> Callable[[Callable[Concatenate[W, P], R]], OnRankZero[W, P, R]]: ...
 @overload
 def register(
-    mode: Literal[Dispatch.DP_SPLIT, Dispatch.MP_SPLIT], *, timeout_s: float | None = None, overrides: bool = False
+    mode: Literal[Dispatch.DP_SPLIT, Dispatch.MP_SPLIT],
+    *,
+    timeout_s: float | None = None,
+    overrides: bool = False,
 ) -> Callable[[Callable[Concatenate[W, P], R]], OnShards[W, P, R]]: ...
 @overload
 def register(
@@ -447,7 +450,9 @@ def part_methods(worker_cls: type) -> dict[str, str]:
 def overridden_methods(worker_cls: type) -> dict[str, str]:
     """The registered methods of ``worker_cls`` that replace a part's (``@register(..., overrides=True)``, see the
     module docstring): method name -> the attribute holding the part whose method the class's replaces."""
-    return {name: entry.replaces for name, entry in _registry(worker_cls).items() if entry.replaces is not None}
+    return {
+        name: entry.replaces for name, entry in _registry(worker_cls).items() if entry.replaces is not None
+    }
 
 
 def declared_parts(worker_cls: type) -> dict[str, type]:

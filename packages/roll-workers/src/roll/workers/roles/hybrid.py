@@ -79,7 +79,8 @@ class HybridActorWorker(Worker):
         """The trainer's :meth:`PolicyTrainer.setup` (joins the role's process group when world size > 1), then
         the inference strategy on a copy of its own (the trainer's may be sharded and wrapped; the inference copy
         stays a plain model)."""
-        infer_plugin = _common.strategy_spec(self.spec.infer.type, "infer", self.role)  # a bad type fails first
+        # an unknown infer type fails before the trainer loads anything
+        infer_plugin = _common.strategy_spec(self.spec.infer.type, "infer", self.role)
         self.trainer.setup()
         infer_model = load_causal_lm(self.spec.trainer.model, self.role)
         self.infer = _common.build_infer(
