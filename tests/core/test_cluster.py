@@ -22,6 +22,7 @@ import pytest
 import ray
 
 from roll.core.cluster import Cluster, Dispatch, Worker, WorkerContext, register
+from roll.core.cluster.dispatch import overridden_methods, part_methods, registered_functions
 from roll.core.errors import WorkerError, WorkerTimeoutError
 from roll.core.testing import tiny_role
 
@@ -70,6 +71,10 @@ class Shifter:
         if self.worker.rank == 1:
             raise ValueError(msg)
         return 0
+
+    @register(Dispatch.ONE_TO_ALL)
+    def described(self, prefix: str) -> str:
+        return f"{prefix}shift {self.shift}"
 
 
 class Echo(Worker):
@@ -124,6 +129,11 @@ class Echo(Worker):
         except ImportError:
             return "triton" in sys.modules and sys.modules["triton"] is None
         return False
+
+    @register(Dispatch.ONE_TO_ALL, overrides=True)
+    def described(self, prefix: str) -> str:
+        """Replaces Shifter.described (same signature and mode) and calls it: the cluster runs this one."""
+        return f"echo rank {self.rank} over {self.shifter.described(prefix)}"
 
     def not_registered(self) -> None:
         pass
@@ -262,6 +272,90 @@ def test_a_parts_methods_are_cluster_methods(echo: Cluster) -> None:
         echo.part_boom("bad part 7")
     assert str(info.value).startswith("actor_train rank 1: part_boom raised ValueError: bad part 7")
     assert (info.value.role, info.value.rank, info.value.method) == ("actor_train", 1, "part_boom")  # type: ignore[attr-defined]
+
+
+def test_a_role_overrides_a_parts_method_only_when_it_says_so(echo: Cluster) -> None:
+    """Echo's ``described`` (``overrides=True``) replaces its Shifter's: the cluster (through the actors) and
+    roll_call run Echo's, which calls the part's; unmarked it would be the one-owner TypeError."""
+    assert echo.described("> ") == ["echo rank 0 over > shift 10", "echo rank 1 over > shift 10"]
+    assert registered_functions(Echo)["described"] is Echo.described
+    assert overridden_methods(Echo) == {"described": "shifter"}
+    assert "described" not in part_methods(Echo) and part_methods(Echo)["shifted"] == "shifter"
+    assert (
+        Echo(WorkerContext("local", 0, 1), offset=3).roll_call("described", "") == "echo rank 0 over shift 3"
+    )
+
+
+def test_an_unmarked_clash_or_a_marker_overriding_nothing_fails_where_the_class_is_defined() -> None:
+    with pytest.raises(TypeError, match=r"Quiet: method 'described' is registered by the class itself and by "
+                       r"part 's' \(Shifter\).*overrides=True"):  # fmt: skip
+
+        class Quiet(Worker):
+            parts: ClassVar[Mapping[str, type]] = {"s": Shifter}
+
+            @register(Dispatch.ONE_TO_ALL)
+            def described(self, prefix: str) -> str:
+                return prefix
+
+    with pytest.raises(TypeError, match=r"Unmarked.described is not registered, but part 's' \(Shifter\) "
+                       r"registers 'described': the cluster would call the part's and never it"):  # fmt: skip
+
+        class Unmarked(Worker):
+            parts: ClassVar[Mapping[str, type]] = {"s": Shifter}
+
+            def described(self, prefix: str) -> str:
+                return prefix
+
+    with pytest.raises(TypeError, match=r"Idle: added, doubled marked overrides=True but no part registers "
+                       r"those names \(parts: \['s'\]\)"):  # fmt: skip
+
+        class Idle(Worker):
+            parts: ClassVar[Mapping[str, type]] = {"s": Shifter}
+
+            @register(Dispatch.ONE_TO_ALL, overrides=True)
+            def added(self) -> None: ...
+
+            @register(Dispatch.ONE_TO_ALL, overrides=True)
+            def doubled(self) -> None: ...
+
+    with pytest.raises(
+        TypeError, match=r"Partless: ping marked overrides=True but no part registers that name"
+    ):
+
+        class Partless(Worker):
+            @register(Dispatch.ONE_TO_ALL, overrides=True)
+            def ping(self) -> int:  # Worker's own: an override is of a part's method only
+                return 0
+
+    class Overriding:
+        @register(Dispatch.ONE_TO_ALL, overrides=True)
+        def described(self, prefix: str) -> str:
+            return prefix
+
+    with pytest.raises(
+        TypeError, match=r"Overriding.described is marked overrides=True, but Overriding is a part"
+    ):
+
+        class HoldsOverriding(Worker):
+            parts: ClassVar[Mapping[str, type]] = {"o": Overriding}
+
+    with pytest.raises(TypeError, match=r"Both: method 'described' overrides part 'a' \(Shifter\)'s and is "
+                       r"registered by part 'b' \(Describer\) too"):  # fmt: skip
+
+        class Describer:
+            @register(Dispatch.ONE_TO_ALL)
+            def described(self, prefix: str) -> str:
+                return prefix
+
+        class Both(Worker):
+            parts: ClassVar[Mapping[str, type]] = {"a": Shifter, "b": Describer}
+
+            @register(Dispatch.ONE_TO_ALL, overrides=True)
+            def described(self, prefix: str) -> str:
+                return prefix
+
+    with pytest.raises(TypeError, match=r"register\(overrides=\.\.\.\) takes True or False, got 'yes'"):
+        register(Dispatch.ONE_TO_ALL, overrides="yes")  # type: ignore[call-overload]
 
 
 class OtherShifter:

@@ -7,16 +7,19 @@ generated handle modules against the worker classes they describe.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from roll.core.cluster import Cluster, Dispatch, Worker, register
 from roll.core.cluster.cluster import on_cluster
-from roll.core.cluster.dispatch import registered_functions, registered_methods
+from roll.core.cluster.dispatch import overridden_methods, registered_functions, registered_methods
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,6 +123,79 @@ def test_the_generated_handles_are_current_and_cover_every_registered_method() -
     functions = registered_functions(ActorTrainWorker)
     assert set(declared) == set(functions) - set(registered_methods(Worker))
     assert all(declared[n] is functions[n] for n in declared)
+
+
+def test_the_hybrid_handle_is_its_parts_handles_plus_its_own_methods() -> None:
+    """HybridActorCluster subclasses PolicyTrainerCalls and WeightSenderCalls and declares only its own methods;
+    its overrides of the trainer's (setup, offload, reload: the part's signatures) are typed by the part's handle,
+    every other member is the function that runs."""
+    from roll.workers.roles.actor import PolicyTrainer
+    from roll.workers.roles.clusters import HybridActorCluster, PolicyTrainerCalls, WeightSenderCalls
+    from roll.workers.roles.hybrid import HybridActorWorker
+
+    assert HybridActorCluster.__bases__ == (PolicyTrainerCalls, WeightSenderCalls)
+    own = {n for n in vars(HybridActorCluster) if not n.startswith("_")}
+    assert own == {
+        "generate",
+        "policy_version",
+        "served_checksum",
+        "sync_weights",
+        "offload_side",
+        "reload_side",
+    }
+    assert overridden_methods(HybridActorWorker) == {
+        "setup": "trainer",
+        "offload": "trainer",
+        "reload": "trainer",
+    }
+    functions = registered_functions(HybridActorWorker)
+    for name in ("setup", "offload", "reload"):
+        assert getattr(HybridActorCluster, name) is getattr(PolicyTrainer, name)
+        assert functions[name] is getattr(HybridActorWorker, name)  # what the cluster runs: the override
+    assert all(getattr(HybridActorCluster, n) is functions[n] for n in own)
+
+
+class _Part:
+    @register(Dispatch.ONE_TO_ALL)
+    def same(self, x: int, y: str = "a") -> list[int]:
+        return [x]
+
+    @register(Dispatch.ONE_TO_ALL)
+    def wider(self, x: int) -> int:
+        return x
+
+    @register(Dispatch.ONE_TO_ALL)
+    def moved(self, xs: list[int]) -> list[int]:
+        return xs
+
+
+class _Overrider(Worker):
+    parts: ClassVar[Mapping[str, type]] = {"p": _Part}
+
+    @register(Dispatch.ONE_TO_ALL, overrides=True)
+    def same(self, x: int, y: str = "a") -> list[int]:
+        return [x, x]
+
+    @register(Dispatch.ONE_TO_ALL, overrides=True)
+    def wider(self, x: int, scale: int = 1) -> int:
+        return x * scale
+
+    @register(Dispatch.DP_SPLIT, overrides=True)
+    def moved(self, xs: list[int]) -> list[int]:
+        return xs
+
+
+def test_the_generator_declares_an_override_only_where_its_type_differs_from_the_parts() -> None:
+    """An override with the part's signature and mode needs no member of its own (the part's handle types it); an
+    extra parameter or another dispatch mode does."""
+    spec = importlib.util.spec_from_file_location(
+        "gen_cluster_handles", ROOT / "scripts/gen_cluster_handles.py"
+    )
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen._same_as_the_parts(_Overrider) == {"same"}
+    assert gen._same_as_the_parts(Worker) == set()
 
 
 def test_on_cluster_refuses_a_method_that_is_not_registered() -> None:

@@ -102,10 +102,10 @@ def test_generation_after_train_and_sync_equals_a_fresh_infer_strategy(clusters:
     prompts = Batch(non_tensors={C.PROMPT_IDS: PROMPTS})
     before = hybrid.generate(prompts, GREEDY)
     hybrid.train_step(sequences(rows=4, seed=1), TokenSumNLL())
-    assert hybrid.weights_checksum(side="infer") != hybrid.weights_checksum(side="train")  # not synced yet
+    assert hybrid.served_checksum() != hybrid.weights_checksum()  # not synced yet
     assert hybrid.sync_weights(3) == [1]  # one bucket, handed over in process
     assert hybrid.policy_version() == [3]
-    assert hybrid.weights_checksum(side="infer") == hybrid.weights_checksum(side="train")
+    assert hybrid.served_checksum() == hybrid.weights_checksum()
     after = hybrid.generate(prompts, GREEDY)
     assert after[C.POLICY_VERSION].tolist() == [3] * 3
 
@@ -114,7 +114,7 @@ def test_generation_after_train_and_sync_equals_a_fresh_infer_strategy(clusters:
     model.load_state_dict(state)
     fresh = HFInferStrategy(model, hf_infer()).generate(PROMPTS, GREEDY)
     assert list(after[C.RESPONSE_IDS]) == [s.token_ids for s in fresh]
-    assert weights_checksum(model.state_dict()) == hybrid.weights_checksum(side="infer")[0]
+    assert weights_checksum(model.state_dict()) == hybrid.served_checksum()[0]
     assert list(after[C.RESPONSE_IDS]) != list(before[C.RESPONSE_IDS])  # the step changed what it generates
     seqs = sequences(rows=3, seed=5)
     logp = hybrid.compute_logprobs(seqs)[C.LOGP]
@@ -151,14 +151,37 @@ def test_one_hybrid_cluster_serves_as_train_and_infer_cluster(clusters: dict[str
         ModelUpdateGroup(hybrid, infer, mode="in_process")
 
 
+def test_offload_and_reload_cover_both_sides_or_one_and_return_their_costs(
+    clusters: dict[str, Cluster],
+) -> None:
+    """``offload``/``reload`` (the trainer's methods, overridden to cover both strategies) and
+    ``offload_side``/``reload_side`` return ``seconds`` and ``freed_bytes`` per rank like every role's (0 bytes
+    without CUDA: the state already lives in host memory) and leave both sides' weights as they were."""
+    hybrid = clusters["hybrid"]
+    served, trained = hybrid.served_checksum(), hybrid.weights_checksum()
+    costs = [
+        *hybrid.offload(),
+        *hybrid.reload(),
+        *hybrid.offload_side("train"),
+        *hybrid.reload_side("train"),
+        *hybrid.offload_side("infer"),
+        *hybrid.reload_side("infer"),
+    ]
+    assert len(costs) == 6 and all(set(c) == {"seconds", "freed_bytes"} for c in costs)
+    assert all(c["seconds"] >= 0 and c["freed_bytes"] == 0.0 for c in costs)
+    assert (hybrid.served_checksum(), hybrid.weights_checksum()) == (served, trained)
+    with pytest.raises(WorkerError, match="side must be 'train' or 'infer', got 'both'"):
+        hybrid.offload_side("both")
+
+
 def test_hybrid_sends_its_trainers_weights_to_another_process(clusters: dict[str, Cluster]) -> None:
     """A hybrid with a frozen reference (placement hybrid with KL): ``ModelUpdateGroup(hybrid, other)`` is an
     object-store update like a plain trainer's, and what arrives is the trainer's new weights, not the weights the
     hybrid's own generator still serves (it has not synced since the step)."""
     hybrid, infer = clusters["hybrid"], clusters["infer"]
     hybrid.train_step(sequences(rows=4, seed=3), TokenSumNLL())
-    served_before = hybrid.weights_checksum(side="infer")[0]
-    trained = hybrid.weights_checksum(side="train")[0]
+    served_before = hybrid.served_checksum()[0]
+    trained = hybrid.weights_checksum()[0]
     assert served_before != trained
     updater = ModelUpdateGroup(hybrid, infer)
     assert updater.mode == "object_store"
@@ -166,4 +189,4 @@ def test_hybrid_sends_its_trainers_weights_to_another_process(clusters: dict[str
     updater.verify()
     assert report.buckets >= 1 and report.bytes > 0
     assert infer.weights_checksum() == [trained, trained] and infer.policy_version() == [7, 7]
-    assert hybrid.weights_checksum(side="infer") == [served_before]
+    assert hybrid.served_checksum() == [served_before]

@@ -82,11 +82,10 @@ class ModelUpdateGroup:
     def verify(self) -> None:
         """Raise :class:`WorkerError` unless every inference worker serves ``self.version`` with weights
         bit-identical to the trainer's."""
-        # A hybrid cluster serves both ends of its own update; as a sender to another process (a reference) it
-        # is the trainer's weights that the receivers must hold, not its own generator's.
-        hybrid_sender = hasattr(self.train, "sync_weights")
-        want = self.train.weights_checksum(**({"side": "train"} if hybrid_sender else {}))[0]
-        got = self.infer.weights_checksum(**({"side": "infer"} if self.mode == "in_process" else {}))
+        # A trainer's weights_checksum is its trainer's, a hybrid's too (as a sender to another process it is those
+        # the receivers must hold); a hybrid serving both ends of its own update names its served weights'.
+        want = self.train.weights_checksum()[0]
+        got = self.infer.served_checksum() if self.mode == "in_process" else self.infer.weights_checksum()
         versions = self.infer.policy_version()
         bad = [r for r, (c, v) in enumerate(zip(got, versions)) if c != want or v != self.version]
         if bad:

@@ -44,6 +44,25 @@ called by name exactly like the class's own (``cluster.stage_weights(...)``). A 
 method registered by two parts, or by a part and the class itself, is a ``TypeError`` when the class is defined,
 naming both; parts do not nest (a part's class declares no parts). How the actor reaches a part's method: see
 :mod:`roll.core.cluster.worker`.
+
+Overrides: a class replaces one of its parts' methods only when it says so, with ``@register(mode,
+overrides=True)`` on its own method of that name; the cluster then calls the class's method, and the part's stays
+an ordinary Python method the class may call (``self.trainer.setup()``)::
+
+    class HybridActorWorker(Worker):
+        parts: ClassVar[Mapping[str, type]] = {"trainer": PolicyTrainer, "sender": WeightSender}
+
+        @register(Dispatch.ONE_TO_ALL, overrides=True)
+        def setup(self) -> None:
+            self.trainer.setup()  # the part's, then what the class adds
+            ...
+
+Every other clash stays a ``TypeError`` when the class is defined: a registered method without the marker, a
+method of the part's name that is not registered at all (the cluster would call the part's and never it), and a
+marker that overrides nothing (no part registers the name; a part's own method cannot override). Keep an
+override's signature and dispatch mode those of the part's method, so a typed handle of the class can subclass
+the part's (``scripts/gen_cluster_handles.py`` declares an override in the class's handle only when its type
+differs); :func:`overridden_methods` says which part's method each override replaces.
 """
 
 from __future__ import annotations
@@ -84,6 +103,7 @@ __all__ = [
     "Shardable",
     "declared_parts",
     "get_spec",
+    "overridden_methods",
     "part_methods",
     "register",
     "registered_functions",
@@ -184,10 +204,12 @@ class ModelParallel(Protocol):
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """What :func:`register` records: the dispatch mode and the method's own timeout (None: the role's)."""
+    """What :func:`register` records: the dispatch mode, the method's own timeout (None: the role's) and whether it
+    replaces a part's method of the same name (see the module docstring)."""
 
     mode: Dispatch
     timeout_s: float | None = None
+    overrides: bool = False
 
 
 class Registered(Generic[W, P, R]):
@@ -225,31 +247,38 @@ Marker = Callable[[Callable[Concatenate[W, P], R]], Registered[W, P, R]]
 
 @overload
 def register(
-    mode: Literal[Dispatch.RANK_ZERO], *, timeout_s: float | None = None
+    mode: Literal[Dispatch.RANK_ZERO], *, timeout_s: float | None = None, overrides: bool = False
 ) -> Callable[[Callable[Concatenate[W, P], R]], OnRankZero[W, P, R]]: ...
 @overload
 def register(
-    mode: Literal[Dispatch.DP_SPLIT, Dispatch.MP_SPLIT], *, timeout_s: float | None = None
+    mode: Literal[Dispatch.DP_SPLIT, Dispatch.MP_SPLIT],
+    *,
+    timeout_s: float | None = None,
+    overrides: bool = False,
 ) -> Callable[[Callable[Concatenate[W, P], R]], OnShards[W, P, R]]: ...
 @overload
 def register(
-    mode: Literal[Dispatch.ONE_TO_ALL] = ..., *, timeout_s: float | None = None
+    mode: Literal[Dispatch.ONE_TO_ALL] = ..., *, timeout_s: float | None = None, overrides: bool = False
 ) -> Callable[[Callable[Concatenate[W, P], R]], OnAllRanks[W, P, R]]: ...
 def register(
-    mode: Dispatch = Dispatch.ONE_TO_ALL, *, timeout_s: float | None = None
+    mode: Dispatch = Dispatch.ONE_TO_ALL, *, timeout_s: float | None = None, overrides: bool = False
 ) -> Marker[Any, ..., Any]:
     """Mark a Worker method as callable on the whole Cluster with dispatch ``mode``.
 
     The function is returned unchanged (it still runs as a plain method inside the actor); only a
     :class:`MethodSpec` is attached. ``timeout_s`` overrides the role's call timeout for this method. For the type
     checker the result is a :class:`Registered` of the mode, which typed cluster handles read
-    (:func:`roll.core.cluster.cluster.on_cluster`).
+    (:func:`roll.core.cluster.cluster.on_cluster`). ``overrides=True``: this method of a worker class replaces
+    the method of the same name that one of its parts registers (see the module docstring); without a part's
+    method to replace it is a ``TypeError`` when the class is defined.
     """
     if not isinstance(mode, Dispatch):
         raise TypeError(f"register(mode=...) takes a Dispatch member, got {mode!r}")
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"register(timeout_s=...) must be > 0 seconds, got {timeout_s!r}")
-    spec = MethodSpec(mode, timeout_s)
+    if not isinstance(overrides, bool):
+        raise TypeError(f"register(overrides=...) takes True or False, got {overrides!r}")
+    spec = MethodSpec(mode, timeout_s, overrides)
 
     def mark(fn: Callable[..., Any]) -> Any:
         setattr(fn, SPEC_ATTR, spec)
@@ -402,19 +431,28 @@ def _unpad(joined: Any, plan: CallPlan, drop_last: Callable[[int], Any]) -> Any:
 def registered_methods(worker_cls: type) -> dict[str, MethodSpec]:
     """Every method of ``worker_cls`` (inherited ones included) and of its declared parts (see the module
     docstring) that carries a :func:`register` marker."""
-    return {name: spec for name, (_, _, spec) in _registry(worker_cls).items()}
+    return {name: entry.spec for name, entry in _registry(worker_cls).items()}
 
 
 def registered_functions(worker_cls: type) -> dict[str, Callable[..., Any]]:
     """The function behind each registered method of ``worker_cls``, unbound: a method of the class itself (its
     ``self`` is the worker) or of a part's class (its ``self`` is the part). For structural checks such as
     signature comparisons; a Cluster needs only :func:`registered_methods`."""
-    return {name: fn for name, (_, fn, _) in _registry(worker_cls).items()}
+    return {name: entry.fn for name, entry in _registry(worker_cls).items()}
 
 
 def part_methods(worker_cls: type) -> dict[str, str]:
-    """The registered methods of ``worker_cls`` that its parts hold: method name -> the attribute holding the part."""
-    return {name: part for name, (part, _, _) in _registry(worker_cls).items() if part is not None}
+    """The registered methods of ``worker_cls`` that its parts hold: method name -> the attribute holding the part.
+    A method the class overrides is the class's own, not listed here (see :func:`overridden_methods`)."""
+    return {name: entry.part for name, entry in _registry(worker_cls).items() if entry.part is not None}
+
+
+def overridden_methods(worker_cls: type) -> dict[str, str]:
+    """The registered methods of ``worker_cls`` that replace a part's (``@register(..., overrides=True)``, see the
+    module docstring): method name -> the attribute holding the part whose method the class's replaces."""
+    return {
+        name: entry.replaces for name, entry in _registry(worker_cls).items() if entry.replaces is not None
+    }
 
 
 def declared_parts(worker_cls: type) -> dict[str, type]:
@@ -430,13 +468,23 @@ def declared_parts(worker_cls: type) -> dict[str, type]:
     return dict(parts)
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """One registered name of a worker class: the attribute of the part holding it (None: the class's own), the
+    function, its spec, and for an override the attribute of the part whose method it replaces."""
+
+    part: str | None
+    fn: Callable[..., Any]
+    spec: MethodSpec
+    replaces: str | None = None
+
+
 @functools.cache
-def _registry(worker_cls: type) -> dict[str, tuple[str | None, Callable[..., Any], MethodSpec]]:
-    """Registered name -> (holding part's attribute, or None for the class's own; function; spec). Raises
-    ``TypeError`` for a name registered twice (by two parts, or by a part and the class) or nested parts."""
-    found: dict[str, tuple[str | None, Callable[..., Any], MethodSpec]] = {}
-    for name, fn, spec in _marked(worker_cls):
-        found[name] = (None, fn, spec)
+def _registry(worker_cls: type) -> dict[str, _Entry]:
+    """Registered name -> its :class:`_Entry`. Raises ``TypeError`` for a name registered twice (by two parts, or
+    by a part and the class without ``overrides=True``), for a marker that overrides nothing, for an unregistered
+    class attribute that a part's method would hide, and for nested parts."""
+    found = {name: _Entry(None, fn, spec) for name, fn, spec in _marked(worker_cls)}
     for part, part_cls in declared_parts(worker_cls).items():
         if declared_parts(part_cls):
             raise TypeError(
@@ -448,9 +496,31 @@ def _registry(worker_cls: type) -> dict[str, tuple[str | None, Callable[..., Any
                 f"{worker_cls.__name__}: part attribute {part!r} has the name of a registered method; rename the part"
             )
         for name, fn, spec in _marked(part_cls):
-            if name in found:
-                raise TypeError(f"{worker_cls.__name__}: {_clash(worker_cls, name, found[name][0], part)}")
-            found[name] = (part, fn, spec)
+            if spec.overrides:
+                raise TypeError(
+                    f"{part_cls.__name__}.{name} is marked overrides=True, but {part_cls.__name__} is a part "
+                    f"(held by {worker_cls.__name__} as {part!r}) and parts do not override: drop the marker"
+                )
+            held = found.get(name)
+            if held is None:
+                if hasattr(worker_cls, name):
+                    raise TypeError(
+                        f"{worker_cls.__name__}.{name} is not registered, but part {part!r} ({part_cls.__name__}) "
+                        f"registers {name!r}: the cluster would call the part's and never it; rename it, or mark "
+                        "it @register(mode, overrides=True) to replace the part's method"
+                    )
+                found[name] = _Entry(part, fn, spec)
+            elif held.part is None and held.spec.overrides and held.replaces is None:
+                found[name] = _Entry(None, held.fn, held.spec, replaces=part)
+            else:
+                raise TypeError(f"{worker_cls.__name__}: {_clash(worker_cls, name, held, part)}")
+    idle = sorted(n for n, e in found.items() if e.part is None and e.spec.overrides and e.replaces is None)
+    if idle:
+        raise TypeError(
+            f"{worker_cls.__name__}: {', '.join(idle)} marked overrides=True but no part registers "
+            f"{'that name' if len(idle) == 1 else 'those names'} (parts: {sorted(declared_parts(worker_cls))}); "
+            "drop the marker, or hold the part whose method it replaces"
+        )
     return found
 
 
@@ -465,12 +535,24 @@ def _marked(cls: type) -> list[tuple[str, Callable[..., Any], MethodSpec]]:
     return out
 
 
-def _clash(worker_cls: type, name: str, first: str | None, second: str) -> str:
+def _clash(worker_cls: type, name: str, first: _Entry, second: str) -> str:
     parts = declared_parts(worker_cls)
-    owner = "the class itself" if first is None else f"part {first!r} ({parts[first].__name__})"
+    if first.part is None:
+        if first.replaces is not None:
+            return (
+                f"method {name!r} overrides part {first.replaces!r} ({parts[first.replaces].__name__})'s and is "
+                f"registered by part {second!r} ({parts[second].__name__}) too; a cluster method needs one owner: "
+                "rename one of the parts' methods, or hold only one of those parts"
+            )
+        return (
+            f"method {name!r} is registered by the class itself and by part {second!r} ({parts[second].__name__}); "
+            "a cluster method needs one owner: rename one of them, or mark the class's "
+            "@register(mode, overrides=True) to replace the part's method"
+        )
     return (
-        f"method {name!r} is registered by {owner} and by part {second!r} ({parts[second].__name__}); a cluster "
-        "method needs one owner: rename one of them, or hold only one of those parts"
+        f"method {name!r} is registered by part {first.part!r} ({parts[first.part].__name__}) and by part "
+        f"{second!r} ({parts[second].__name__}); a cluster method needs one owner: rename one of them, or hold "
+        "only one of those parts"
     )
 
 

@@ -32,14 +32,15 @@ Registered methods (dispatch mode) by role:
   ``receive_weights(name, policy_version)`` ALL; ``policy_version() -> list[int]`` ALL;
   ``weights_checksum(dtype=None) -> list[str]`` ALL; ``offload()`` / ``reload()`` ALL.
 - :class:`HybridActorWorker` ``(HybridSpec)``: both in one process, and one cluster of it can be a pipeline's
-  train and infer cluster at once: the methods above of ``ActorTrainWorker`` (``train_step``, ``set_lr``,
-  ``compute_logprobs`` (trainer), ``save_checkpoint``/``load_checkpoint``, ``export_hf``, ``full_state_dict``)
-  and of ``ActorInferWorker`` (``generate``, ``policy_version``) with the same signatures and dispatch;
-  ``weights_checksum(dtype=None, side="infer")`` / ``offload(side=None)`` / ``reload(side=None)`` ALL (``side``
-  picks one strategy; None: both); the model update is ``sync_weights(policy_version) -> list[int]`` ALL (in
-  process), which ``ModelUpdateGroup(hybrid, hybrid)`` uses (mode ``in_process``); it also has the model-update
-  sender methods of ``ActorTrainWorker`` (the same part, :class:`~roll.workers.roles.sender.WeightSender`), so
-  ``ModelUpdateGroup(hybrid, reference)`` sends its trainer's weights to another process.
+  train and infer cluster at once. Parts ``trainer`` (``PolicyTrainer``: every method of ``ActorTrainWorker``'s
+  above, ``weights_checksum`` the trainer's) and ``sender`` (``WeightSender``, so
+  ``ModelUpdateGroup(hybrid, reference)`` sends its trainer's weights to another process); its own (the
+  ``ActorInferWorker`` ones with the same signatures and dispatch): ``generate`` DP, ``policy_version()`` ALL,
+  ``served_checksum(dtype=None) -> list[str]`` ALL (the served weights'); overrides of the trainer's (same
+  signatures): ``setup()`` (both strategies), ``offload()`` / ``reload()`` ALL (both sides), and for one side
+  ``offload_side(side)`` / ``reload_side(side)`` ALL (``"train"`` or ``"infer"``); the model update is
+  ``sync_weights(policy_version) -> list[int]`` ALL (in process), which ``ModelUpdateGroup(hybrid, hybrid)``
+  uses (mode ``in_process``).
 - :class:`ReferenceWorker` ``(ScorerSpec)``: ``setup()``,
   ``compute_logprobs(batch, temperature=1.0, with_entropy=False) -> Batch`` DP, ``offload``/``reload``.
 - :class:`CriticWorker` ``(TrainerSpec)``: ``setup()``,

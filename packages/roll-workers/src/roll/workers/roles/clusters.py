@@ -93,23 +93,15 @@ class ActorInferCluster(Cluster):
     weights_checksum = on_cluster(ActorInferWorker.weights_checksum)
 
 
-class HybridActorCluster(WeightSenderCalls):
+class HybridActorCluster(PolicyTrainerCalls, WeightSenderCalls):
     """The driver's view of a :class:`~roll.workers.roles.hybrid.HybridActorWorker` cluster."""
 
-    compute_logprobs = on_cluster(HybridActorWorker.compute_logprobs)
-    export_hf = on_cluster(HybridActorWorker.export_hf)
-    full_state_dict = on_cluster(HybridActorWorker.full_state_dict)
     generate = on_cluster(HybridActorWorker.generate)
-    load_checkpoint = on_cluster(HybridActorWorker.load_checkpoint)
-    offload = on_cluster(HybridActorWorker.offload)
+    offload_side = on_cluster(HybridActorWorker.offload_side)
     policy_version = on_cluster(HybridActorWorker.policy_version)
-    reload = on_cluster(HybridActorWorker.reload)
-    save_checkpoint = on_cluster(HybridActorWorker.save_checkpoint)
-    set_lr = on_cluster(HybridActorWorker.set_lr)
-    setup = on_cluster(HybridActorWorker.setup)
+    reload_side = on_cluster(HybridActorWorker.reload_side)
+    served_checksum = on_cluster(HybridActorWorker.served_checksum)
     sync_weights = on_cluster(HybridActorWorker.sync_weights)
-    train_step = on_cluster(HybridActorWorker.train_step)
-    weights_checksum = on_cluster(HybridActorWorker.weights_checksum)
 
 
 class ReferenceCluster(Cluster):
@@ -170,5 +162,5 @@ ChunkTrainer = PolicyTrainerCalls | RewardModelCluster
 """A cluster the offline modes train chunk by chunk (roll.pipelines.common.loop.train_chunks)."""
 
 
-HFExporter = PolicyTrainerCalls | HybridActorCluster | RewardModelCluster
+HFExporter = PolicyTrainerCalls | RewardModelCluster
 """A cluster that exports its model as a save_pretrained folder (roll.pipelines.common.export)."""
