@@ -60,7 +60,7 @@ def test_a_deferred_cluster_forwards_every_dispatch_mode(echo: Cluster) -> None:
     assert {"add", "double", "whoami", "apply", "ping"} <= set(echo.methods)
     assert echo.shifted([1, 2, 3]) == [11, 12, 1013]  # a method of Echo's part, through the same forwarder
     assert {"shifted", "part_whoami"} <= set(echo.methods)
-    assert submit_to_rank(echo, 1, "add", 5).pending.result() == 16
+    assert submit_to_rank(echo.methods["add"], 1, 5).pending.result() == 16
 
 
 def test_a_deferred_cluster_names_role_rank_and_method_in_errors(echo: Cluster) -> None:

@@ -31,6 +31,7 @@ from typing import cast
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster, Dispatch, Worker, register
 from roll.core.cluster.cluster import on_cluster
+from roll.core.scheduler import RankRequest, RewardScheduler
 
 
 class Scorer(Worker):
@@ -68,12 +69,18 @@ def drive(cluster: Cluster, batch: Batch) -> None:
     scorers.train_step(batch)  # missing argument
     scorers.scroe(batch)  # no such method
     cluster.score(batch)  # an untyped cluster has no methods to the type checker
+    reveal_type(RankRequest.bind(scorers.score, 2.0))
+    RankRequest.bind(scorers.score, "2")  # a scheduled call's bound argument of the wrong type
+    RewardScheduler({"d": RankRequest.bind(scorers.score)}, {}, columns=("x",))  # rows it will not get
 """
 
 
 def test_mypy_checks_the_arguments_and_results_of_cluster_calls(tmp_path: Path) -> None:
     """Results follow the dispatch mode (DP/MP of a Batch: the Batch; MP of a dict: one per DP rank; RANK_ZERO:
-    rank 0's; ONE_TO_ALL: one per rank), and each mistake is reported at its line."""
+    rank 0's; ONE_TO_ALL: one per rank), and each mistake is reported at its line. A scheduled call
+    (``RankRequest.bind``) is checked where the driver binds it: its bound arguments against the worker method's
+    parameters, and its rows against what the scheduler sends (with ``columns``, a RewardScheduler sends plain
+    lists, which ``Scorer.score`` does not take)."""
     driver = tmp_path / "driver.py"
     driver.write_text(textwrap.dedent(DRIVER))
     run = subprocess.run(
@@ -88,6 +95,7 @@ def test_mypy_checks_the_arguments_and_results_of_cluster_calls(tmp_path: Path) 
         '"list[dict[str, float]]"',
         '"tuple[str, int]"',
         '"list[int]"',
+        '"roll.core.scheduler.rank_calls.RankRequest[roll.core.batch.Batch]"',
     ], run.stdout
     errors = [line for line in lines if ": error:" in line]
     expected = [
@@ -95,6 +103,11 @@ def test_mypy_checks_the_arguments_and_results_of_cluster_calls(tmp_path: Path) 
         ("train_step(batch)", 'Missing positional argument "lr"'),
         ("scroe(batch)", '"ScorerCluster" has no attribute "scroe"'),
         ("cluster.score(batch)", '"Cluster" has no attribute "score"'),
+        (
+            'bind(scorers.score, "2")',
+            'Argument 2 to "bind" of "RankRequest" has incompatible type "str"; expected "float"',
+        ),
+        ('RewardScheduler({"d"', 'expected "RowsMethod[dict[str, list[Any]], []]"'),
     ]
     source = driver.read_text().splitlines()
     assert len(errors) == len(expected), run.stdout

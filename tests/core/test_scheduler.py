@@ -25,7 +25,7 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster, Dispatch, Worker, WorkerContext, register
 from roll.core.errors import WorkerTimeoutError
-from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
+from roll.core.scheduler import ColumnRows, GenerateOptions, GenerateScheduler, RankRequest, RewardScheduler
 from roll.core.seeding import TRAIN_STREAM, derive_seed
 from roll.core.testing import tiny_role
 
@@ -99,10 +99,19 @@ def drop_all_equal(scored: Batch, group_size: int) -> tuple[torch.Tensor, Mappin
     return keep_P, {"all_equal": float((~keep_P).sum())}
 
 
+def generating(cluster: Cluster, n: int = G) -> RankRequest[Batch]:
+    """``Rollout.generate`` with ``n`` samples per prompt bound: what the generate scheduler sends each rank."""
+    return RankRequest.bind(cluster.method(Rollout.generate), n)
+
+
+def scoring(cluster: Cluster) -> RankRequest[Batch]:
+    return RankRequest.bind(cluster.method(Rollout.score))
+
+
 def make(rollout: Cluster, start: int = 0, **options: Any) -> GenerateScheduler:
     opts = GenerateOptions(**{"group_size": G, "request_prompts": 2, "carry_columns": ("tag",), **options})
-    scorer = RewardScheduler({"r": rollout}, {"a": "r", "b": "r"})
-    return GenerateScheduler(rollout, Counter(start), opts, gen_args=(G,), scorer=scorer)
+    scorer = RewardScheduler({"r": scoring(rollout)}, {"a": "r", "b": "r"})
+    return GenerateScheduler(generating(rollout), Counter(start), opts, scorer=scorer)
 
 
 def seeds_by_prompt(batch: Batch) -> dict[int, int]:
@@ -276,14 +285,17 @@ def test_async_evicts_groups_staler_than_the_bound(rollout: Cluster) -> None:
 def test_generate_all_keeps_prompt_order(rollout: Cluster) -> None:
     scheduler = make(rollout)
     prompts = Batch({"x_P": torch.arange(7)}, {"tag": ["a"] * 7})
-    out = scheduler.generate_all(prompts, G)
-    assert out["x_B"].tolist() == torch.arange(7).repeat_interleave(G).tolist()
-    assert list(out["tag"]) == ["a"] * 7 * G
+    out = scheduler.generate_all(prompts, generating(rollout, 2))
+    assert out["x_B"].tolist() == torch.arange(7).repeat_interleave(2).tolist()
+    assert list(out["tag"]) == ["a"] * 7 * 2
+    assert len(scheduler.generate_all(prompts)) == 7 * G  # the scheduler's own request: G per prompt
 
 
 def test_reward_scheduler_routes_tags_to_domains_and_keeps_order(rollout: Cluster, ray_local: Any) -> None:
     with Cluster("reward_b", Rollout, tiny_role(), init_args=(10.0,)) as other:
-        rewards = RewardScheduler({"main": rollout, "other": other}, {"a": "main", "b": "other"})
+        rewards = RewardScheduler(
+            {"main": scoring(rollout), "other": scoring(other)}, {"a": "main", "b": "other"}
+        )
         x_B = torch.arange(10)
         batch = Batch({"x_B": x_B, "g_B": torch.zeros(10, dtype=torch.long)}, {"tag": ["a", "b"] * 5})
         scored = rewards.score(batch)
@@ -295,9 +307,8 @@ def test_reward_scheduler_routes_tags_to_domains_and_keeps_order(rollout: Cluste
 def test_reward_scheduler_sends_plain_columns_to_light_workers(rollout: Cluster) -> None:
     """``columns=("x_B", "tag")``: each rank gets plain lists of those columns only and its list answer comes back
     as a float32 column in input order. Golden: reward = 10 * len(tag) + x, so rows 0..5 tagged "a" or "bb"."""
-    rewards = RewardScheduler(
-        {"r": rollout}, {"a": "r", "bb": "r"}, method="score_rows", columns=("x_B", "tag")
-    )
+    score_rows = RankRequest.bind(rollout.method(Rollout.score_rows))
+    rewards = RewardScheduler({"r": score_rows}, {"a": "r", "bb": "r"}, columns=("x_B", "tag"))
     batch = Batch({"x_B": torch.arange(6), "g_B": torch.zeros(6)}, {"tag": ["a", "bb"] * 3})
     scored = rewards.score(batch)
     assert scored["reward_B"].dtype == torch.float32
@@ -306,7 +317,7 @@ def test_reward_scheduler_sends_plain_columns_to_light_workers(rollout: Cluster)
 
 
 def test_reward_scheduler_names_an_unrouted_tag(rollout: Cluster) -> None:
-    rewards = RewardScheduler({"main": rollout}, {"a": "main"})
+    rewards = RewardScheduler({"main": scoring(rollout)}, {"a": "main"})
     with pytest.raises(ValueError, match="no reward domain for tag 'zzz'"):
         rewards.submit(Batch({"x_B": torch.arange(1)}, {"tag": ["zzz"]}))
 
@@ -334,7 +345,9 @@ def test_a_crashed_reward_worker_is_restarted_and_its_rows_retried(
     the first one's retry restarts it, the second one's finds it already replaced: one restart, 10 rows re-sent."""
     with Cluster("reward_crashy", CrashOnce, tiny_role(), init_args=(str(tmp_path / "crashed"),)) as crashy:
         first_pid = crashy.infos[0].pid
-        rewards = RewardScheduler({"main": crashy}, {"a": "main"}, max_retries=1)
+        rewards = RewardScheduler(
+            {"main": RankRequest.bind(crashy.method(CrashOnce.score))}, {"a": "main"}, max_retries=1
+        )
         jobs = [
             rewards.submit(Batch({"x_B": torch.arange(lo, hi)}, {"tag": ["a"] * (hi - lo)}))
             for lo, hi in ((0, 6), (6, 10))
@@ -348,7 +361,7 @@ def test_a_crashed_reward_worker_is_restarted_and_its_rows_retried(
 
 
 def test_reward_scheduler_sends_untagged_rows_to_the_only_domain(rollout: Cluster) -> None:
-    rewards = RewardScheduler({"main": rollout}, {"a": "main"})
+    rewards = RewardScheduler({"main": scoring(rollout)}, {"a": "main"})
     assert rewards.domain_of("") == "main"
     scored = rewards.score(
         Batch({"x_B": torch.arange(3), "g_B": torch.zeros(3, dtype=torch.long)}, {"tag": [""] * 3})
@@ -371,6 +384,10 @@ class HangOn(Worker):
         if self.hang_x in rows["x_B"]:
             time.sleep(1e9)
         return {"reward_B": [2.0 * x for x in rows["x_B"]], "err_B": [0.0] * len(rows["x_B"])}
+
+
+def hang_rows(cluster: Cluster) -> RankRequest[ColumnRows]:
+    return RankRequest.bind(cluster.method(HangOn.score_rows))
 
 
 def failed(domain: str, n: int, reason: str) -> dict[str, list[float]]:
@@ -398,9 +415,7 @@ def test_a_hung_reward_share_is_abandoned_its_rank_restarted_and_its_rows_failed
     process, and that rank scores the next batch. Without ``on_timeout`` the timeout is raised."""
     FAILED_REASONS.clear()
     pids = [info.pid for info in hanging.infos]
-    rewards = RewardScheduler(
-        {"r": hanging}, {"a": "r"}, method="score_rows", columns=("x_B",), on_timeout=failed
-    )
+    rewards = RewardScheduler({"r": hang_rows(hanging)}, {"a": "r"}, columns=("x_B",), on_timeout=failed)
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="roll.core.scheduler.reward"):
         scored = rewards.score(Batch({"x_B": torch.arange(6)}, {"tag": ["a"] * 6}))
@@ -418,7 +433,7 @@ def test_a_hung_reward_share_is_abandoned_its_rank_restarted_and_its_rows_failed
     assert FAILED_REASONS[0].removeprefix("r: ") in caplog.text
     again = rewards.score(Batch({"x_B": torch.arange(10, 14)}, {"tag": ["a"] * 4}))
     assert again["reward_B"].tolist() == [20.0, 22.0, 24.0, 26.0]
-    strict = RewardScheduler({"r": hanging}, {"a": "r"}, method="score_rows", columns=("x_B",))
+    strict = RewardScheduler({"r": hang_rows(hanging)}, {"a": "r"}, columns=("x_B",))
     with pytest.raises(WorkerTimeoutError, match=r"reward_hang rank \d: score_rows did not answer within 3s"):
         strict.score(Batch({"x_B": torch.tensor([3])}, {"tag": ["a"]}))
 
@@ -430,11 +445,11 @@ def test_the_generate_scheduler_reads_a_hung_scoring_job_at_its_deadline(
     step forever. Now the step ends after about the deadline: prompts 0..3 (requests [0, 1], [2, 3]; each
     request's 8 rows split 4/4 over the 2 reward ranks), and the share holding prompt 3's rows fails."""
     rewards = RewardScheduler(
-        {"r": hanging}, {"a": "r", "b": "r"}, method="score_rows", columns=("x_B",), on_timeout=failed
+        {"r": hang_rows(hanging)}, {"a": "r", "b": "r"}, columns=("x_B",), on_timeout=failed
     )
     opts = GenerateOptions(group_size=G, request_prompts=2, carry_columns=("tag",))
     started = time.monotonic()
-    with GenerateScheduler(rollout, Counter(0), opts, gen_args=(G,), scorer=rewards) as scheduler:
+    with GenerateScheduler(generating(rollout), Counter(0), opts, scorer=rewards) as scheduler:
         batch = scheduler.get_batch(4, trainer_version=0).batch
     elapsed = time.monotonic() - started
     x_PG = batch["x_B"].reshape(4, G)
@@ -452,7 +467,7 @@ def test_a_generation_request_past_its_deadline_names_the_rank(ray_local: Any) -
         opts = GenerateOptions(group_size=G, request_prompts=2)
         started = time.monotonic()
         with (
-            GenerateScheduler(slow, Counter(0), opts, gen_args=(G,)) as scheduler,
+            GenerateScheduler(generating(slow), Counter(0), opts) as scheduler,
             pytest.raises(WorkerTimeoutError, match=r"slow_gen rank 0: generate did not answer within 2s"),
         ):
             scheduler.get_batch(2, trainer_version=0)

@@ -23,7 +23,7 @@ import torch
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.cluster import Cluster, Dispatch, Worker, WorkerContext, register
-from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
+from roll.core.scheduler import GenerateOptions, GenerateScheduler, RankRequest, RewardScheduler
 from roll.core.testing import tiny_role
 
 G = 4
@@ -94,8 +94,11 @@ def make(cluster: Cluster, feed: Feed, *, scored: bool = False, **options: Any) 
     opts = GenerateOptions(
         **{"group_size": G, "request_prompts": 2, "partial_segment": 3, "carry_columns": ("tag",), **options}
     )
-    scorer = RewardScheduler({"r": cluster}, {"t": "r"}) if scored else None
-    return GenerateScheduler(cluster, feed, opts, gen_args=(G,), scorer=scorer)
+    score = RankRequest.bind(cluster.method(Segmenter.score))
+    scorer = RewardScheduler({"r": score}, {"t": "r"}) if scored else None
+    return GenerateScheduler(
+        RankRequest.bind(cluster.method(Segmenter.generate), G), feed, opts, scorer=scorer
+    )
 
 
 def check_samples(batch: Batch) -> None:

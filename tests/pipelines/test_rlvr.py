@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -230,13 +230,15 @@ def test_reward_scheduler_routes_every_tag_to_the_tagless_domain(ray_local: Any)
 
     from roll.core.batch import Batch
     from roll.core.cluster import Cluster
-    from roll.core.scheduler import RewardScheduler
+    from roll.core.scheduler import RankRequest, RewardScheduler
     from roll.core.testing import tiny_role
+    from roll.pipelines.rlvr.clusters import RewardCluster
     from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker
 
     with Cluster("reward_arithmetic", RewardWorker, tiny_role(), init_args=("arithmetic", {})) as cluster:
+        score = RankRequest.bind(cast(RewardCluster, cluster).score)
         scheduler = RewardScheduler(
-            {"arithmetic": cluster}, {}, columns=REWARD_COLUMNS, default_domain="arithmetic"
+            {"arithmetic": score}, {}, columns=REWARD_COLUMNS, default_domain="arithmetic"
         )
         rows = {
             C.TEXT: ["The answer is 7.", "The answer is 7."],

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.run import RunHost
-from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
+from roll.core.scheduler import GenerateOptions, GenerateScheduler, RankRequest, RewardScheduler
 from roll.core.types import Phases
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.rlvr.config import reward_routes
@@ -32,6 +32,12 @@ from roll.workers.config import SamplingParams
 from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.spec import GeneratorSpec
 from roll_example_pipeline import BestOfNConfig
+
+if (
+    TYPE_CHECKING
+):  # the typed cluster handles import the worker classes (and torch): the driver names them only
+    from roll.pipelines.rlvr.clusters import RewardCluster
+    from roll.workers.roles.clusters import ActorInferCluster
 
 OUTPUT_FILE = "best_of_n.jsonl"
 
@@ -75,32 +81,38 @@ class BestOfNRecipe:
         data = prepare_data(cfg.data, cfg.tokenize, kind="prompt", tokenizer=tokenizer)
         self.rows = data.train
         env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cpu_threads)}} if cfg.cpu_threads else None
-        self.infer = self.host.make_cluster(
-            "actor_infer",
-            ActorInferWorker,
-            init_args=(GeneratorSpec(model=model, strategy=strategy),),
-            runtime_env=env,
+        self.infer = cast(
+            "ActorInferCluster",
+            self.host.make_cluster(
+                "actor_infer",
+                ActorInferWorker,
+                init_args=(GeneratorSpec(model=model, strategy=strategy),),
+                runtime_env=env,
+            ),
         )
         reward_clusters = {
             name: self.host.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
             for name, d in cfg.rewards.items()
         }
         self.infer.setup()
+        # each domain's reward method, typed from RewardWorker.score (RankRequest: the schedulers' typed calls)
+        scorers = {
+            name: RankRequest.bind(cast("RewardCluster", c).score) for name, c in reward_clusters.items()
+        }
         self.rewards = RewardScheduler(
-            reward_clusters, self.domain_of, method="score", columns=REWARD_COLUMNS,
+            scorers, self.domain_of, columns=REWARD_COLUMNS,
             default_domain=self.route_default, on_timeout=timed_out_rows,
         )  # fmt: skip
         options = GenerateOptions(
             group_size=cfg.n, request_prompts=cfg.request_prompts, carry_columns=CARRY_COLUMNS
         )
-        self.generator = GenerateScheduler(self.infer, _no_feed, options)
+        params = SamplingParams(n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+        self.generator = GenerateScheduler(RankRequest.bind(self.infer.generate, params), _no_feed, options)
 
     def train_step(self, step: int) -> Mapping[str, float]:
-        cfg = self.config
-        params = SamplingParams(n=cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
         if self.generator is None:
             raise RuntimeError("best_of_n: train_step runs after setup() (the run calls them in that order)")
-        scored = self.rewards.score(self.generator.generate_all(prompt_batch(self.rows), params))
+        scored = self.rewards.score(self.generator.generate_all(prompt_batch(self.rows)))
         if (
             C.REWARD_ERROR_REPORT in scored.non_tensors
         ):  # a reward's first error of each kind, with its traceback

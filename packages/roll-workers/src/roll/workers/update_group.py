@@ -1,17 +1,33 @@
 """The driver's side of a weight update: :class:`ModelUpdateGroup` picks the transport and drives the workers'
 side of it (:mod:`roll.workers.model_update`, which holds the transports themselves and imports torch). This
 module imports no torch, so a driver that never runs a model never loads it.
+
+Its two ends are typed by the cluster methods it calls (:class:`WeightSource`, :class:`WeightSink`,
+:class:`InProcessUpdate`), Protocols that the generated handles of :mod:`roll.workers.roles.clusters` satisfy
+structurally (``TrainCluster`` / ``GenerateCluster``), so mypy checks every call here against the worker methods.
+They are Protocols, not the handles, because the handle module imports the roles, which import this one.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeGuard
 
+from roll.core.cluster import ClusterMethod, WorkerInfo
+from roll.core.config.sections import RoleConfig
 from roll.core.errors import WorkerError
 
-__all__ = ["Mode", "ModelUpdateGroup", "UpdateReport", "pick_update_mode"]
+__all__ = [
+    "InProcessUpdate",
+    "Mode",
+    "ModelUpdateGroup",
+    "UpdateReport",
+    "WeightSink",
+    "WeightSource",
+    "pick_update_mode",
+]
 
 Mode = Literal["auto", "object_store", "collective", "in_process", "cuda_ipc"]
 
@@ -28,6 +44,79 @@ class UpdateReport:
     seconds: float
 
 
+class _UpdateEnd(Protocol):
+    """What both ends are besides their methods: a :class:`~roll.core.cluster.Cluster`'s role and ranks."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def role_cfg(self) -> RoleConfig: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def infos(self) -> list[WorkerInfo]: ...
+    @property
+    def methods(self) -> Mapping[str, ClusterMethod[..., Any]]: ...
+
+
+class WeightSource(_UpdateEnd, Protocol):
+    """The sending end: a cluster with the :class:`~roll.workers.roles.sender.WeightSender` part
+    (``ActorTrainCluster``, ``HybridActorCluster``)."""
+
+    @property
+    def stage_weights(self) -> ClusterMethod[[float, bool], list[int]]: ...
+    @property
+    def weight_bucket(self) -> ClusterMethod[[int], tuple[Any, int]]: ...
+    @property
+    def share_weight_bucket(self) -> ClusterMethod[[int], list[tuple[dict[str, Any], Any, int]]]: ...
+    @property
+    def release_weights(self) -> ClusterMethod[[], list[None]]: ...
+    @property
+    def update_endpoint(self) -> ClusterMethod[[], tuple[str, int]]: ...
+    @property
+    def join_update_group(self) -> ClusterMethod[[str, str, int, int, int, str], list[None]]: ...
+    @property
+    def broadcast_weights(self) -> ClusterMethod[[str, float, int], list[tuple[int, int] | None]]: ...
+    @property
+    def weights_checksum(self) -> ClusterMethod[..., list[str]]:
+        """``(dtype=None)``, and ``side=`` on a hybrid cluster: :meth:`ModelUpdateGroup.verify` passes ``side``
+        only where the worker has it, so its arguments stay unchecked here."""
+        ...
+
+
+class _Served(_UpdateEnd, Protocol):
+    """What :meth:`ModelUpdateGroup.verify` reads of the receiving end, whichever it is."""
+
+    @property
+    def policy_version(self) -> ClusterMethod[[], list[int]]: ...
+    @property
+    def weights_checksum(self) -> ClusterMethod[..., list[str]]:
+        """``(dtype=None)``, and ``side=`` on a hybrid cluster (see :attr:`WeightSource.weights_checksum`)."""
+        ...
+
+
+class WeightSink(_Served, Protocol):
+    """The receiving end of an update between two clusters: an :class:`~roll.workers.roles.infer.ActorInferWorker`
+    cluster (``ActorInferCluster``)."""
+
+    @property
+    def update_weights(self) -> ClusterMethod[[list[Any], int], list[int]]: ...
+    @property
+    def update_weights_ipc(self) -> ClusterMethod[[dict[str, Any], Any, int], list[int]]: ...
+    @property
+    def join_update_group(self) -> ClusterMethod[[str, str, int, int, int, str], list[None]]: ...
+    @property
+    def receive_weights(self) -> ClusterMethod[[str, int], list[int]]: ...
+
+
+class InProcessUpdate(WeightSource, _Served, Protocol):
+    """One cluster on both ends (``HybridActorCluster``): each rank copies its trainer's weights into its own
+    inference model."""
+
+    @property
+    def sync_weights(self) -> ClusterMethod[[int, float], list[int]]: ...
+
+
 class ModelUpdateGroup:
     """Pushes ``train`` (an :class:`~roll.workers.roles.ActorTrainWorker` or hybrid Cluster: any
     :class:`~roll.workers.roles.sender.WeightSender`) weights to ``infer`` (an
@@ -42,8 +131,8 @@ class ModelUpdateGroup:
 
     def __init__(
         self,
-        train: Any,
-        infer: Any,
+        train: WeightSource,
+        infer: WeightSink | InProcessUpdate,
         *,
         bucket_mb: float = 256.0,
         mode: Mode = "auto",
@@ -51,13 +140,23 @@ class ModelUpdateGroup:
         start_version: int = 0,
     ) -> None:
         self.train, self.infer = train, infer
+        self._in_process = train if _one_cluster(train, infer) and _syncs_in_process(train) else None
+        self._sink = infer if _receives(infer) else None
         self.bucket_mb = bucket_mb
         self.mode: str = _pick_mode(train, infer) if mode == "auto" else mode
-        if (self.mode == "in_process") != (train is infer):
+        if (self.mode == "in_process") != _one_cluster(train, infer):
             raise WorkerError(
                 f"model update {train.role} -> {infer.role}: mode 'in_process' is for one (hybrid) cluster on "
                 f"both ends and the only mode for it; got mode {mode!r}"
             )
+        if (self._in_process or self._sink) is None:
+            raise WorkerError(
+                f"model update {train.role} -> {infer.role}: "
+                + (f"{train.role} has no sync_weights: one cluster on both ends must be a HybridActorWorker one"
+                   if self.mode == "in_process" else
+                   f"{infer.role} cannot load another cluster's weights (no update_weights/receive_weights): "
+                   "send them to an ActorInferWorker cluster")
+            )  # fmt: skip
         gpus = train.role_cfg.gpus_per_worker > 0
         self.backend = backend or ("nccl" if gpus else "gloo")
         self.version = start_version
@@ -69,8 +168,11 @@ class ModelUpdateGroup:
         the last version + 1). Blocks until every inference worker has loaded them."""
         self.version = self.version + 1 if policy_version is None else policy_version
         start = time.monotonic()
-        if self.mode == "in_process":
-            buckets, nbytes = self.train.sync_weights(self.version, self.bucket_mb)[0], 0  # nothing leaves
+        if self._in_process is not None:  # mode "in_process" (checked in __init__)
+            buckets, nbytes = (
+                self._in_process.sync_weights(self.version, self.bucket_mb)[0],
+                0,
+            )  # nothing leaves
         elif self.mode == "object_store":
             buckets, nbytes = self._sync_object_store()
         elif self.mode == "cuda_ipc":
@@ -94,12 +196,20 @@ class ModelUpdateGroup:
                 f"{self.version} (versions {versions})"
             )
 
+    def _receiver(self) -> WeightSink:
+        """The receiving cluster of an update between two clusters (``__init__`` made sure there is one)."""
+        if self._sink is None:
+            raise WorkerError(
+                f"model update to {self.infer.role}: mode {self.mode!r} needs a receiving cluster"
+            )
+        return self._sink
+
     def _sync_object_store(self) -> tuple[int, int]:
-        count = self.train.stage_weights(self.bucket_mb)[0]
+        count = self.train.stage_weights(self.bucket_mb, False)[0]
         total = 0
         for i in range(count):
             ref, nbytes = self.train.weight_bucket(i)
-            self.infer.update_weights([ref], self.version)
+            self._receiver().update_weights([ref], self.version)
             total += nbytes
             del ref  # the bucket leaves the object store before the next one is put
         self.train.release_weights()
@@ -114,7 +224,7 @@ class ModelUpdateGroup:
                     i
                 )  # per trainer rank: ({gpu uuid: handle}, meta, bytes)
                 handles = {uuid: h for per_rank, _, _ in shared for uuid, h in per_rank.items()}
-                self.infer.update_weights_ipc(handles, shared[0][1], self.version)
+                self._receiver().update_weights_ipc(handles, shared[0][1], self.version)
                 total += shared[0][2]
         finally:
             self.train.release_weights()
@@ -124,7 +234,7 @@ class ModelUpdateGroup:
         if not self._joined:
             self._join()
         sending = self.train.broadcast_weights.submit(self._group_name, self.bucket_mb, self.version)
-        receiving = self.infer.receive_weights.submit(self._group_name, self.version)
+        receiving = self._receiver().receive_weights.submit(self._group_name, self.version)
         receiving.result()
         buckets, nbytes = next(r for r in sending.result() if r is not None)
         return int(buckets), int(nbytes)
@@ -133,16 +243,35 @@ class ModelUpdateGroup:
         addr, port = self.train.update_endpoint()
         world = 1 + self.infer.world_size
         sender = self.train.join_update_group.submit(self._group_name, addr, port, world, 0, self.backend)
-        receivers = self.infer.join_update_group.submit(self._group_name, addr, port, world, 1, self.backend)
+        receivers = self._receiver().join_update_group.submit(
+            self._group_name, addr, port, world, 1, self.backend
+        )
         sender.result()
         receivers.result()
         self._joined = True
 
 
-def _pick_mode(train: Any, infer: Any) -> str:
+def _one_cluster(train: WeightSource, infer: WeightSink | InProcessUpdate) -> bool:
+    """Both ends are one cluster (``is``, spelled with ``id``: mypy deems the two Protocols disjoint)."""
+    return id(train) == id(infer)
+
+
+def _syncs_in_process(end: WeightSource) -> TypeGuard[InProcessUpdate]:
+    """``end``'s workers copy their own weights into their inference model (a hybrid cluster)."""
+    return "sync_weights" in end.methods
+
+
+def _receives(end: WeightSink | InProcessUpdate) -> TypeGuard[WeightSink]:
+    """``end``'s workers load weights another cluster sends (an inference cluster)."""
+    return {"update_weights", "update_weights_ipc", "join_update_group", "receive_weights"} <= set(
+        end.methods
+    )
+
+
+def _pick_mode(train: WeightSource, infer: WeightSink | InProcessUpdate) -> str:
     group = train.role_cfg.device_group
     return pick_update_mode(
-        same_cluster=train is infer,
+        same_cluster=_one_cluster(train, infer),
         colocated=group is not None and group == infer.role_cfg.device_group,
         gpus=train.role_cfg.gpus_per_worker > 0 and infer.role_cfg.gpus_per_worker > 0,
         one_node=len({info.node_id for info in [*train.infos, *infer.infos]}) == 1,

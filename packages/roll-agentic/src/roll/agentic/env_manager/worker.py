@@ -33,7 +33,7 @@ from roll.agentic.env_manager.slots import (
     factory_for,
 )
 from roll.core.cluster import Cluster, Dispatch, Worker, WorkerContext, register
-from roll.core.cluster.cluster import on_cluster
+from roll.core.cluster.cluster import ClusterMethod, on_cluster
 from roll.core.errors import WorkerError
 from roll.core.scheduler.rank_calls import submit_to_rank
 
@@ -46,6 +46,7 @@ CALL_MARGIN_S = 30.0
 it counts as frozen."""
 
 Outcome = TypeVar("Outcome", ResetOutcome, StepOutcome)
+Request = TypeVar("Request", ResetRequest, StepRequest)
 
 
 class EnvWorker(Worker):
@@ -110,17 +111,23 @@ class ClusterEnvPool:
 
     def reset(self, requests: Sequence[ResetRequest | None]) -> list[ResetOutcome | None]:
         self._restart_leaking()
-        return self._call("reset", requests, ResetOutcome)
+        return self._call(self.cluster.reset, requests, ResetOutcome)
 
     def step(self, requests: Sequence[StepRequest | None]) -> list[StepOutcome | None]:
-        return self._call("step", requests, StepOutcome)
+        return self._call(self.cluster.step, requests, StepOutcome)
 
-    def _call(self, method: str, requests: Sequence[Any], outcome: type[Outcome]) -> list[Outcome | None]:
+    def _call(
+        self,
+        method: ClusterMethod[[list[Request | None]], list[Outcome | None]],
+        requests: Sequence[Request | None],
+        outcome: type[Outcome],
+    ) -> list[Outcome | None]:
         """Each rank gets its own slots' requests; a rank that fails to answer in time loses its envs."""
         n = self.slots_per_worker
         shares = [list(requests[r * n : (r + 1) * n]) for r in range(self.cluster.world_size)]
+        timed = method if self.call_timeout_s is None else method.with_timeout(self.call_timeout_s)
         calls = {
-            rank: submit_to_rank(self.cluster, rank, method, share, timeout_s=self.call_timeout_s)
+            rank: submit_to_rank(timed, rank, share)
             for rank, share in enumerate(shares)
             if any(request is not None for request in share)
         }
@@ -129,7 +136,7 @@ class ClusterEnvPool:
             try:
                 out[rank * n : (rank + 1) * n] = call.pending.result()
             except WorkerError as exc:  # hung or dead: the restart ends whatever it was stuck in
-                reason = self._restart(rank, method, exc)
+                reason = self._restart(rank, method.name, exc)
                 failed = [outcome(error=reason) if r is not None else None for r in shares[rank]]
                 out[rank * n : (rank + 1) * n] = failed
         return out

@@ -87,6 +87,11 @@ class ClusterMethod(Generic[P, R_co]):
         self.spec = spec
         self.timeout_s = timeout_s
 
+    @property
+    def cluster(self) -> Cluster:
+        """The cluster whose ranks run this method (a scheduler sends requests to them one rank at a time)."""
+        return self._cluster
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
         """Run on the ranks the dispatch mode picks and return the collected result."""
         return self.submit(*args, **kwargs).result()

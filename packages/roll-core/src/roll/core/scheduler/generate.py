@@ -3,7 +3,9 @@
 What it does, in the order a step sees it:
 
 - **Request-level scheduling.** Prompts are drawn from a prompt source in small requests (``request_prompts``
-  prompts each) and sent to one inference rank at a time (:func:`~roll.core.scheduler.rank_calls.submit_to_rank`);
+  prompts each) and sent to one inference rank at a time through the driver's
+  :class:`~roll.core.scheduler.rank_calls.RankRequest` (``RankRequest.bind(infer.generate, params)``: the method,
+  from a typed handle, and its arguments after the prompts);
   each rank holds at most ``max_inflight_per_rank`` requests, and a rank that answers gets the next request at
   once. Fast ranks take more requests than slow ones, and one long request does not hold back a whole step.
 - **Scoring overlaps generation.** When a request's samples come back they go straight to the reward scheduler
@@ -53,7 +55,8 @@ What it does, in the order a step sees it:
   not on batching, ranks or what was generated before. ``n`` is part of :meth:`state_dict`, so a run resumed
   from a checkpoint taken between steps continues the same seed sequence.
 
-Generic: the scheduler knows a Batch, a Cluster method name, the group size, a version column and callbacks.
+Generic: the scheduler knows a Batch, a bound cluster method (:class:`RankRequest`), the group size, a version column
+and callbacks.
 """
 
 from __future__ import annotations
@@ -72,10 +75,9 @@ import ray
 
 from roll.core import columns as C
 from roll.core.batch import Array, Batch, as_column
-from roll.core.cluster import Cluster
 from roll.core.errors import DataError, RollError
 from roll.core.scheduler.partial import GroupKey, PartialRollouts
-from roll.core.scheduler.rank_calls import CallPool, bounded_wait, submit_to_rank
+from roll.core.scheduler.rank_calls import CallPool, RankRequest, bounded_wait
 from roll.core.seeding import EVAL_STREAM, TRAIN_STREAM, derive_seed
 
 __all__ = [
@@ -126,7 +128,6 @@ class GenerateOptions:
     max_rounds: int = 4
     async_ratio: float = 0.0
     max_staleness: int | None = None
-    method: str = "generate"
     version_column: str = C.POLICY_VERSION
     poll_s: float = 0.5
     get_timeout_s: float = 3600.0
@@ -210,20 +211,19 @@ class GenerateScheduler:
 
     def __init__(
         self,
-        cluster: Cluster,
+        request: RankRequest[Batch],
         source: PromptSource,
         options: GenerateOptions,
         *,
-        gen_args: tuple[Any, ...] = (),
         scorer: Scorer | None = None,
         group_filter: GroupFilter | None = None,
     ) -> None:
         if options.group_size < 1 or options.request_prompts < 1 or options.max_rounds < 1:
             raise DataError(f"group_size, request_prompts and max_rounds must be >= 1: {options}")
-        self.cluster = cluster
+        self.request = request
+        """What each request runs: ``request.submit(rank, prompts)`` returns the prompts' samples."""
         self.source = source
         self.options = options
-        self.gen_args = gen_args
         self.scorer = scorer
         self.group_filter = group_filter
         self._kept: deque[_Group] = deque()
@@ -261,18 +261,20 @@ class GenerateScheduler:
             return self._take_async(num_groups, trainer_version)
         return self._take_sync(num_groups, trainer_version)
 
-    def generate_all(self, prompts: Batch, *args: Any) -> Batch:
-        """Samples for every prompt of ``prompts`` (``G`` per prompt, prompt order), request by request."""
+    def generate_all(self, prompts: Batch, request: RankRequest[Batch] | None = None) -> Batch:
+        """Samples for every prompt of ``prompts`` (``G`` per prompt, prompt order), request by request, through
+        ``request`` (e.g. the same method bound to evaluation's sampling parameters; default: the scheduler's)."""
+        call = request or self.request
         pool: CallPool[int] = CallPool()
         prompts = self._seeded(prompts, EVAL_STREAM, 0)
         requests = prompts.split(_sizes(len(prompts), self.options.request_prompts))
         results: dict[int, Batch] = {}
-        free = self._free_slots(pool)
-        for i, request in enumerate(requests):
+        free = self._free_slots(pool, call)
+        for i, rows in enumerate(requests):
             while not free:
                 results.update({key: out for key, _, out in pool.wait_any()})
-                free = self._free_slots(pool)
-            pool.add(i, submit_to_rank(self.cluster, free.pop(0), self.options.method, request, *args))
+                free = self._free_slots(pool, call)
+            pool.add(i, call.submit(free.pop(0), rows))
         results.update({key: out for key, _, out in pool.drain(self.options.get_timeout_s)})
         return Batch.concat([self._carry(requests[i], results[i]) for i in range(len(requests))])
 
@@ -460,11 +462,12 @@ class GenerateScheduler:
         open_groups = self._partial.num_open() if self._partial is not None else 0
         return open_groups + sum(n for _, _, n in self._jobs.values())
 
-    def _free_slots(self, pool: CallPool[Any]) -> list[int]:
-        """One entry per free request slot, rank by rank (a rank with two free slots appears twice)."""
+    def _free_slots(self, pool: CallPool[Any], request: RankRequest[Batch]) -> list[int]:
+        """One entry per free request slot of ``request``'s ranks, rank by rank (a rank with two free slots appears
+        twice)."""
         busy = pool.ranks()
         cap = self.options.max_inflight_per_rank
-        return [r for r in range(self.cluster.world_size) for _ in range(cap - busy.count(r))]
+        return [r for r in range(request.cluster.world_size) for _ in range(cap - busy.count(r))]
 
     def _submit_while_free(self, budget: int) -> int:
         """Send requests to free ranks while ``budget`` prompts remain (partial rollout: rows to continue first,
@@ -472,7 +475,7 @@ class GenerateScheduler:
         from the source but not yet recorded as in flight."""
         sent = 0
         with self._lock:
-            for rank in self._free_slots(self._pool):
+            for rank in self._free_slots(self._pool, self.request):
                 if self._submit_partial(rank):
                     continue
                 if sent >= budget:
@@ -497,7 +500,7 @@ class GenerateScheduler:
     def _send(self, rank: int, rows: Batch, n_prompts: int) -> None:
         job_id = self._next_id
         self._next_id += 1
-        call = submit_to_rank(self.cluster, rank, self.options.method, rows, *self.gen_args)
+        call = self.request.submit(rank, rows)
         self._pool.add(job_id, call)
         self._prompts[job_id] = rows
         self._jobs[job_id] = (None, time.perf_counter(), n_prompts)

@@ -1,15 +1,17 @@
 """RewardScheduler: score rollouts on reward-worker clusters, one cluster per domain, routed by each row's tag.
 
 Rows carry a tag (``"math"``, ``"code"``, ``"arithmetic"``...); ``routes`` maps tags to domains and each domain
-has its own :class:`~roll.core.cluster.Cluster` of reward workers, whose registered ``method`` takes a
-:class:`~roll.core.batch.Batch` of rows and returns a Batch of the same rows with score columns. A job is
+has its own :class:`~roll.core.cluster.Cluster` of reward workers, given as a
+:class:`~roll.core.scheduler.rank_calls.RankRequest` of the method that scores
+(``RankRequest.bind(cast("RewardCluster", cluster).score)``): it takes a :class:`~roll.core.batch.Batch` of rows
+and returns a Batch of the same rows with score columns. A job is
 submitted without waiting (:meth:`RewardScheduler.submit`), so scoring one request's samples overlaps with the
 generation of the next; each domain's rows are spread over its ranks, and the small jobs of request-level
 scheduling rotate over ranks so one slow verifier does not hold every job. :meth:`RewardJob.result` puts the
 returned columns back next to the input rows, in the input order.
 
-Light workers: with ``columns`` set, a worker gets plain ``{name: [value per row]}`` of those columns instead of
-a Batch, and may answer ``{name: [value per row]}``: columns whose name ends in axes (``scores_B``) become
+Light workers: with ``columns`` set, a worker gets plain ``{name: [value per row]}`` (:data:`ColumnRows`) of those
+columns instead of a Batch (the type checker holds the domains' methods to what they will get), and may answer ``{name: [value per row]}``: columns whose name ends in axes (``scores_B``) become
 float32 tensor columns here, the others (``reward_error_report``) stay per-row Python values. Unpickling a Batch
 costs little more (its columns stay numpy in a process without torch, see :mod:`roll.core.batch`), but plain
 lists keep a worker's code free of the container.
@@ -33,18 +35,20 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import ray
 
 from roll.core import columns as C
 from roll.core.batch import Batch, as_column
-from roll.core.cluster import Cluster
 from roll.core.errors import DataError, WorkerError, WorkerTimeoutError
-from roll.core.scheduler.rank_calls import RankCall, submit_to_rank
+from roll.core.scheduler.rank_calls import RankCall, RankRequest
 
-__all__ = ["FailedRows", "RewardJob", "RewardScheduler"]
+__all__ = ["ColumnRows", "FailedRows", "RewardJob", "RewardScheduler"]
+
+ColumnRows = dict[str, list[Any]]
+"""What a light reward worker gets with ``RewardScheduler(columns=...)``: ``{name: [value per row]}``."""
 
 FailedRows = Callable[[str, int, str], Mapping[str, list[Any]]]
 """``on_timeout(domain, n, reason)``: the score columns (``{name: [value per row]}``, as a light worker answers) of
@@ -122,18 +126,42 @@ class RewardScheduler:
     share's timeout) never ran on a live worker, so it is sent again instead.
     """
 
+    @overload
     def __init__(
         self,
-        domains: Mapping[str, Cluster],
+        domains: Mapping[str, RankRequest[Batch]],
         routes: Mapping[str, str],
         *,
-        method: str = "score",
+        tag_column: str = ...,
+        default_domain: str | None = ...,
+        max_retries: int = ...,
+        columns: None = ...,
+        on_timeout: FailedRows | None = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self,
+        domains: Mapping[str, RankRequest[ColumnRows]],
+        routes: Mapping[str, str],
+        *,
+        tag_column: str = ...,
+        default_domain: str | None = ...,
+        max_retries: int = ...,
+        columns: tuple[str, ...],
+        on_timeout: FailedRows | None = ...,
+    ) -> None: ...
+    def __init__(
+        self,
+        domains: Mapping[str, RankRequest[Any]],
+        routes: Mapping[str, str],
+        *,
         tag_column: str = C.TAG,
         default_domain: str | None = None,
         max_retries: int = 2,
         columns: tuple[str, ...] | None = None,
         on_timeout: FailedRows | None = None,
     ) -> None:
+        """``domains``: each domain's scoring method, rows unbound (a Batch; :data:`ColumnRows` with ``columns``)."""
         unknown = sorted({d for d in routes.values() if d not in domains})
         if unknown or (default_domain is not None and default_domain not in domains):
             raise DataError(
@@ -141,10 +169,11 @@ class RewardScheduler:
             )
         self.domains = dict(domains)
         self.routes = dict(routes)
-        self.method = method
         self.tag_column = tag_column
         self.default_domain = default_domain
-        self._next_rank = {name: itertools.cycle(range(c.world_size)) for name, c in self.domains.items()}
+        self._next_rank = {
+            name: itertools.cycle(range(r.cluster.world_size)) for name, r in self.domains.items()
+        }
         self.max_retries = max_retries
         self.columns = columns
         self.on_timeout = on_timeout
@@ -179,12 +208,12 @@ class RewardScheduler:
         return self.submit(batch).result()
 
     def _submit_domain(self, domain: str, batch: Batch, rows: np.ndarray) -> list[_Part]:
-        cluster = self.domains[domain]
-        shares = [s for s in np.array_split(rows, min(cluster.world_size, len(rows))) if len(s)]
+        request = self.domains[domain]
+        shares = [s for s in np.array_split(rows, min(request.cluster.world_size, len(rows))) if len(s)]
         parts = []
         for share in shares:
             rank = next(self._next_rank[domain])
-            call = submit_to_rank(cluster, rank, self.method, self._payload(batch, share))
+            call = request.submit(rank, self._payload(batch, share))
             parts.append(_Part(share, domain, call, self._epochs.get((domain, rank), 0)))
         return parts
 
@@ -207,9 +236,9 @@ class RewardScheduler:
 
     def _abandon(self, part: _Part, exc: WorkerTimeoutError) -> Batch:
         """A share past its deadline: restart its rank, and give its rows ``on_timeout``'s columns (or raise)."""
-        cluster, rank = self.domains[part.domain], part.call.rank
+        request, rank = self.domains[part.domain], part.call.rank
         reason = (
-            f"{cluster.role} rank {rank}: {self.method} of {len(part.rows)} rows did not answer within "
+            f"{request.cluster.role} rank {rank}: {request.name} of {len(part.rows)} rows did not answer within "
             f"{part.call.pending.target.timeout_s:g}s (the reward role's call_timeout_s); the call was abandoned "
             "and the worker restarted"
         )
@@ -224,25 +253,25 @@ class RewardScheduler:
         """Restart the part's rank unless another part's failure already replaced it since the part was sent."""
         key = (part.domain, part.call.rank)
         if part.epoch == self._epochs.get(key, 0):
-            self.domains[part.domain].restart_rank(part.call.rank)
+            self.domains[part.domain].cluster.restart_rank(part.call.rank)
             self._epochs[key] = part.epoch + 1
             self.restarts += 1
         part.epoch = self._epochs[key]
 
     def _retry(self, batch: Batch, part: _Part, exc: WorkerError, attempt: int) -> None:
         """Restart the part's rank, unless another job's retry already replaced it, and send the rows again."""
-        cluster, rank = self.domains[part.domain], part.call.rank
+        request, rank = self.domains[part.domain], part.call.rank
         what = "was restarted under" if isinstance(exc, WorkerTimeoutError) else "died while scoring"
         log.warning(
             "%s rank %d %s %d rows (%s); retrying them on a restarted one (retry %d of %d)",
-            cluster.role, rank, what, len(part.rows), str(exc).splitlines()[0][:300], attempt + 1,
+            request.cluster.role, rank, what, len(part.rows), str(exc).splitlines()[0][:300], attempt + 1,
             self.max_retries,
         )  # fmt: skip
         self._restart(part)
         self.retried_requests += len(part.rows)
-        part.call = submit_to_rank(cluster, rank, self.method, self._payload(batch, part.rows))
+        part.call = request.submit(rank, self._payload(batch, part.rows))
 
-    def _payload(self, batch: Batch, rows: np.ndarray) -> Batch | dict[str, list[Any]]:
+    def _payload(self, batch: Batch, rows: np.ndarray) -> Batch | ColumnRows:
         """What a worker gets for ``rows``: a Batch, or plain lists of ``columns`` (see the module docstring)."""
         sub = batch.select(rows)
         if self.columns is None:

@@ -27,13 +27,13 @@ import math
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.run import RunHost
-from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler, RolloutBatch
+from roll.core.scheduler import GenerateOptions, GenerateScheduler, RankRequest, RewardScheduler, RolloutBatch
 from roll.core.tracking import timed
 from roll.core.types import Phases
 from roll.data.vision import has_vision
@@ -52,6 +52,9 @@ from roll.pipelines.rlvr.data import CARRY_COLUMNS, IMAGE_COLUMNS, PromptFeeder,
 from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker, timed_out_rows
 from roll.pipelines.rlvr.transform import AdvantageTransform, TransformContext
 from roll.workers.config import SamplingParams
+
+if TYPE_CHECKING:
+    from roll.pipelines.rlvr.clusters import RewardCluster
 
 logger = logging.getLogger(__name__)
 BUFFER_FILE = "rollout_buffer.pkl"
@@ -118,8 +121,11 @@ class RLVRRecipe:
             for name, d in cfg.rewards.items()
         }
         self.policy.start(also=[*self.reward_clusters.values(), *extra])
+        scorers = {
+            name: RankRequest.bind(cast("RewardCluster", c).score) for name, c in self.reward_clusters.items()
+        }
         self.rewards = RewardScheduler(
-            self.reward_clusters, self.domain_of, method="score", columns=REWARD_COLUMNS,
+            scorers, self.domain_of, columns=REWARD_COLUMNS,
             default_domain=self.route_default,
             on_timeout=timed_out_rows,  # a hung reward: its rows fail, its worker restarts, training goes on
         )  # fmt: skip
@@ -172,10 +178,9 @@ class RLVRRecipe:
         group_filter = self._group_filter if cfg.algorithm.dynamic_sampling else None
         params = self._sampling(n=cfg.batch.samples_per_prompt, temperature=r.temperature)
         return GenerateScheduler(
-            self.policy.infer,
+            RankRequest.bind(self.policy.infer.generate, params),
             self.feeder,
             options,
-            gen_args=(params,),
             scorer=self.rewards,
             group_filter=group_filter,
         )
@@ -362,7 +367,9 @@ class RLVRRecipe:
             n=v.samples_per_prompt, temperature=v.temperature, max_new_tokens=v.max_new_tokens
         )
         params = params.model_copy(update={"temperature": v.temperature})
-        samples = self.scheduler.generate_all(self.eval_prompts, params)
+        samples = self.scheduler.generate_all(
+            self.eval_prompts, RankRequest.bind(self.policy.infer.generate, params)
+        )
         scored = self.rewards.score(samples)
         self.show_errors(scored)
         self.host.log_eval_samples(

@@ -17,7 +17,7 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.run import RunHost
-from roll.core.scheduler import GenerateOptions, GenerateScheduler, RewardScheduler
+from roll.core.scheduler import GenerateOptions, GenerateScheduler, RankRequest, RewardScheduler
 from roll.core.types import Phases
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.rlvr.config import reward_routes
@@ -30,6 +30,7 @@ from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.spec import GeneratorSpec
 
 if TYPE_CHECKING:
+    from roll.pipelines.rlvr.clusters import RewardCluster
     from roll.workers.roles.clusters import ActorInferCluster
 
 SAMPLES_FILE = "samples.jsonl"
@@ -82,9 +83,8 @@ class RolloutEvalRecipe:
         }
         self.infer.setup()
         self.rewards = RewardScheduler(
-            clusters,
+            {name: RankRequest.bind(cast("RewardCluster", c).score) for name, c in clusters.items()},
             self.domain_of,
-            method="score",
             columns=REWARD_COLUMNS,
             default_domain=self.route_default,
             on_timeout=timed_out_rows,
@@ -94,21 +94,20 @@ class RolloutEvalRecipe:
             request_prompts=cfg.rollout.request_prompts,
             carry_columns=CARRY_COLUMNS,
         )
-        self.scheduler = GenerateScheduler(self.infer, _no_feed, options)
-
-    def train_step(self, step: int) -> Mapping[str, float]:
-        cfg = self.config
         params = SamplingParams(
             n=cfg.batch.samples_per_prompt,
             temperature=cfg.rollout.temperature,
             top_p=cfg.rollout.top_p,
             max_new_tokens=cfg.rollout.max_new_tokens,
         )
+        self.scheduler = GenerateScheduler(RankRequest.bind(self.infer.generate, params), _no_feed, options)
+
+    def train_step(self, step: int) -> Mapping[str, float]:
         if self.scheduler is None:
             raise RuntimeError(
                 "rlvr_rollout: train_step runs after setup() (the run calls them in that order)"
             )
-        scored = self.rewards.score(self.scheduler.generate_all(prompt_batch(self.rows), params))
+        scored = self.rewards.score(self.scheduler.generate_all(prompt_batch(self.rows)))
         if (
             C.REWARD_ERROR_REPORT in scored.non_tensors
         ):  # a reward's first error of each kind, with its traceback
