@@ -79,8 +79,7 @@ class WeightSource(_UpdateEnd, Protocol):
     def broadcast_weights(self) -> ClusterMethod[[str, float, int], list[tuple[int, int] | None]]: ...
     @property
     def weights_checksum(self) -> ClusterMethod[..., list[str]]:
-        """``(dtype=None)``, and ``side=`` on a hybrid cluster: :meth:`ModelUpdateGroup.verify` passes ``side``
-        only where the worker has it, so its arguments stay unchecked here."""
+        """``(dtype: str | None = None)``: the trainer's weights (``...``: a Protocol cannot state the default)."""
         ...
 
 
@@ -89,10 +88,6 @@ class _Served(_UpdateEnd, Protocol):
 
     @property
     def policy_version(self) -> ClusterMethod[[], list[int]]: ...
-    @property
-    def weights_checksum(self) -> ClusterMethod[..., list[str]]:
-        """``(dtype=None)``, and ``side=`` on a hybrid cluster (see :attr:`WeightSource.weights_checksum`)."""
-        ...
 
 
 class WeightSink(_Served, Protocol):
@@ -107,6 +102,10 @@ class WeightSink(_Served, Protocol):
     def join_update_group(self) -> ClusterMethod[[str, str, int, int, int, str], list[None]]: ...
     @property
     def receive_weights(self) -> ClusterMethod[[str, int], list[int]]: ...
+    @property
+    def weights_checksum(self) -> ClusterMethod[..., list[str]]:
+        """``(dtype: str | None = None)``: the weights each rank serves."""
+        ...
 
 
 class InProcessUpdate(WeightSource, _Served, Protocol):
@@ -115,6 +114,10 @@ class InProcessUpdate(WeightSource, _Served, Protocol):
 
     @property
     def sync_weights(self) -> ClusterMethod[[int, float], list[int]]: ...
+    @property
+    def served_checksum(self) -> ClusterMethod[..., list[str]]:
+        """``(dtype: str | None = None)``: the weights each rank's inference side serves."""
+        ...
 
 
 class ModelUpdateGroup:
@@ -184,10 +187,11 @@ class ModelUpdateGroup:
     def verify(self) -> None:
         """Raise :class:`WorkerError` unless every inference worker serves ``self.version`` with weights
         bit-identical to the trainer's."""
-        # A trainer's weights_checksum is its trainer's, a hybrid's too (as a sender to another process it is those
-        # the receivers must hold); a hybrid serving both ends of its own update names its served weights'.
+        # weights_checksum is the trainer's on both train roles; a hybrid serving both ends of its own update
+        # names its served weights' served_checksum, a generator's weights_checksum is what it serves.
         want = self.train.weights_checksum()[0]
-        got = self.infer.served_checksum() if self.mode == "in_process" else self.infer.weights_checksum()
+        hybrid = self._in_process
+        got = hybrid.served_checksum() if hybrid is not None else self._receiver().weights_checksum()
         versions = self.infer.policy_version()
         bad = [r for r, (c, v) in enumerate(zip(got, versions)) if c != want or v != self.version]
         if bad:
