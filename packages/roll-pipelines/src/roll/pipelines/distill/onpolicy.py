@@ -42,7 +42,6 @@ import torch
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.core.cluster import Cluster
 from roll.core.config.sections import RoleConfig
 from roll.core.errors import DataError
 from roll.data.tasks import get_task, is_builtin
@@ -51,6 +50,7 @@ from roll.pipelines.common.data import prepare_data
 from roll.pipelines.distill.checks import check_same_tokenizer
 from roll.pipelines.distill.onpolicy_config import OnPolicyDistillConfig
 from roll.pipelines.distill.warmup import greedy_accuracy, warm_up_teacher
+from roll.pipelines.policy.group import SetUp
 from roll.pipelines.policy.views import training_view
 from roll.pipelines.rlvr.transform import TransformContext
 from roll.workers.roles.spec import ScorerSpec
@@ -114,7 +114,7 @@ class OnPolicyDistill:
     def roles(self) -> Mapping[str, RoleConfig]:
         return {f"teacher_{n}": t for n, t in self.config.teachers.items()}
 
-    def prepare(self, context: TransformContext) -> list[Cluster]:
+    def prepare(self, context: TransformContext) -> list[SetUp]:
         """Warm up the teachers that ask for it, then start one frozen cluster per teacher."""
         models = {name: self._teacher_model(context, name) for name in self.config.teachers}
         clusters = {

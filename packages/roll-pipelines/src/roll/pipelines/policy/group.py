@@ -29,13 +29,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 import numpy as np
 
 from roll.core import columns as C
 from roll.core.batch import Batch
-from roll.core.cluster import Cluster, Mesh, Worker, WorkerRef
+from roll.core.cluster import Cluster, ClusterMethod, Mesh, Worker, WorkerRef
 from roll.core.config.batch import BatchConfig
 from roll.core.failures import RunStopped
 from roll.core.tracking import reduce_metrics
@@ -138,6 +138,13 @@ def policy_spec(cfg: PolicyRunConfig, *, warmup_steps: int, norm_len: int) -> Po
     )  # fmt: skip
 
 
+class SetUp(Protocol):
+    """A cluster whose role runs ``setup`` before its first call (every policy role, a teacher): a typed handle."""
+
+    @property
+    def setup(self) -> ClusterMethod[[], list[None]]: ...
+
+
 class PolicyGroup:
     """See the module docstring. Build it in a recipe's ``setup`` with its host's ``make_cluster``."""
 
@@ -163,10 +170,10 @@ class PolicyGroup:
         self,
         *,
         actor_worker: type[Worker] | WorkerRef | None = None,
-        also: Iterable[Cluster] = (),
+        also: Iterable[SetUp] = (),
     ) -> None:
-        """Create the clusters and run every ``setup`` in parallel (``also``: the mode's other clusters, set up with
-        them when they have a ``setup``). The roles' classes are named (:func:`~roll.workers.roles.role_ref`), not
+        """Create the clusters and run every ``setup`` in parallel (``also``: the mode's other clusters that have a
+        ``setup``, run with them; a reward cluster has none: it starts in its constructor). The roles' classes are named (:func:`~roll.workers.roles.role_ref`), not
         imported: their modules, and torch, load in the actors only. ``actor_worker``: the train role's class
         (default ``ActorTrainWorker``)."""
         actor_worker = actor_worker or role_ref("ActorTrainWorker")
@@ -191,10 +198,9 @@ class PolicyGroup:
         if s.reference is not None:
             self.reference = self._infer_cluster("reference", s.reference, env)
         critic = self._critic_cluster(env) if s.critic is not None else None
-        clusters: list[Cluster | None] = [self.actor, self.infer, self.reference, critic, *also]
-        # Clusters without a setup method (reward workers) start in their constructors; Ray made them already.
-        unique = list({id(c): c for c in clusters if c is not None and "setup" in c.methods}.values())
-        for call in [c.methods["setup"].submit() for c in unique]:
+        clusters: list[SetUp | None] = [self.actor, self.infer, self.reference, critic, *also]
+        unique = {id(c): c for c in clusters if c is not None}.values()  # a hybrid is actor and infer
+        for call in [c.setup.submit() for c in unique]:
             call.result()
         if s.critic is not None and critic is not None:
             self.critic = Critic(critic, s.critic.loss)

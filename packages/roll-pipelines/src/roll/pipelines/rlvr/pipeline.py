@@ -120,7 +120,7 @@ class RLVRRecipe:
             name: self.host.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
             for name, d in cfg.rewards.items()
         }
-        self.policy.start(also=[*self.reward_clusters.values(), *extra])
+        self.policy.start(also=extra)
         scorers = {
             name: RankRequest.bind(cast("RewardCluster", c).score) for name, c in self.reward_clusters.items()
         }

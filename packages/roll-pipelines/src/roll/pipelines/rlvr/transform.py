@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from roll.core.batch import Batch
-from roll.core.cluster import Cluster
 from roll.core.config.sections import RoleConfig
 from roll.pipelines.common.host import PipelineHost
+from roll.pipelines.policy.group import SetUp
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class AdvantageTransform(Protocol):
 
     def roles(self) -> Mapping[str, RoleConfig]: ...
 
-    def prepare(self, context: TransformContext) -> list[Cluster]: ...
+    def prepare(self, context: TransformContext) -> list[SetUp]: ...
 
     def advantages(self, batch: Batch) -> Batch: ...
 
