@@ -3,10 +3,11 @@
 - :class:`~roll.core.run.Run`, which holds this recipe: Ray, placement, the step loop, tracking, checkpoints, failures,
   shutdown; the recipe reaches them through its :class:`~roll.core.run.RunHost`;
 - :class:`~roll.workers.roles.infer.ActorInferWorker`: the model role that generates (any infer strategy);
-- :class:`~roll.pipelines.rlvr.reward_worker.RewardWorker`: one cluster per reward domain, any ``roll.reward`` plugin;
+- :class:`~roll.pipelines.rlvr.reward_worker.RewardWorker`: one cluster per reward domain, any ``roll.reward`` plugin,
+  started with the scheduler over them by :func:`~roll.pipelines.rlvr.scoring.start_rewards`;
 - :class:`~roll.core.scheduler.GenerateScheduler` and :class:`~roll.core.scheduler.RewardScheduler`: n samples per
   prompt over the inference ranks, scores routed to the domains by tag, deadlines enforced;
-- rlvr's data helpers (:func:`prepare_data`, :func:`prompt_batch`) and reward routing (:func:`reward_routes`).
+- rlvr's data helpers (:func:`prepare_data`, :func:`prompt_batch`).
 
 One step samples and scores every prompt; a run of ``max_steps`` steps resamples (each step is seeded apart).
 """
@@ -22,12 +23,11 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.run import RunHost
-from roll.core.scheduler import GenerateOptions, GenerateScheduler, RankRequest, RewardScheduler
+from roll.core.scheduler import GenerateOptions, GenerateScheduler, RankRequest
 from roll.core.types import Phases
 from roll.pipelines.common.data import load_tokenizer, prepare_data
-from roll.pipelines.rlvr.config import reward_routes
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, prompt_batch
-from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker, timed_out_rows
+from roll.pipelines.rlvr.scoring import reward_roles, start_rewards
 from roll.workers.config import SamplingParams
 from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.spec import GeneratorSpec
@@ -36,7 +36,6 @@ from roll_example_pipeline import BestOfNConfig
 if (
     TYPE_CHECKING
 ):  # the typed cluster handles import the worker classes (and torch): the driver names them only
-    from roll.pipelines.rlvr.clusters import RewardCluster
     from roll.workers.roles.clusters import ActorInferCluster
 
 OUTPUT_FILE = "best_of_n.jsonl"
@@ -63,7 +62,6 @@ class BestOfNRecipe:
     def __init__(self, config: BestOfNConfig, host: RunHost) -> None:
         self.config = config
         self.host = host
-        self.domain_of, self.route_default = reward_routes(dict(config.rewards))
         self.generator: GenerateScheduler | None = None
 
     def phases(self) -> Phases:
@@ -71,7 +69,7 @@ class BestOfNRecipe:
 
     def roles(self) -> Mapping[str, RoleConfig]:
         roles: dict[str, RoleConfig] = {"actor_infer": self.config.actor_infer}
-        roles.update({f"reward_{name}": d.workers for name, d in self.config.rewards.items()})
+        roles.update(reward_roles(self.config.rewards))
         return roles
 
     def setup(self) -> None:
@@ -90,19 +88,8 @@ class BestOfNRecipe:
                 runtime_env=env,
             ),
         )
-        reward_clusters = {
-            name: self.host.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
-            for name, d in cfg.rewards.items()
-        }
+        self.rewards = start_rewards(self.host.make_cluster, cfg.rewards)
         self.infer.setup()
-        # each domain's reward method, typed from RewardWorker.score (RankRequest: the schedulers' typed calls)
-        scorers = {
-            name: RankRequest.bind(cast("RewardCluster", c).score) for name, c in reward_clusters.items()
-        }
-        self.rewards = RewardScheduler(
-            scorers, self.domain_of, columns=REWARD_COLUMNS,
-            default_domain=self.route_default, on_timeout=timed_out_rows,
-        )  # fmt: skip
         options = GenerateOptions(
             group_size=cfg.n, request_prompts=cfg.request_prompts, carry_columns=CARRY_COLUMNS
         )

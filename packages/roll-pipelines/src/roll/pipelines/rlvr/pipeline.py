@@ -27,13 +27,13 @@ import math
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.run import RunHost
-from roll.core.scheduler import GenerateOptions, GenerateScheduler, RankRequest, RewardScheduler, RolloutBatch
+from roll.core.scheduler import GenerateOptions, GenerateScheduler, RankRequest, RolloutBatch
 from roll.core.tracking import timed
 from roll.core.types import Phases
 from roll.data.vision import has_vision
@@ -49,12 +49,12 @@ from roll.pipelines.rlvr import metrics as M
 from roll.pipelines.rlvr import tensor_work
 from roll.pipelines.rlvr.config import RLVRConfig, reward_routes
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, IMAGE_COLUMNS, PromptFeeder, prompt_batch
-from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker, timed_out_rows
+from roll.pipelines.rlvr.scoring import reward_roles, start_rewards
 from roll.pipelines.rlvr.transform import AdvantageTransform, TransformContext
 from roll.workers.config import SamplingParams
 
 if TYPE_CHECKING:
-    from roll.pipelines.rlvr.clusters import RewardCluster
+    pass
 
 logger = logging.getLogger(__name__)
 BUFFER_FILE = "rollout_buffer.pkl"
@@ -91,7 +91,7 @@ class RLVRRecipe:
     def roles(self) -> Mapping[str, RoleConfig]:
         cfg = self.config
         roles = cfg.policy_roles()
-        roles.update({f"reward_{name}": domain.workers for name, domain in cfg.rewards.items()})
+        roles.update(reward_roles(cfg.rewards))
         if self.transform is not None:
             roles.update(self.transform.roles())
         return roles
@@ -116,19 +116,9 @@ class RLVRRecipe:
         )
         self.policy = PolicyGroup(spec, self.host.make_cluster)
         extra = self.transform.prepare(self._transform_context()) if self.transform is not None else []
-        self.reward_clusters = {
-            name: self.host.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
-            for name, d in cfg.rewards.items()
-        }
+        # a hung reward: its rows fail, its worker restarts, training goes on (roll.pipelines.rlvr.scoring)
+        self.rewards = start_rewards(self.host.make_cluster, cfg.rewards)
         self.policy.start(also=extra)
-        scorers = {
-            name: RankRequest.bind(cast("RewardCluster", c).score) for name, c in self.reward_clusters.items()
-        }
-        self.rewards = RewardScheduler(
-            scorers, self.domain_of, columns=REWARD_COLUMNS,
-            default_domain=self.route_default,
-            on_timeout=timed_out_rows,  # a hung reward: its rows fail, its worker restarts, training goes on
-        )  # fmt: skip
         self.scheduler = self._make_scheduler()
         step_ahead = cfg.rollout.async_mode == "step_ahead" and cfg.rollout.async_generation_ratio > 0
         # partial + step_ahead: only the first segment of the next step's prompts is made on this step's weights;

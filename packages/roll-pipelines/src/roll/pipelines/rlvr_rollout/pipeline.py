@@ -17,12 +17,12 @@ from roll.core import columns as C
 from roll.core.batch import Batch
 from roll.core.config.sections import RoleConfig
 from roll.core.run import RunHost
-from roll.core.scheduler import GenerateOptions, GenerateScheduler, RankRequest, RewardScheduler
+from roll.core.scheduler import GenerateOptions, GenerateScheduler, RankRequest
 from roll.core.types import Phases
 from roll.pipelines.common.data import load_tokenizer, prepare_data
 from roll.pipelines.rlvr.config import reward_routes
 from roll.pipelines.rlvr.data import CARRY_COLUMNS, prompt_batch
-from roll.pipelines.rlvr.reward_worker import REWARD_COLUMNS, RewardWorker, timed_out_rows
+from roll.pipelines.rlvr.scoring import reward_roles, start_rewards
 from roll.pipelines.rlvr_rollout import RolloutEvalConfig
 from roll.pipelines.rlvr_rollout.metrics import domain_table, summarize
 from roll.workers.config import SamplingParams
@@ -30,7 +30,6 @@ from roll.workers.roles.infer import ActorInferWorker
 from roll.workers.roles.spec import GeneratorSpec
 
 if TYPE_CHECKING:
-    from roll.pipelines.rlvr.clusters import RewardCluster
     from roll.workers.roles.clusters import ActorInferCluster
 
 SAMPLES_FILE = "samples.jsonl"
@@ -57,7 +56,7 @@ class RolloutEvalRecipe:
 
     def roles(self) -> Mapping[str, RoleConfig]:
         roles: dict[str, RoleConfig] = {"actor_infer": self.config.actor_infer}
-        roles.update({f"reward_{name}": d.workers for name, d in self.config.rewards.items()})
+        roles.update(reward_roles(self.config.rewards))
         return roles
 
     def setup(self) -> None:
@@ -77,18 +76,8 @@ class RolloutEvalRecipe:
                 runtime_env=env,
             ),
         )
-        clusters = {
-            name: self.host.make_cluster(f"reward_{name}", RewardWorker, init_args=(d.type, d.options))
-            for name, d in cfg.rewards.items()
-        }
+        self.rewards = start_rewards(self.host.make_cluster, cfg.rewards)
         self.infer.setup()
-        self.rewards = RewardScheduler(
-            {name: RankRequest.bind(cast("RewardCluster", c).score) for name, c in clusters.items()},
-            self.domain_of,
-            columns=REWARD_COLUMNS,
-            default_domain=self.route_default,
-            on_timeout=timed_out_rows,
-        )
         options = GenerateOptions(
             group_size=cfg.batch.samples_per_prompt,
             request_prompts=cfg.rollout.request_prompts,
